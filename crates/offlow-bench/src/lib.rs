@@ -1,0 +1,1 @@
+//! offlow-bench (in progress).

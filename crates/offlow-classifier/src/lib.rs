@@ -1,0 +1,1 @@
+//! offlow-classifier (in progress).

@@ -1,0 +1,1 @@
+//! offlow-datapath (in progress).

@@ -1,0 +1,16 @@
+//! offlow-flow: the vocabulary every tier shares.
+//!
+//! What: [`FlowKey`] (every OpenFlow 1.3 basic OXM field of a packet plus
+//! in_port and metadata, packed into 16 words), masks, [`Match`], and
+//! `extract`, which parses a frame into a key.
+//!
+//! Invariants: a key's field bits outside the field's width are zero; a
+//! [`Match`] keeps its value pre-masked; parsing never panics and never reads
+//! past the frame.
+//!
+//! Thread-safety: plain data, `Send + Sync`.
+#![warn(missing_docs)]
+
+pub mod key;
+
+pub use key::{present, Field, FieldLoc, FlowKey, FlowMask, Match, KEY_WORDS};

@@ -1,0 +1,1 @@
+//! offlow-pipeline (in progress).

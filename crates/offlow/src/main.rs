@@ -1,0 +1,2 @@
+//! The `offlow` command.
+fn main() {}
