@@ -1,1 +1,53 @@
-//! offlow-classifier (in progress).
+//! offlow-classifier: masked, priority-ordered classification of flow keys.
+//!
+//! What: a [`Rule`] is a masked [`Match`] over the [`FlowKey`] plus optional
+//! native ranges on the two transport ports (ClassBench semantics), a
+//! priority and a caller-chosen id. A classifier answers "which rule with the
+//! highest priority matches this key?". Every implementation obeys the
+//! [`Classify`] trait and is checked against [`LinearClassifier`], the oracle.
+//!
+//! Invariants:
+//! - Higher priority wins; among equal priorities the smaller [`RuleId`] wins,
+//!   so every implementation gives the same answer for the same rule set.
+//! - Rule ids are unique within one classifier; inserting an existing id
+//!   replaces that rule.
+//!
+//! Thread-safety: classifiers are plain single-writer data structures
+//! (`Send + Sync`, lookups take `&self`). Lock-free concurrent readers with a
+//! writer publishing new versions are provided by the `versioned` wrapper.
+#![warn(missing_docs)]
+
+pub mod linear;
+pub mod rule;
+
+pub use linear::LinearClassifier;
+pub use offlow_flow::{Field, FlowKey, Match};
+pub use rule::{PortRange, Priority, Rule, RuleId};
+
+/// The operations every classifier offers.
+pub trait Classify {
+    /// Insert `rule`, replacing any rule with the same id.
+    fn insert(&mut self, rule: Rule);
+    /// Remove the rule with `id`, returning it.
+    fn remove(&mut self, id: RuleId) -> Option<Rule>;
+    /// The winning rule for `key`, if any.
+    fn lookup(&self, key: &FlowKey) -> Option<RuleId>;
+    /// Look up every key of `keys`; `out[i]` receives the answer for `keys[i]`.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
+    fn lookup_batch(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
+        for (k, o) in keys.iter().zip(out.iter_mut()) {
+            *o = self.lookup(k);
+        }
+        assert!(out.len() >= keys.len(), "lookup_batch: output too short");
+    }
+    /// Number of rules held.
+    fn len(&self) -> usize;
+    /// True when no rule is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The rule with `id`, if present.
+    fn get(&self, id: RuleId) -> Option<&Rule>;
+}

@@ -101,7 +101,11 @@ mod tests {
         let mut i = 0;
         while i < data.len() {
             let hi = data[i] as u32;
-            let lo = if i + 1 < data.len() { data[i + 1] as u32 } else { 0 };
+            let lo = if i + 1 < data.len() {
+                data[i + 1] as u32
+            } else {
+                0
+            };
             acc += (hi << 8) | lo;
             acc = (acc & 0xffff) + (acc >> 16);
             i += 2;
