@@ -1,2 +1,33 @@
-//! The `offlow` command.
-fn main() {}
+//! The `offlow` command: the switch, its demo and its measurement kit.
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "offlow", version, about = "An OpenFlow 1.3 software switch")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measurement kit: reproduce the source papers' experiments.
+    #[command(subcommand)]
+    Bench(Bench),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Uncached classification rate on ClassBench rules, vs dpdk-test-acl.
+    Classify(offlow_bench::classify::ClassifyArgs),
+    /// FIB lookup rate on a BGP table, vs dpdk-test-fib.
+    Fib(offlow_bench::fib::FibArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench(Bench::Classify(a)) => offlow_bench::classify::main(&a),
+        Command::Bench(Bench::Fib(a)) => offlow_bench::fib::main(&a),
+    }
+}

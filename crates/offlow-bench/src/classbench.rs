@@ -1,0 +1,1 @@
+//! classbench (in progress).

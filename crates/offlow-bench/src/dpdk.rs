@@ -1,0 +1,1 @@
+//! dpdk (in progress).
