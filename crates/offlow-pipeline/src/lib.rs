@@ -1,1 +1,62 @@
-//! offlow-pipeline (in progress).
+//! offlow-pipeline: the OpenFlow 1.3 multi-table pipeline.
+//!
+//! What: flow tables 0..n (n <= 255), each a priority classifier
+//! ([`TableClassifier`]) over flow entries carrying instructions, a cookie,
+//! flags, timeouts and counters; flow-mod processing (ADD, MODIFY[_STRICT],
+//! DELETE[_STRICT], OpenFlow 1.3.5 §6.4) with validation that maps onto
+//! OpenFlow error codes; and [`Pipeline::lookup`], which resolves a
+//! [`FlowKey`](offlow_flow::FlowKey) to the final ordered action list, the
+//! outcome and the rules passed, following §5.1–§5.10 (goto-table, metadata,
+//! apply-actions on a working key, the action set and its execution order).
+//!
+//! Sans-IO: no sockets, threads or clocks; callers pass time in.
+//!
+//! Invariants:
+//! - Goto-table only goes forward (validated), so a lookup visits at most
+//!   one rule per table and always terminates.
+//! - Every installed entry passed validation; updates are resolved into a
+//!   [`PipelineOp`] by [`Pipeline::prepare`] and applied infallibly by
+//!   [`Pipeline::apply`], so a replayed op yields identical copies.
+//! - Rule ids are unique across the pipeline; an id removed may be reused
+//!   only after 2^32 further allocations.
+//!
+//! Known approximations of the working key (the key models one VLAN tag and
+//! no TTL): popping a VLAN tag the parser did not record leaves the key
+//! untagged; pop-MPLS cannot reveal the L3 fields the parser did not extract;
+//! TTL expiry after dec-TTL is decided by the executor on the frame
+//! (packet-in reason `OFPR_INVALID_TTL`).
+//!
+//! Thread-safety: `Pipeline` is `Send + Sync`. Lookups and counter credits
+//! take `&self` (counters are relaxed atomics shared by all copies); updates
+//! take `&mut self`, a single writer. Designed to sit in a left-right pair:
+//! clone once, then `apply` every op to both copies.
+#![warn(missing_docs)]
+
+pub mod action;
+pub mod entry;
+pub mod error;
+pub mod pipeline;
+pub mod port;
+pub mod validate;
+
+pub use action::{Action, ActionSet, Instruction, Program};
+pub use entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
+pub use error::{
+    BadActionCode, BadInstructionCode, BadMatchCode, ErrorType, FlowModFailedCode, OfErrorCode,
+    PipelineError,
+};
+pub use offlow_classifier::{PortRange, Priority, RuleId};
+pub use pipeline::{
+    FlowFilter, FlowMod, FlowModCommand, FlowModEffect, FlowStats, Outcome, PathStep, Pipeline,
+    PipelineOp, Resolution, TableClassifier, TableStats, MAX_TABLES,
+};
+pub use port::{PortNo, CONTROLLER_NO_BUFFER, GROUP_ANY, TABLE_ALL};
+pub use validate::{check_match_prerequisites, is_settable};
+
+// The datapath shares one pipeline version between workers: keep it
+// `Send + Sync` (a compile error here means a non-thread-safe field crept in).
+const _: () = {
+    const fn shareable<T: Send + Sync + Clone>() {}
+    shareable::<Pipeline>();
+    shareable::<PipelineOp>();
+};

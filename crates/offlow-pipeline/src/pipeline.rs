@@ -1,0 +1,867 @@
+//! The multi-table pipeline: flow tables, flow-mod processing and lookup.
+//!
+//! # Updates
+//! A flow-mod is handled in two steps. [`Pipeline::prepare`] (`&self`)
+//! validates it against the current state and resolves it into a
+//! [`PipelineOp`]: concrete inserts and removals of `Arc<FlowEntry>` with
+//! ids already assigned. [`Pipeline::apply`] (`&mut self`) performs the op
+//! and cannot fail. Because the op carries the entries themselves, replaying
+//! it on the second copy of a left-right pair yields an identical copy that
+//! *shares* entries and counters with the first. The [`FlowModEffect`]
+//! returned by `prepare` lists what changed, for cache invalidation and
+//! flow-removed messages.
+//!
+//! # Lookup
+//! [`Pipeline::lookup`] is `&self` and never writes: it walks table 0 and
+//! the goto-table chain on a working copy of the key, returning a
+//! [`Resolution`] (final action list, outcome, path). Counting is separate:
+//! [`Pipeline::credit`] adds to relaxed atomic counters inside the shared
+//! entries, so any number of workers can credit exactly, through either copy.
+//!
+//! Invariants: every table's classifier holds exactly the rules of its entry
+//! map (same ids); a rule id is unique in the whole pipeline; `index` maps
+//! every id to its table.
+//!
+//! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
+//! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use offlow_classifier::{Classify, LinearClassifier, PortRange, Priority, RuleId};
+use offlow_flow::{present, Field, FlowKey, Match};
+
+use crate::action::{Action, ActionSet, Instruction};
+use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
+use crate::error::PipelineError;
+use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
+use crate::validate::{validate_instructions, VID_PRESENT};
+
+/// The classifier used by every flow table. The single place to switch
+/// implementation (e.g. to `offlow_classifier::tuple` once it lands).
+pub type TableClassifier = LinearClassifier;
+
+/// Largest number of tables (ids 0..=254; 255 is `OFPTT_ALL`).
+pub const MAX_TABLES: u16 = 255;
+
+/// One flow table.
+#[derive(Debug, Clone)]
+struct FlowTable {
+    classifier: TableClassifier,
+    entries: HashMap<RuleId, Arc<FlowEntry>>,
+    /// Shared by clones: table counters are credited through either copy.
+    counters: Arc<TableCounters>,
+}
+
+impl FlowTable {
+    fn new() -> FlowTable {
+        FlowTable {
+            classifier: TableClassifier::default(),
+            entries: HashMap::new(),
+            counters: Arc::new(TableCounters::default()),
+        }
+    }
+}
+
+/// Flow-mod commands (`ofp_flow_mod_command`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FlowModCommand {
+    /// Add (or replace an identical match+priority) entry.
+    Add,
+    /// Change the instructions of every entry the match covers.
+    Modify,
+    /// Change the instructions of the entry with this exact match+priority.
+    ModifyStrict,
+    /// Delete every entry the match covers.
+    Delete,
+    /// Delete the entry with this exact match+priority.
+    DeleteStrict,
+}
+
+/// A flow-mod request (`ofp_flow_mod`), decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowMod {
+    /// What to do.
+    pub command: FlowModCommand,
+    /// Table (`TABLE_ALL` accepted for deletes only).
+    pub table_id: u8,
+    /// Priority (strict commands and ADD).
+    pub priority: Priority,
+    /// The match.
+    pub matcher: FlowMatch,
+    /// Cookie (ADD: the new entry's; others: filter value).
+    pub cookie: u64,
+    /// Cookie filter mask for modify/delete (0 = no filter).
+    pub cookie_mask: u64,
+    /// Idle timeout (ADD).
+    pub idle_timeout: u16,
+    /// Hard timeout (ADD).
+    pub hard_timeout: u16,
+    /// Flags.
+    pub flags: FlowModFlags,
+    /// Delete filter: entries outputting to this port (`ANY` = no filter).
+    pub out_port: PortNo,
+    /// Delete filter: entries using this group (`GROUP_ANY` = no filter).
+    pub out_group: u32,
+    /// Instructions (ADD / MODIFY).
+    pub instructions: Vec<Instruction>,
+}
+
+impl FlowMod {
+    /// A request with every filter open and no instructions.
+    pub fn new(command: FlowModCommand, table_id: u8, priority: Priority, matcher: Match) -> Self {
+        FlowMod {
+            command,
+            table_id,
+            priority,
+            matcher: FlowMatch::new(matcher),
+            cookie: 0,
+            cookie_mask: 0,
+            idle_timeout: 0,
+            hard_timeout: 0,
+            flags: FlowModFlags::default(),
+            out_port: PortNo::ANY,
+            out_group: GROUP_ANY,
+            instructions: Vec::new(),
+        }
+    }
+
+    /// An ADD.
+    pub fn add(table_id: u8, priority: Priority, matcher: Match, ins: Vec<Instruction>) -> Self {
+        let mut fm = FlowMod::new(FlowModCommand::Add, table_id, priority, matcher);
+        fm.instructions = ins;
+        fm
+    }
+
+    /// Set the cookie (and mask, for filters).
+    pub fn with_cookie(mut self, cookie: u64, mask: u64) -> Self {
+        self.cookie = cookie;
+        self.cookie_mask = mask;
+        self
+    }
+
+    /// Set the flags.
+    pub fn with_flags(mut self, flags: u16) -> Self {
+        self.flags = FlowModFlags(flags);
+        self
+    }
+
+    /// Add native port ranges to the match.
+    pub fn with_ports(mut self, src: PortRange, dst: PortRange) -> Self {
+        self.matcher = FlowMatch::with_ports(self.matcher.matcher, src, dst);
+        self
+    }
+}
+
+/// Which entries a modify / delete / stats request selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowFilter {
+    /// Table, or `TABLE_ALL`.
+    pub table_id: u8,
+    /// Strict: identical match and equal priority; else subset-or-equal match.
+    pub strict: bool,
+    /// Priority (strict only).
+    pub priority: Priority,
+    /// The match.
+    pub matcher: FlowMatch,
+    /// `(entry.cookie & mask) == (cookie & mask)`.
+    pub cookie: u64,
+    /// Cookie mask (0 = no filter).
+    pub cookie_mask: u64,
+    /// Output port filter (`ANY` = none).
+    pub out_port: PortNo,
+    /// Group filter (`GROUP_ANY` = none).
+    pub out_group: u32,
+}
+
+impl FlowFilter {
+    /// Every entry of every table.
+    pub fn all() -> FlowFilter {
+        FlowFilter {
+            table_id: TABLE_ALL,
+            strict: false,
+            priority: 0,
+            matcher: FlowMatch::ANY,
+            cookie: 0,
+            cookie_mask: 0,
+            out_port: PortNo::ANY,
+            out_group: GROUP_ANY,
+        }
+    }
+
+    /// Every entry of one table.
+    pub fn table(table_id: u8) -> FlowFilter {
+        FlowFilter {
+            table_id,
+            ..FlowFilter::all()
+        }
+    }
+
+    fn selects(&self, e: &FlowEntry) -> bool {
+        if self.cookie & self.cookie_mask != e.cookie & self.cookie_mask {
+            return false;
+        }
+        let m = if self.strict {
+            e.priority == self.priority && e.matcher == self.matcher
+        } else {
+            e.matcher.is_subset_of(&self.matcher)
+        };
+        m && (self.out_port == PortNo::ANY || e.program.outputs_to(self.out_port))
+            && (self.out_group == GROUP_ANY || e.program.uses_group(self.out_group))
+    }
+}
+
+/// A resolved update; replay it on every copy with [`Pipeline::apply`].
+#[derive(Debug, Clone)]
+pub enum PipelineOp {
+    /// Insert `entry` into its table, replacing the entry with the same id.
+    Insert(Arc<FlowEntry>),
+    /// Remove the entry with this id from this table.
+    Remove {
+        /// Table holding it.
+        table_id: u8,
+        /// Its id.
+        id: RuleId,
+    },
+    /// Several ops, applied in order.
+    Batch(Vec<PipelineOp>),
+}
+
+/// What a flow-mod changed. The fast-path cache must invalidate everything
+/// that depended on any id listed in `modified`, `removed` or `shadowed`.
+#[derive(Debug, Clone, Default)]
+pub struct FlowModEffect {
+    /// New entries.
+    pub added: Vec<RuleId>,
+    /// Entries whose instructions (and maybe counters, cookie, flags) changed;
+    /// includes an ADD that replaced an identical match+priority.
+    pub modified: Vec<RuleId>,
+    /// Removed entries (for flow-removed messages: cookie, flags, counters).
+    pub removed: Vec<Arc<FlowEntry>>,
+    /// For an ADD: entries of the same table with priority <= the new rule's
+    /// that overlap it; keys that matched them may now match the new rule.
+    pub shadowed: Vec<RuleId>,
+}
+
+impl FlowModEffect {
+    /// True when nothing changed.
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty()
+            && self.modified.is_empty()
+            && self.removed.is_empty()
+            && self.shadowed.is_empty()
+    }
+}
+
+/// One step of a packet's walk: the rule it matched in a table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PathStep {
+    /// The table.
+    pub table_id: u8,
+    /// The rule matched there.
+    pub rule: RuleId,
+}
+
+/// How the pipeline ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Outcome {
+    /// The action list sends the packet somewhere (some output or group).
+    Forward,
+    /// The pipeline ended with no output: the packet is dropped.
+    #[default]
+    Drop,
+    /// No rule matched in `table_id` and it has no table-miss entry: the
+    /// packet is dropped (§5.4, the OpenFlow 1.3 default). The action set is
+    /// discarded; apply-actions of earlier tables (already in `actions`)
+    /// still happened.
+    Miss {
+        /// The table that missed.
+        table_id: u8,
+    },
+    /// The pipeline ended on the table-miss entry of `table_id` and the
+    /// actions output to CONTROLLER: the executor sends those packet-ins with
+    /// reason `OFPR_NO_MATCH` (§7.4.1) rather than `OFPR_ACTION`.
+    ControllerMiss {
+        /// The table whose table-miss entry sent it.
+        table_id: u8,
+    },
+}
+
+/// The result of a lookup. Reuse one per worker with
+/// [`Pipeline::lookup_into`]: its buffers keep their capacity.
+#[derive(Debug, Clone, Default)]
+pub struct Resolution {
+    /// Actions to execute on the frame, in order: every Apply-Actions list as
+    /// it occurred, then the action set in §5.10 order.
+    pub actions: Vec<Action>,
+    /// How the pipeline ended.
+    pub outcome: Outcome,
+    /// The rules the packet passed, table by table.
+    pub path: Vec<PathStep>,
+    /// Scratch action set, kept for its capacity.
+    set: ActionSet,
+}
+
+impl Resolution {
+    /// The table that missed, if the outcome is a miss.
+    pub fn miss_table(&self) -> Option<u8> {
+        match self.outcome {
+            Outcome::Miss { table_id } => Some(table_id),
+            _ => None,
+        }
+    }
+}
+
+/// A flow entry's statistics (`ofp_flow_stats`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FlowStats {
+    /// Id.
+    pub id: RuleId,
+    /// Table.
+    pub table_id: u8,
+    /// Priority.
+    pub priority: Priority,
+    /// Match.
+    pub matcher: FlowMatch,
+    /// Cookie.
+    pub cookie: u64,
+    /// Flags.
+    pub flags: FlowModFlags,
+    /// Idle timeout (s).
+    pub idle_timeout: u16,
+    /// Hard timeout (s).
+    pub hard_timeout: u16,
+    /// When installed (caller's clock, ns).
+    pub installed_at_ns: u64,
+    /// Packets counted.
+    pub packets: u64,
+    /// Bytes counted.
+    pub bytes: u64,
+    /// Instructions as given.
+    pub instructions: Vec<Instruction>,
+}
+
+/// A table's statistics (`ofp_table_stats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableStats {
+    /// Table.
+    pub table_id: u8,
+    /// Entries installed.
+    pub active_count: u32,
+    /// Packets looked up.
+    pub lookup_count: u64,
+    /// Packets that matched an entry.
+    pub matched_count: u64,
+}
+
+/// The OpenFlow pipeline.
+///
+/// `Clone` copies the rules but *shares* entries and counters (they sit
+/// behind `Arc`s): the intended use is the two copies of a left-right pair,
+/// which must count into one place. A clone is not an independent snapshot
+/// of the counters.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    tables: Vec<FlowTable>,
+    /// Rule id to table id.
+    index: HashMap<RuleId, u8>,
+    /// Next id to try; ids are allocated in `prepare` and committed by `apply`.
+    next_id: RuleId,
+}
+
+/// Hidden VLAN tags remembered during one lookup (push over an existing tag
+/// hides it from the key, which carries only the outer tag).
+const VLAN_STACK: usize = 4;
+
+impl Pipeline {
+    /// A pipeline with `n_tables` empty tables (clamped to 1..=255).
+    pub fn new(n_tables: u16) -> Pipeline {
+        let n = n_tables.clamp(1, MAX_TABLES);
+        Pipeline {
+            tables: (0..n).map(|_| FlowTable::new()).collect(),
+            index: HashMap::new(),
+            next_id: 1,
+        }
+    }
+
+    /// Number of tables.
+    pub fn n_tables(&self) -> u16 {
+        // At most 255 tables (constructor clamps).
+        self.tables.len() as u16
+    }
+
+    /// Number of entries across all tables.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// True when no entry is installed.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The entry with `id`.
+    pub fn entry(&self, id: RuleId) -> Option<&Arc<FlowEntry>> {
+        let t = *self.index.get(&id)?;
+        self.tables.get(t as usize)?.entries.get(&id)
+    }
+
+    fn table(&self, table_id: u8) -> Result<&FlowTable, PipelineError> {
+        self.tables
+            .get(table_id as usize)
+            .ok_or(PipelineError::BadTableId(table_id))
+    }
+
+    /// Validate `fm` and resolve it into an op plus its effect. Nothing
+    /// changes until the op is applied. `now_ns` stamps new entries.
+    pub fn prepare(
+        &self,
+        fm: &FlowMod,
+        now_ns: u64,
+    ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
+        match fm.command {
+            FlowModCommand::Add => self.prepare_add(fm, now_ns),
+            FlowModCommand::Modify | FlowModCommand::ModifyStrict => self.prepare_modify(fm),
+            FlowModCommand::Delete | FlowModCommand::DeleteStrict => Ok(self.prepare_delete(fm)),
+        }
+    }
+
+    /// `prepare` then `apply`: for a single copy (tests, tools).
+    pub fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<FlowModEffect, PipelineError> {
+        let (op, effect) = self.prepare(fm, now_ns)?;
+        self.apply(&op);
+        Ok(effect)
+    }
+
+    fn alloc_id(&self) -> Result<RuleId, PipelineError> {
+        // Ids wrap after 2^32 allocations; skip ids still in use (and 0,
+        // kept free as a sentinel for callers).
+        let mut id = self.next_id;
+        for _ in 0..=self.index.len() {
+            if id != 0 && !self.index.contains_key(&id) {
+                return Ok(id);
+            }
+            id = id.wrapping_add(1);
+        }
+        Err(PipelineError::TableFull)
+    }
+
+    fn prepare_add(
+        &self,
+        fm: &FlowMod,
+        now_ns: u64,
+    ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
+        let table = self.table(fm.table_id)?;
+        let program = validate_instructions(
+            fm.table_id,
+            self.n_tables(),
+            &fm.matcher.matcher,
+            &fm.instructions,
+        )?;
+        // §6.4: with CHECK_OVERLAP, refuse if a packet could match both this
+        // and an existing entry of the same priority.
+        if fm.flags.has(FlowModFlags::CHECK_OVERLAP)
+            && table
+                .entries
+                .values()
+                .any(|e| e.priority == fm.priority && e.matcher.overlaps(&fm.matcher))
+        {
+            return Err(PipelineError::Overlap);
+        }
+        // §6.4: an entry with identical match and priority is replaced;
+        // counters are copied unless RESET_COUNTS.
+        let old = table
+            .entries
+            .values()
+            .find(|e| e.priority == fm.priority && e.matcher == fm.matcher);
+        let mut effect = FlowModEffect::default();
+        let (id, counters) = match old {
+            Some(old) => {
+                effect.modified.push(old.id);
+                let c = if fm.flags.has(FlowModFlags::RESET_COUNTS) {
+                    Arc::new(FlowCounters::default())
+                } else {
+                    Arc::clone(&old.counters)
+                };
+                (old.id, c)
+            }
+            None => {
+                let id = self.alloc_id()?;
+                effect.added.push(id);
+                // Lower (or equal) priority entries that overlap may lose keys
+                // to the new entry.
+                effect.shadowed = table
+                    .entries
+                    .values()
+                    .filter(|e| e.priority <= fm.priority && e.matcher.overlaps(&fm.matcher))
+                    .map(|e| e.id)
+                    .collect();
+                effect.shadowed.sort_unstable();
+                (id, Arc::new(FlowCounters::default()))
+            }
+        };
+        let entry = FlowEntry {
+            id,
+            table_id: fm.table_id,
+            priority: fm.priority,
+            matcher: fm.matcher,
+            cookie: fm.cookie,
+            flags: fm.flags,
+            idle_timeout: fm.idle_timeout,
+            hard_timeout: fm.hard_timeout,
+            installed_at_ns: now_ns,
+            instructions: fm.instructions.clone(),
+            program,
+            counters,
+        };
+        Ok((PipelineOp::Insert(Arc::new(entry)), effect))
+    }
+
+    fn filter_of(fm: &FlowMod) -> FlowFilter {
+        let strict = matches!(
+            fm.command,
+            FlowModCommand::ModifyStrict | FlowModCommand::DeleteStrict
+        );
+        let deleting = matches!(
+            fm.command,
+            FlowModCommand::Delete | FlowModCommand::DeleteStrict
+        );
+        FlowFilter {
+            table_id: fm.table_id,
+            strict,
+            priority: fm.priority,
+            matcher: fm.matcher,
+            cookie: fm.cookie,
+            cookie_mask: fm.cookie_mask,
+            // §7.3.4.1: out_port / out_group "are ignored by OFPFC_ADD,
+            // OFPFC_MODIFY or OFPFC_MODIFY_STRICT messages".
+            out_port: if deleting { fm.out_port } else { PortNo::ANY },
+            out_group: if deleting { fm.out_group } else { GROUP_ANY },
+        }
+    }
+
+    /// Selected entries, sorted by id for deterministic ops.
+    fn select(&self, f: &FlowFilter) -> Vec<&Arc<FlowEntry>> {
+        let tables: &[FlowTable] = if f.table_id == TABLE_ALL {
+            &self.tables
+        } else {
+            match self.tables.get(f.table_id as usize) {
+                Some(t) => core::slice::from_ref(t),
+                None => &[],
+            }
+        };
+        let mut out: Vec<&Arc<FlowEntry>> = tables
+            .iter()
+            .flat_map(|t| t.entries.values())
+            .filter(|e| f.selects(e))
+            .collect();
+        out.sort_unstable_by_key(|e| e.id);
+        out
+    }
+
+    fn prepare_modify(&self, fm: &FlowMod) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
+        // Only deletes may name OFPTT_ALL.
+        self.table(fm.table_id)?;
+        // Validated against the request's match (every selected entry's
+        // match is at least as specific), so the answer is per request.
+        let program = validate_instructions(
+            fm.table_id,
+            self.n_tables(),
+            &fm.matcher.matcher,
+            &fm.instructions,
+        )?;
+        let mut effect = FlowModEffect::default();
+        let mut ops = Vec::new();
+        // §6.4: "If no flow entry currently resides in any table that matches,
+        // no error is recorded, and no flow table modification occurs."
+        for old in self.select(&Self::filter_of(fm)) {
+            let counters = if fm.flags.has(FlowModFlags::RESET_COUNTS) {
+                Arc::new(FlowCounters::default())
+            } else {
+                Arc::clone(&old.counters)
+            };
+            // Cookie, timeouts, flags and duration are left unchanged.
+            let e = FlowEntry {
+                id: old.id,
+                table_id: old.table_id,
+                priority: old.priority,
+                matcher: old.matcher,
+                cookie: old.cookie,
+                flags: old.flags,
+                idle_timeout: old.idle_timeout,
+                hard_timeout: old.hard_timeout,
+                installed_at_ns: old.installed_at_ns,
+                instructions: fm.instructions.clone(),
+                program: program.clone(),
+                counters,
+            };
+            effect.modified.push(old.id);
+            ops.push(PipelineOp::Insert(Arc::new(e)));
+        }
+        Ok((PipelineOp::Batch(ops), effect))
+    }
+
+    fn prepare_delete(&self, fm: &FlowMod) -> (PipelineOp, FlowModEffect) {
+        let mut effect = FlowModEffect::default();
+        let mut ops = Vec::new();
+        // A delete on a table that does not exist selects nothing (not an
+        // error: nothing matched).
+        for e in self.select(&Self::filter_of(fm)) {
+            ops.push(PipelineOp::Remove {
+                table_id: e.table_id,
+                id: e.id,
+            });
+            effect.removed.push(Arc::clone(e));
+        }
+        (PipelineOp::Batch(ops), effect)
+    }
+
+    /// Perform a prepared op. Must be applied to a pipeline in the state it
+    /// was prepared against (or an identical copy); ops naming a table that
+    /// does not exist are ignored.
+    pub fn apply(&mut self, op: &PipelineOp) {
+        match op {
+            PipelineOp::Insert(e) => {
+                let Some(t) = self.tables.get_mut(e.table_id as usize) else {
+                    return;
+                };
+                t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
+                t.entries.insert(e.id, Arc::clone(e));
+                self.index.insert(e.id, e.table_id);
+                if e.id >= self.next_id {
+                    self.next_id = e.id.wrapping_add(1);
+                }
+            }
+            PipelineOp::Remove { table_id, id } => {
+                let Some(t) = self.tables.get_mut(*table_id as usize) else {
+                    return;
+                };
+                if t.entries.remove(id).is_some() {
+                    t.classifier.remove(*id);
+                    self.index.remove(id);
+                }
+            }
+            PipelineOp::Batch(ops) => {
+                for op in ops {
+                    self.apply(op);
+                }
+            }
+        }
+    }
+
+    /// Resolve `key` through the pipeline (allocating a new [`Resolution`]).
+    pub fn lookup(&self, key: &FlowKey) -> Resolution {
+        let mut res = Resolution::default();
+        self.lookup_into(key, &mut res);
+        res
+    }
+
+    /// Resolve `key` into `res`, reusing its buffers (no allocation once
+    /// they have grown).
+    pub fn lookup_into(&self, key: &FlowKey, res: &mut Resolution) {
+        res.actions.clear();
+        res.path.clear();
+        res.set.clear();
+        let mut k = *key;
+        let mut hidden = [0u16; VLAN_STACK];
+        let mut n_hidden = 0usize;
+        let mut table_id = 0u8;
+        let last = loop {
+            let Some(table) = self.tables.get(table_id as usize) else {
+                // Unreachable: goto targets are validated against n_tables.
+                res.outcome = Outcome::Miss { table_id };
+                return;
+            };
+            let entry = table
+                .classifier
+                .lookup(&k)
+                .and_then(|id| table.entries.get(&id));
+            let Some(e) = entry else {
+                res.outcome = Outcome::Miss { table_id };
+                res.set.clear();
+                return;
+            };
+            res.path.push(PathStep {
+                table_id,
+                rule: e.id,
+            });
+            let p = &e.program;
+            for a in &p.apply {
+                exec_on_key(&mut k, a, &mut hidden, &mut n_hidden);
+                res.actions.push(*a);
+            }
+            if p.clear {
+                res.set.clear();
+            }
+            for a in &p.write {
+                res.set.write(*a);
+            }
+            if let Some((v, m)) = p.write_metadata {
+                let md = k.get(Field::Metadata) as u64;
+                k.set(Field::Metadata, ((md & !m) | v) as u128);
+            }
+            match p.goto {
+                Some(next) => table_id = next,
+                None => break e,
+            }
+        };
+        res.set.drain_ordered_into(&mut res.actions);
+        let sends = |a: &Action| matches!(a, Action::Output { .. } | Action::Group(_));
+        let to_controller =
+            |a: &Action| matches!(a, Action::Output { port, .. } if *port == PortNo::CONTROLLER);
+        res.outcome = if last.is_table_miss() && res.actions.iter().any(to_controller) {
+            Outcome::ControllerMiss { table_id }
+        } else if res.actions.iter().any(sends) {
+            Outcome::Forward
+        } else {
+            Outcome::Drop
+        };
+    }
+
+    /// Credit `packets` / `bytes` to every rule of `path` and to the tables
+    /// it visited; `miss_table` (a table that missed) counts a lookup only.
+    /// Rules removed since the lookup are skipped.
+    pub fn credit(&self, path: &[PathStep], miss_table: Option<u8>, packets: u64, bytes: u64) {
+        for step in path {
+            if let Some(t) = self.tables.get(step.table_id as usize) {
+                t.counters.add(packets, packets);
+                if let Some(e) = t.entries.get(&step.rule) {
+                    let pk = if e.flags.has(FlowModFlags::NO_PKT_COUNTS) {
+                        0
+                    } else {
+                        packets
+                    };
+                    let by = if e.flags.has(FlowModFlags::NO_BYT_COUNTS) {
+                        0
+                    } else {
+                        bytes
+                    };
+                    e.counters.add(pk, by);
+                }
+            }
+        }
+        if let Some(t) = miss_table.and_then(|t| self.tables.get(t as usize)) {
+            t.counters.add(packets, 0);
+        }
+    }
+
+    /// Credit a resolution's path (see [`Pipeline::credit`]).
+    pub fn credit_resolution(&self, res: &Resolution, packets: u64, bytes: u64) {
+        self.credit(&res.path, res.miss_table(), packets, bytes);
+    }
+
+    /// Flow statistics of the entries `filter` selects (non-strict unless the
+    /// filter says otherwise), ordered by table, then priority (highest
+    /// first), then id.
+    pub fn dump(&self, filter: &FlowFilter) -> Vec<FlowStats> {
+        let mut sel = self.select(filter);
+        sel.sort_unstable_by_key(|e| (e.table_id, core::cmp::Reverse(e.priority), e.id));
+        sel.into_iter()
+            .map(|e| {
+                let (packets, bytes) = e.counters.get();
+                FlowStats {
+                    id: e.id,
+                    table_id: e.table_id,
+                    priority: e.priority,
+                    matcher: e.matcher,
+                    cookie: e.cookie,
+                    flags: e.flags,
+                    idle_timeout: e.idle_timeout,
+                    hard_timeout: e.hard_timeout,
+                    installed_at_ns: e.installed_at_ns,
+                    packets,
+                    bytes,
+                    instructions: e.instructions.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Statistics of every table.
+    pub fn table_stats(&self) -> Vec<TableStats> {
+        self.tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let (lookup_count, matched_count) = t.counters.get();
+                TableStats {
+                    // At most 255 tables.
+                    table_id: i as u8,
+                    // A table cannot hold more than 2^32 entries (ids are u32).
+                    active_count: t.entries.len() as u32,
+                    lookup_count,
+                    matched_count,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Apply one action's effect to the working key, so later tables match what
+/// the frame will look like. Output, queue and TTL actions do not change
+/// any key field (the key carries no TTL).
+fn exec_on_key(k: &mut FlowKey, a: &Action, hidden: &mut [u16; VLAN_STACK], n_hidden: &mut usize) {
+    let tagged = |k: &FlowKey| k.get(Field::VlanVid) & VID_PRESENT != 0;
+    match *a {
+        Action::SetField(f, v) => {
+            // Setting VID/PCP on an untagged packet is undefined (§7.2.5);
+            // validation prevents it for the rule's own match, and we make it
+            // a no-op so the executor (which must do the same) and the key
+            // agree.
+            if matches!(f, Field::VlanVid | Field::VlanPcp) && !tagged(k) {
+                return;
+            }
+            k.set(f, v);
+        }
+        Action::PushVlan(_) => {
+            // The new tag copies VID and PCP from the outer tag if there is
+            // one, else starts at 0 (§5.12 Table 7 / OVS behaviour).
+            if tagged(k) {
+                let tci = (k.get(Field::VlanVid) as u16) | ((k.get(Field::VlanPcp) as u16) << 13);
+                if *n_hidden < VLAN_STACK {
+                    hidden[*n_hidden] = tci;
+                    *n_hidden += 1;
+                }
+            } else {
+                k.set(Field::VlanVid, VID_PRESENT);
+                k.set(Field::VlanPcp, 0);
+            }
+            k.add_presence(present::VLAN);
+        }
+        Action::PopVlan => {
+            if *n_hidden > 0 {
+                *n_hidden -= 1;
+                let tci = hidden[*n_hidden];
+                k.set(Field::VlanVid, u128::from(tci & 0x1fff));
+                k.set(Field::VlanPcp, u128::from(tci >> 13));
+            } else {
+                // An inner tag the parser did not record cannot be restored:
+                // the key says untagged (see the crate docs).
+                k.set(Field::VlanVid, 0);
+                k.set(Field::VlanPcp, 0);
+                k.clear_presence(present::VLAN);
+            }
+        }
+        Action::PushMpls(e) => {
+            k.set(Field::EthType, u128::from(e));
+            k.add_presence(present::MPLS);
+        }
+        Action::PopMpls(e) => {
+            k.set(Field::EthType, u128::from(e));
+            k.set(Field::MplsLabel, 0);
+            k.set(Field::MplsTc, 0);
+            k.set(Field::MplsBos, 0);
+            k.clear_presence(present::MPLS);
+        }
+        Action::Output { .. }
+        | Action::SetNwTtl(_)
+        | Action::DecNwTtl
+        | Action::CopyTtlOut
+        | Action::CopyTtlIn
+        | Action::SetMplsTtl(_)
+        | Action::DecMplsTtl
+        | Action::SetQueue(_)
+        | Action::Group(_)
+        | Action::Experimenter(_) => {}
+    }
+}

@@ -1,0 +1,520 @@
+//! Flow-mod validation: instruction rules (§5.9, §5.1), action arguments,
+//! which fields set-field may write, and set-field / action prerequisites
+//! (§7.2.3.6 Table 12, §7.2.5).
+//!
+//! Prerequisites are checked against the rule's match *as modified by the
+//! actions before it*: a push-VLAN makes a later set vlan_vid valid, a
+//! set-field on eth_type would change what later fields need. Write-Actions
+//! are checked in action-set execution order after the Apply-Actions, as they
+//! will run. Only the rule's own match is known, not what earlier tables did
+//! to the packet, so (like Open vSwitch) a rule must establish its own
+//! prerequisites.
+
+use offlow_flow::{Field, Match};
+
+use crate::action::{Action, ActionSet, Instruction, Program};
+use crate::error::{BadActionCode, BadInstructionCode, OfErrorCode, PipelineError};
+use crate::port::PortNo;
+
+const ETH_IPV4: u128 = 0x0800;
+const ETH_IPV6: u128 = 0x86dd;
+const ETH_ARP: u128 = 0x0806;
+const ETH_MPLS: u128 = 0x8847;
+const ETH_MPLS_MC: u128 = 0x8848;
+const ETH_PBB: u128 = 0x88e7;
+/// `OFPVID_PRESENT`: the tag-present bit of vlan_vid.
+pub const VID_PRESENT: u128 = 0x1000;
+
+/// What validation knows about the packet at some point in a rule's actions.
+#[derive(Debug, Clone, Copy)]
+struct State {
+    /// The rule's match with the effect of earlier actions folded in.
+    m: Match,
+    /// VLAN tags known to be present (from the match or pushed since).
+    vlan_depth: u8,
+}
+
+impl State {
+    fn new(m: &Match) -> State {
+        let (v, mask) = m.field(Field::VlanVid);
+        let tagged = mask & VID_PRESENT != 0 && v & VID_PRESENT != 0;
+        State {
+            m: *m,
+            vlan_depth: u8::from(tagged),
+        }
+    }
+
+    fn exact(&self, f: Field) -> Option<u128> {
+        let (v, mask) = self.m.field(f);
+        (mask == f.full_mask()).then_some(v)
+    }
+
+    fn eth_is(&self, types: &[u128]) -> bool {
+        self.exact(Field::EthType)
+            .is_some_and(|t| types.contains(&t))
+    }
+
+    fn is_ip(&self) -> bool {
+        self.eth_is(&[ETH_IPV4, ETH_IPV6])
+    }
+
+    fn proto_is(&self, p: u128, eth: &[u128]) -> bool {
+        self.eth_is(eth) && self.exact(Field::IpProto) == Some(p)
+    }
+
+    fn icmpv6_type_is(&self, types: &[u128]) -> bool {
+        self.proto_is(58, &[ETH_IPV6])
+            && self
+                .exact(Field::Icmpv6Type)
+                .is_some_and(|t| types.contains(&t))
+    }
+}
+
+/// Are `field`'s OXM prerequisites (Table 12, applied transitively) known to
+/// hold under `m`? Returns the missing prerequisite's description.
+fn prerequisite(field: Field, st: &State) -> Result<(), &'static str> {
+    use Field::*;
+    let ok = match field {
+        InPort | InPhyPort | Metadata | EthDst | EthSrc | EthType | TunnelId => true,
+        // Setting VID/PCP needs a tag to exist (§7.2.5: "when setting the
+        // VID field, the packet should have a VLAN tag").
+        VlanVid | VlanPcp => st.vlan_depth > 0,
+        IpDscp | IpEcn | IpProto => st.is_ip(),
+        Ipv4Src | Ipv4Dst => st.eth_is(&[ETH_IPV4]),
+        TcpSrc | TcpDst => st.proto_is(6, &[ETH_IPV4, ETH_IPV6]),
+        UdpSrc | UdpDst => st.proto_is(17, &[ETH_IPV4, ETH_IPV6]),
+        SctpSrc | SctpDst => st.proto_is(132, &[ETH_IPV4, ETH_IPV6]),
+        Icmpv4Type | Icmpv4Code => st.proto_is(1, &[ETH_IPV4]),
+        ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => st.eth_is(&[ETH_ARP]),
+        Ipv6Src | Ipv6Dst | Ipv6Flabel | Ipv6Exthdr => st.eth_is(&[ETH_IPV6]),
+        Icmpv6Type | Icmpv6Code => st.proto_is(58, &[ETH_IPV6]),
+        Ipv6NdTarget => st.icmpv6_type_is(&[135, 136]),
+        Ipv6NdSll => st.icmpv6_type_is(&[135]),
+        Ipv6NdTll => st.icmpv6_type_is(&[136]),
+        MplsLabel | MplsTc | MplsBos => st.eth_is(&[ETH_MPLS, ETH_MPLS_MC]),
+        PbbIsid => st.eth_is(&[ETH_PBB]),
+    };
+    if ok {
+        return Ok(());
+    }
+    Err(match field {
+        VlanVid | VlanPcp => "a VLAN tag (vlan_vid with OFPVID_PRESENT, or push_vlan)",
+        IpDscp | IpEcn | IpProto => "eth_type=0x0800 or 0x86dd",
+        Ipv4Src | Ipv4Dst => "eth_type=0x0800",
+        TcpSrc | TcpDst => "ip_proto=6 (with eth_type IPv4/IPv6)",
+        UdpSrc | UdpDst => "ip_proto=17 (with eth_type IPv4/IPv6)",
+        SctpSrc | SctpDst => "ip_proto=132 (with eth_type IPv4/IPv6)",
+        Icmpv4Type | Icmpv4Code => "ip_proto=1 with eth_type=0x0800",
+        ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => "eth_type=0x0806",
+        Ipv6Src | Ipv6Dst | Ipv6Flabel | Ipv6Exthdr => "eth_type=0x86dd",
+        Icmpv6Type | Icmpv6Code => "ip_proto=58 with eth_type=0x86dd",
+        Ipv6NdTarget => "icmpv6_type=135 or 136",
+        Ipv6NdSll => "icmpv6_type=135",
+        Ipv6NdTll => "icmpv6_type=136",
+        MplsLabel | MplsTc | MplsBos => "eth_type=0x8847 or 0x8848",
+        _ => "eth_type=0x88e7",
+    })
+}
+
+/// Check a match's OXM prerequisites (§7.2.3.6, Table 12): every constrained
+/// field needs its prerequisite fields matched exactly (`OFPBMC_BAD_PREREQ`).
+///
+/// Fields sharing storage in the key (TCP/UDP/SCTP ports and ICMP
+/// type/code; IPv4 and ARP addresses) cannot be told apart from the mask
+/// alone, so a constrained slot is accepted when the prerequisite of *any*
+/// field stored there holds. For a match as decoded from OXM this is exact
+/// up to that sharing; the OpenFlow layer can call it after decoding.
+pub fn check_match_prerequisites(m: &Match) -> Result<(), PipelineError> {
+    let st = State::new(m);
+    for f in Field::ALL {
+        // vlan_vid has no match prerequisite (it encodes presence itself).
+        if f == Field::VlanVid || m.field(f).1 == 0 {
+            continue;
+        }
+        let loc = f.loc();
+        let satisfied = Field::ALL.iter().any(|&g| {
+            let lg = g.loc();
+            lg.word == loc.word
+                && lg.shift == loc.shift
+                && m.field(g).1 != 0
+                && match g {
+                    Field::InPhyPort => m.field(Field::InPort).1 != 0,
+                    Field::VlanPcp => st.vlan_depth > 0,
+                    _ => prerequisite(g, &st).is_ok(),
+                }
+        });
+        if !satisfied {
+            return Err(PipelineError::BadPrerequisite(f));
+        }
+    }
+    Ok(())
+}
+
+/// May set-field write `field`?
+///
+/// §7.2.5 excludes in_port, in_phy_port and metadata ("not header fields");
+/// the rest is the switch's choice. We also refuse eth_type and ip_proto
+/// (rewriting them reinterprets the rest of the packet; Open vSwitch refuses
+/// them too), ipv6_exthdr (a pseudo-field summarising the header chain) and
+/// mpls_bos (derived from the label stack shape).
+pub fn is_settable(field: Field) -> bool {
+    !matches!(
+        field,
+        Field::InPort
+            | Field::InPhyPort
+            | Field::Metadata
+            | Field::EthType
+            | Field::IpProto
+            | Field::Ipv6Exthdr
+            | Field::MplsBos
+    )
+}
+
+/// Check an action's prerequisites under `st`, then fold its effect into `st`.
+fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
+    let need = |ok: bool, need: &'static str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(PipelineError::MatchInconsistent {
+                action: a.name(),
+                need,
+            })
+        }
+    };
+    match *a {
+        Action::Output { port, .. } => {
+            // §7.2.1: TABLE is only valid in packet-out; ANY is a filter
+            // wildcard; NORMAL is optional and we do not implement it.
+            let valid = port.is_physical()
+                || matches!(
+                    port,
+                    PortNo::IN_PORT
+                        | PortNo::FLOOD
+                        | PortNo::ALL
+                        | PortNo::CONTROLLER
+                        | PortNo::LOCAL
+                );
+            if !valid {
+                return Err(PipelineError::BadOutPort(port));
+            }
+        }
+        Action::SetField(f, v) => {
+            if !is_settable(f) {
+                return Err(PipelineError::FieldNotSettable(f));
+            }
+            // §7.2.5: "the OFPVID_PRESENT bit must be set in OXM_OF_VLAN_VID
+            // set-field actions".
+            if v & !f.full_mask() != 0 || (f == Field::VlanVid && v & VID_PRESENT == 0) {
+                return Err(PipelineError::BadSetValue { field: f, value: v });
+            }
+            if let Err(n) = prerequisite(f, st) {
+                return need(false, n);
+            }
+            st.m.set_exact(f, v);
+        }
+        Action::SetNwTtl(_) | Action::DecNwTtl => need(st.is_ip(), "eth_type=0x0800 or 0x86dd")?,
+        Action::SetMplsTtl(_) | Action::DecMplsTtl => need(
+            st.eth_is(&[ETH_MPLS, ETH_MPLS_MC]),
+            "eth_type=0x8847 or 0x8848",
+        )?,
+        // TTL copies are represented, not yet executed; their validity depends
+        // on the header stack, which the executor checks.
+        Action::CopyTtlOut | Action::CopyTtlIn | Action::SetQueue(_) => {}
+        Action::PushVlan(tpid) => {
+            if tpid != 0x8100 && tpid != 0x88a8 {
+                return Err(PipelineError::BadArgument(
+                    "push_vlan ethertype must be 0x8100 or 0x88a8",
+                ));
+            }
+            st.vlan_depth = st.vlan_depth.saturating_add(1);
+            st.m.set_masked(Field::VlanVid, VID_PRESENT, VID_PRESENT);
+        }
+        Action::PopVlan => {
+            need(st.vlan_depth > 0, "a VLAN tag")?;
+            st.vlan_depth -= 1;
+            if st.vlan_depth == 0 {
+                // Whatever inner tag there may be is unknown.
+                st.m.set_masked(Field::VlanVid, 0, 0);
+                st.m.set_masked(Field::VlanPcp, 0, 0);
+            }
+        }
+        Action::PushMpls(e) => {
+            if e as u128 != ETH_MPLS && e as u128 != ETH_MPLS_MC {
+                return Err(PipelineError::BadArgument(
+                    "push_mpls ethertype must be 0x8847 or 0x8848",
+                ));
+            }
+            st.m.set_exact(Field::EthType, e as u128);
+        }
+        Action::PopMpls(e) => {
+            need(
+                st.eth_is(&[ETH_MPLS, ETH_MPLS_MC]),
+                "eth_type=0x8847 or 0x8848",
+            )?;
+            st.m.set_exact(Field::EthType, e as u128);
+        }
+        Action::Group(_) => {
+            return Err(PipelineError::Unsupported {
+                what: "group action (groups are not implemented yet)",
+                code: OfErrorCode::BadAction(BadActionCode::BadOutGroup),
+            })
+        }
+        Action::Experimenter(_) => {
+            return Err(PipelineError::Unsupported {
+                what: "experimenter action",
+                code: OfErrorCode::BadAction(BadActionCode::BadExperimenter),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// Validate the instructions of a rule in `table_id` (of `n_tables`) whose
+/// match is `m`, and normalise them into a [`Program`].
+pub fn validate_instructions(
+    table_id: u8,
+    n_tables: u16,
+    m: &Match,
+    instructions: &[Instruction],
+) -> Result<Program, PipelineError> {
+    let mut seen = [false; 7];
+    let mut prog = Program::default();
+    let mut apply: &[Action] = &[];
+    let mut write: &[Action] = &[];
+    for ins in instructions {
+        let k = ins.kind_index();
+        if seen[k] {
+            return Err(PipelineError::DuplicateInstruction(ins.name()));
+        }
+        seen[k] = true;
+        match ins {
+            Instruction::GotoTable(t) => {
+                // §5.1: "Pipeline processing can only go forward and not
+                // backward."
+                if *t <= table_id {
+                    return Err(PipelineError::GotoBackward {
+                        from: table_id,
+                        to: *t,
+                    });
+                }
+                if u16::from(*t) >= n_tables {
+                    return Err(PipelineError::GotoMissingTable(*t));
+                }
+                prog.goto = Some(*t);
+            }
+            Instruction::WriteMetadata { value, mask } => {
+                prog.write_metadata = Some((value & mask, *mask));
+            }
+            Instruction::ApplyActions(a) => apply = a,
+            Instruction::WriteActions(a) => write = a,
+            Instruction::ClearActions => prog.clear = true,
+            Instruction::Meter(_) => {
+                return Err(PipelineError::Unsupported {
+                    what: "meter instruction (meters are not implemented yet)",
+                    code: OfErrorCode::BadInstruction(BadInstructionCode::UnsupInst),
+                })
+            }
+            Instruction::Experimenter(_) => {
+                return Err(PipelineError::Unsupported {
+                    what: "experimenter instruction",
+                    code: OfErrorCode::BadInstruction(BadInstructionCode::BadExperimenter),
+                })
+            }
+        }
+    }
+    let mut st = State::new(m);
+    for a in apply {
+        check_action(a, &mut st)?;
+    }
+    // Write-Actions run later, from the action set, in §5.10 order: check
+    // them in that order (only the surviving action of each type matters).
+    let mut set = ActionSet::new();
+    for a in write {
+        set.write(*a);
+    }
+    let mut ordered = Vec::with_capacity(set.len());
+    set.drain_ordered_into(&mut ordered);
+    for a in &ordered {
+        check_action(a, &mut st)?;
+    }
+    // Group actions are refused above, so `ordered` lost nothing; keep the
+    // instruction as written for faithful dumps, execution order is applied
+    // at lookup time.
+    prog.apply = apply.to_vec();
+    prog.write = write.to_vec();
+    Ok(prog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tcp_match() -> Match {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800)
+            .set_exact(Field::IpProto, 6);
+        m
+    }
+
+    #[test]
+    fn set_field_prerequisites() {
+        let set = |f, v| vec![Instruction::ApplyActions(vec![Action::SetField(f, v)])];
+        assert!(validate_instructions(0, 4, &tcp_match(), &set(Field::TcpDst, 80)).is_ok());
+        let e = validate_instructions(0, 4, &Match::ANY, &set(Field::TcpDst, 80)).unwrap_err();
+        assert!(matches!(e, PipelineError::MatchInconsistent { .. }), "{e}");
+        assert_eq!(e.of_error().wire(), (2, 10));
+        // UDP port on a TCP match.
+        let e = validate_instructions(0, 4, &tcp_match(), &set(Field::UdpDst, 80)).unwrap_err();
+        assert!(matches!(e, PipelineError::MatchInconsistent { .. }));
+        // Not settable.
+        let e = validate_instructions(0, 4, &Match::ANY, &set(Field::Metadata, 1)).unwrap_err();
+        assert_eq!(e, PipelineError::FieldNotSettable(Field::Metadata));
+        assert_eq!(e.of_error().wire(), (2, 13));
+        // Too wide for the field.
+        let e =
+            validate_instructions(0, 4, &tcp_match(), &set(Field::TcpDst, 0x1_0000)).unwrap_err();
+        assert!(matches!(e, PipelineError::BadSetValue { .. }));
+        assert_eq!(e.of_error().wire(), (2, 15));
+    }
+
+    #[test]
+    fn vlan_set_needs_tag_or_push() {
+        let e = validate_instructions(
+            0,
+            2,
+            &Match::ANY,
+            &[Instruction::ApplyActions(vec![Action::SetField(
+                Field::VlanVid,
+                VID_PRESENT | 5,
+            )])],
+        )
+        .unwrap_err();
+        assert!(matches!(e, PipelineError::MatchInconsistent { .. }));
+        let ok = validate_instructions(
+            0,
+            2,
+            &Match::ANY,
+            &[Instruction::ApplyActions(vec![
+                Action::PushVlan(0x8100),
+                Action::SetField(Field::VlanVid, VID_PRESENT | 5),
+            ])],
+        );
+        assert!(ok.is_ok());
+        // Without OFPVID_PRESENT the value is invalid.
+        let e = validate_instructions(
+            0,
+            2,
+            &Match::ANY,
+            &[Instruction::ApplyActions(vec![
+                Action::PushVlan(0x8100),
+                Action::SetField(Field::VlanVid, 5),
+            ])],
+        )
+        .unwrap_err();
+        assert!(matches!(e, PipelineError::BadSetValue { .. }));
+        // Write-actions run push before set (§5.10), whatever the order written.
+        let ok = validate_instructions(
+            0,
+            2,
+            &Match::ANY,
+            &[Instruction::WriteActions(vec![
+                Action::SetField(Field::VlanVid, VID_PRESENT | 5),
+                Action::PushVlan(0x8100),
+            ])],
+        );
+        assert!(ok.is_ok());
+        // Pop needs a tag.
+        let e = validate_instructions(
+            0,
+            2,
+            &Match::ANY,
+            &[Instruction::ApplyActions(vec![Action::PopVlan])],
+        )
+        .unwrap_err();
+        assert!(matches!(e, PipelineError::MatchInconsistent { .. }));
+    }
+
+    #[test]
+    fn match_prerequisites() {
+        assert!(check_match_prerequisites(&tcp_match()).is_ok());
+        let mut m = tcp_match();
+        m.set_exact(Field::TcpDst, 80);
+        assert!(check_match_prerequisites(&m).is_ok());
+        let mut bad = Match::ANY;
+        bad.set_exact(Field::TcpDst, 80);
+        let e = check_match_prerequisites(&bad).unwrap_err();
+        assert_eq!(e.of_error().wire(), (4, 9));
+        let mut udp = Match::ANY;
+        udp.set_exact(Field::EthType, 0x86dd)
+            .set_exact(Field::IpProto, 17)
+            .set_exact(Field::UdpSrc, 53);
+        assert!(check_match_prerequisites(&udp).is_ok());
+        let mut pcp = Match::ANY;
+        pcp.set_exact(Field::VlanPcp, 3);
+        assert!(check_match_prerequisites(&pcp).is_err());
+        pcp.set_masked(Field::VlanVid, VID_PRESENT, VID_PRESENT);
+        assert!(check_match_prerequisites(&pcp).is_ok());
+        let mut v4 = Match::ANY;
+        v4.set_exact(Field::Ipv4Dst, 1);
+        assert!(check_match_prerequisites(&v4).is_err());
+        v4.set_exact(Field::EthType, 0x0806);
+        assert!(
+            check_match_prerequisites(&v4).is_ok(),
+            "shared with arp_tpa"
+        );
+        assert!(check_match_prerequisites(&Match::ANY).is_ok());
+    }
+
+    #[test]
+    fn instruction_rules() {
+        let e = validate_instructions(3, 8, &Match::ANY, &[Instruction::GotoTable(3)]).unwrap_err();
+        assert_eq!(e, PipelineError::GotoBackward { from: 3, to: 3 });
+        assert_eq!(e.of_error().wire(), (3, 2));
+        let e = validate_instructions(3, 8, &Match::ANY, &[Instruction::GotoTable(8)]).unwrap_err();
+        assert_eq!(e, PipelineError::GotoMissingTable(8));
+        let e = validate_instructions(
+            0,
+            8,
+            &Match::ANY,
+            &[Instruction::ClearActions, Instruction::ClearActions],
+        )
+        .unwrap_err();
+        assert_eq!(e.of_error().wire(), (3, 9));
+        let e = validate_instructions(0, 8, &Match::ANY, &[Instruction::Meter(1)]).unwrap_err();
+        assert_eq!(e.of_error().wire(), (3, 1));
+        let e = validate_instructions(
+            0,
+            8,
+            &Match::ANY,
+            &[Instruction::WriteActions(vec![Action::Group(1)])],
+        )
+        .unwrap_err();
+        assert_eq!(e.of_error().wire(), (2, 9));
+        for port in [PortNo::ANY, PortNo::TABLE, PortNo::NORMAL, PortNo(0)] {
+            let e = validate_instructions(
+                0,
+                8,
+                &Match::ANY,
+                &[Instruction::ApplyActions(vec![Action::output(port)])],
+            )
+            .unwrap_err();
+            assert_eq!(e, PipelineError::BadOutPort(port));
+        }
+        let p = validate_instructions(
+            1,
+            8,
+            &Match::ANY,
+            &[
+                Instruction::GotoTable(5),
+                Instruction::WriteMetadata {
+                    value: 0xff,
+                    mask: 0x0f,
+                },
+            ],
+        )
+        .unwrap();
+        assert_eq!(p.goto, Some(5));
+        assert_eq!(p.write_metadata, Some((0x0f, 0x0f)));
+    }
+}

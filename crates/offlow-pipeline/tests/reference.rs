@@ -1,0 +1,331 @@
+//! Property test: random small multi-table pipelines built through flow-mods
+//! and random keys; `Pipeline::lookup` must agree with a deliberately naive
+//! interpreter (linear scan per table, raw instruction lists, a plain `Vec`
+//! action set with its own ordering table). Every op is also replayed on a
+//! clone, which must answer identically.
+
+use offlow_flow::{Field, FlowKey, Match};
+use offlow_pipeline::*;
+use proptest::prelude::*;
+
+// ---------------------------------------------------------------- reference
+
+#[derive(Debug, Clone)]
+struct RefRule {
+    id: RuleId,
+    priority: u32,
+    matcher: Match,
+    cookie: u64,
+    instructions: Vec<Instruction>,
+}
+
+#[derive(Debug, Default)]
+struct RefPipeline {
+    tables: Vec<Vec<RefRule>>,
+}
+
+/// Identity of an action "type" in the action set: set-field per field.
+fn kind(a: &Action) -> String {
+    match a {
+        Action::SetField(f, _) => format!("set_field:{}", f.name()),
+        other => other.name().to_string(),
+    }
+}
+
+/// OpenFlow 1.3.5 §5.10, written out independently of the crate.
+fn rank(a: &Action) -> u32 {
+    match a {
+        Action::CopyTtlIn => 1,
+        Action::PopVlan | Action::PopMpls(_) => 2,
+        Action::PushMpls(_) => 3,
+        Action::PushVlan(_) => 5,
+        Action::CopyTtlOut => 6,
+        Action::DecNwTtl | Action::DecMplsTtl => 7,
+        Action::SetField(..) | Action::SetNwTtl(_) | Action::SetMplsTtl(_) => 8,
+        Action::SetQueue(_) => 9,
+        Action::Group(_) => 10,
+        Action::Output { .. } => 11,
+        Action::Experimenter(_) => 12,
+    }
+}
+
+impl RefPipeline {
+    fn lookup(&self, key: &FlowKey) -> (Vec<Action>, Outcome, Vec<PathStep>) {
+        let mut k = *key;
+        let mut actions = Vec::new();
+        let mut set: Vec<Action> = Vec::new();
+        let mut path = Vec::new();
+        let mut t = 0usize;
+        loop {
+            let mut best: Option<&RefRule> = None;
+            for r in &self.tables[t] {
+                if r.matcher.matches(&k) && best.is_none_or(|b| r.priority > b.priority) {
+                    best = Some(r);
+                }
+            }
+            let Some(r) = best else {
+                return (actions, Outcome::Miss { table_id: t as u8 }, path);
+            };
+            path.push(PathStep {
+                table_id: t as u8,
+                rule: r.id,
+            });
+            let find =
+                |pred: &dyn Fn(&Instruction) -> bool| r.instructions.iter().find(|i| pred(i));
+            if let Some(Instruction::ApplyActions(list)) =
+                find(&|i| matches!(i, Instruction::ApplyActions(_)))
+            {
+                for a in list {
+                    if let Action::SetField(f, v) = a {
+                        k.set(*f, *v);
+                    }
+                    actions.push(*a);
+                }
+            }
+            if find(&|i| matches!(i, Instruction::ClearActions)).is_some() {
+                set.clear();
+            }
+            if let Some(Instruction::WriteActions(list)) =
+                find(&|i| matches!(i, Instruction::WriteActions(_)))
+            {
+                for a in list {
+                    set.retain(|x| kind(x) != kind(a));
+                    set.push(*a);
+                }
+            }
+            if let Some(Instruction::WriteMetadata { value, mask }) =
+                find(&|i| matches!(i, Instruction::WriteMetadata { .. }))
+            {
+                let md = k.get(Field::Metadata) as u64;
+                k.set(Field::Metadata, ((md & !mask) | (value & mask)) as u128);
+            }
+            match find(&|i| matches!(i, Instruction::GotoTable(_))) {
+                Some(Instruction::GotoTable(n)) => t = *n as usize,
+                _ => {
+                    let mut s = set.clone();
+                    // Stable sort by rank, ties (several set-fields) by field.
+                    s.sort_by_key(|a| (rank(a), kind(a)));
+                    actions.extend(s);
+                    let miss_entry = r.priority == 0 && r.matcher == Match::ANY;
+                    let ctrl = actions.iter().any(
+                        |a| matches!(a, Action::Output { port, .. } if *port == PortNo::CONTROLLER),
+                    );
+                    let out = if miss_entry && ctrl {
+                        Outcome::ControllerMiss { table_id: t as u8 }
+                    } else if actions.iter().any(|a| matches!(a, Action::Output { .. })) {
+                        Outcome::Forward
+                    } else {
+                        Outcome::Drop
+                    };
+                    return (actions, out, path);
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- strategies
+
+const MATCH_FIELDS: [Field; 4] = [Field::InPort, Field::EthDst, Field::EthSrc, Field::TunnelId];
+const SET_FIELDS: [Field; 3] = [Field::EthDst, Field::EthSrc, Field::TunnelId];
+
+fn arb_match() -> impl Strategy<Value = Match> {
+    (
+        proptest::collection::vec((0usize..4, 0u128..3), 0..3),
+        proptest::option::of((
+            0u128..4,
+            prop_oneof![Just(1u128), Just(3), Just(u64::MAX as u128)],
+        )),
+    )
+        .prop_map(|(fields, md)| {
+            let mut m = Match::ANY;
+            for (f, v) in fields {
+                m.set_exact(MATCH_FIELDS[f], v);
+            }
+            if let Some((v, mask)) = md {
+                m.set_masked(Field::Metadata, v, mask);
+            }
+            m
+        })
+}
+
+fn arb_action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        3 => (1u32..4).prop_map(|p| Action::output(PortNo(p))),
+        1 => Just(Action::output(PortNo::CONTROLLER)),
+        3 => (0usize..3, 0u128..3).prop_map(|(f, v)| Action::SetField(SET_FIELDS[f], v)),
+        1 => (0u32..2).prop_map(Action::SetQueue),
+    ]
+}
+
+#[derive(Debug, Clone)]
+struct RuleSpec {
+    table: u8,
+    priority: u32,
+    matcher: Match,
+    cookie: u64,
+    apply: Option<Vec<Action>>,
+    clear: bool,
+    write: Option<Vec<Action>>,
+    metadata: Option<(u64, u64)>,
+    /// Goto offset (1..) past the rule's table, wrapped into range later.
+    goto: Option<u8>,
+}
+
+fn arb_rule() -> impl Strategy<Value = RuleSpec> {
+    (
+        0u8..4,
+        0u32..4,
+        arb_match(),
+        0u64..4,
+        proptest::option::of(proptest::collection::vec(arb_action(), 0..4)),
+        any::<bool>(),
+        proptest::option::of(proptest::collection::vec(arb_action(), 0..4)),
+        proptest::option::of((0u64..4, 0u64..4)),
+        proptest::option::of(1u8..4),
+    )
+        .prop_map(
+            |(table, priority, matcher, cookie, apply, clear, write, metadata, goto)| RuleSpec {
+                table,
+                priority,
+                matcher,
+                cookie,
+                apply,
+                clear,
+                write,
+                metadata,
+                goto,
+            },
+        )
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add(RuleSpec),
+    /// Non-strict delete in one table with a cookie filter.
+    Delete(u8, Match, u64, u64),
+}
+
+fn arb_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => arb_rule().prop_map(Op::Add),
+        1 => (0u8..4, arb_match(), 0u64..4, prop_oneof![Just(0u64), Just(1), Just(3)])
+            .prop_map(|(t, m, c, cm)| Op::Delete(t, m, c, cm)),
+    ]
+}
+
+fn arb_key() -> impl Strategy<Value = FlowKey> {
+    (0u128..3, 0u128..3, 0u128..3, 0u128..3, 0u128..4).prop_map(|(ip, d, s, tun, md)| {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::InPort, ip);
+        k.set(Field::EthDst, d);
+        k.set(Field::EthSrc, s);
+        k.set(Field::TunnelId, tun);
+        k.set(Field::Metadata, md);
+        k
+    })
+}
+
+fn instructions(spec: &RuleSpec, table: u8, n: u8) -> Vec<Instruction> {
+    let mut ins = Vec::new();
+    if let Some(a) = &spec.apply {
+        ins.push(Instruction::ApplyActions(a.clone()));
+    }
+    if spec.clear {
+        ins.push(Instruction::ClearActions);
+    }
+    if let Some(w) = &spec.write {
+        ins.push(Instruction::WriteActions(w.clone()));
+    }
+    if let Some((value, mask)) = spec.metadata {
+        ins.push(Instruction::WriteMetadata { value, mask });
+    }
+    if let Some(off) = spec.goto {
+        let target = table + off;
+        if target < n {
+            ins.push(Instruction::GotoTable(target));
+        }
+    }
+    // Instruction order on the wire is free; execution order is fixed.
+    ins.reverse();
+    ins
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 256 } else { 2048 }))]
+
+    #[test]
+    fn lookup_matches_reference(
+        n in 2u8..=4,
+        ops in proptest::collection::vec(arb_op(), 1..24),
+        keys in proptest::collection::vec(arb_key(), 16),
+    ) {
+        let mut p = Pipeline::new(u16::from(n));
+        let mut copy = p.clone();
+        let mut r = RefPipeline { tables: vec![Vec::new(); n as usize] };
+        for op in &ops {
+            match op {
+                Op::Add(spec) => {
+                    let table = spec.table % n;
+                    let ins = instructions(spec, table, n);
+                    let fm = FlowMod::add(table, spec.priority, spec.matcher, ins.clone())
+                        .with_cookie(spec.cookie, 0);
+                    let (pop, eff) = p.prepare(&fm, 0).expect("valid by construction");
+                    p.apply(&pop);
+                    copy.apply(&pop);
+                    let rules = &mut r.tables[table as usize];
+                    match rules
+                        .iter_mut()
+                        .find(|x| x.priority == spec.priority && x.matcher == spec.matcher)
+                    {
+                        Some(x) => {
+                            prop_assert_eq!(&eff.modified, &vec![x.id]);
+                            x.instructions = ins;
+                            x.cookie = spec.cookie;
+                        }
+                        None => {
+                            prop_assert_eq!(eff.added.len(), 1);
+                            rules.push(RefRule {
+                                id: eff.added[0],
+                                priority: spec.priority,
+                                matcher: spec.matcher,
+                                cookie: spec.cookie,
+                                instructions: ins,
+                            });
+                        }
+                    }
+                }
+                Op::Delete(t, m, cookie, mask) => {
+                    let table = t % n;
+                    let fm = FlowMod::new(FlowModCommand::Delete, table, 0, *m)
+                        .with_cookie(*cookie, *mask);
+                    let (pop, eff) = p.prepare(&fm, 0).expect("delete never fails");
+                    p.apply(&pop);
+                    copy.apply(&pop);
+                    let rules = &mut r.tables[table as usize];
+                    let mut gone: Vec<RuleId> = rules
+                        .iter()
+                        .filter(|x| x.matcher.is_subset_of(m) && x.cookie & mask == cookie & mask)
+                        .map(|x| x.id)
+                        .collect();
+                    rules.retain(|x| !gone.contains(&x.id));
+                    let mut got: Vec<RuleId> = eff.removed.iter().map(|e| e.id).collect();
+                    gone.sort_unstable();
+                    got.sort_unstable();
+                    prop_assert_eq!(got, gone);
+                }
+            }
+        }
+        let mut res = Resolution::default();
+        for k in &keys {
+            p.lookup_into(k, &mut res);
+            let (actions, outcome, path) = r.lookup(k);
+            prop_assert_eq!(&res.actions, &actions, "key {:?}", k);
+            prop_assert_eq!(res.outcome, outcome);
+            prop_assert_eq!(&res.path, &path);
+            let c = copy.lookup(k);
+            prop_assert_eq!(&c.actions, &res.actions);
+            prop_assert_eq!(&c.path, &res.path);
+        }
+    }
+}
