@@ -11,6 +11,8 @@
 //! Thread-safety: plain data, `Send + Sync`.
 #![warn(missing_docs)]
 
+pub mod extract;
 pub mod key;
 
+pub use extract::{extract, extract_into, L3Kind, L4Kind, Layout, ParseStats, Parsed, TunnelKind};
 pub use key::{present, Field, FieldLoc, FlowKey, FlowMask, Match, KEY_WORDS};

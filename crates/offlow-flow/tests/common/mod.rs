@@ -1,0 +1,226 @@
+//! Hand-built frames for the extract tests: tiny builders that write each
+//! header field by field (no parsing code shared with the crate under test).
+#![allow(dead_code)]
+
+pub const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+pub const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+
+pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.iter().flat_map(|p| p.iter().copied()).collect()
+}
+
+/// Ethernet II header + payload.
+pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    cat(&[&DST, &SRC, &ethertype.to_be_bytes(), payload])
+}
+
+/// Ethernet with VLAN tags `(tpid, tci)`, outer first, then `ethertype`.
+pub fn eth_tagged(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut v = cat(&[&DST, &SRC]);
+    for &(tpid, tci) in tags {
+        v.extend_from_slice(&tpid.to_be_bytes());
+        v.extend_from_slice(&tci.to_be_bytes());
+    }
+    v.extend_from_slice(&ethertype.to_be_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// IPv4 header (with `options`, a multiple of 4 bytes) + payload. `frag` is
+/// the raw flags/offset word; TOS 0xb9 (DSCP 46, ECN 1).
+pub fn ipv4(
+    proto: u8,
+    src: [u8; 4],
+    dst: [u8; 4],
+    options: &[u8],
+    frag: u16,
+    payload: &[u8],
+) -> Vec<u8> {
+    assert_eq!(options.len() % 4, 0);
+    let hl = 20 + options.len();
+    let total = (hl + payload.len()) as u16;
+    let mut h = vec![0x40 | (hl / 4) as u8, 0xb9];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0x12, 0x34]);
+    h.extend_from_slice(&frag.to_be_bytes());
+    h.extend_from_slice(&[64, proto, 0, 0]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(options);
+    let c = offlow_wire::checksum::checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(payload);
+    h
+}
+
+/// IPv6 header (TC 0xb9, flow label 0x12345) + payload.
+pub fn ipv6(next: u8, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> Vec<u8> {
+    let mut h = vec![0x6b, 0x91, 0x23, 0x45];
+    h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    h.extend_from_slice(&[next, 64]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(payload);
+    h
+}
+
+/// Generic IPv6 extension header of `units` 8-byte units (>= 1).
+pub fn ext(next: u8, units: usize) -> Vec<u8> {
+    let mut h = vec![0u8; units * 8];
+    h[0] = next;
+    h[1] = (units - 1) as u8;
+    h
+}
+
+/// IPv6 fragment header.
+pub fn frag6(next: u8, offset_units: u16, more: bool) -> Vec<u8> {
+    let w = (offset_units << 3) | more as u16;
+    let mut h = vec![next, 0];
+    h.extend_from_slice(&w.to_be_bytes());
+    h.extend_from_slice(&[0, 0, 0, 1]);
+    h
+}
+
+/// TCP header (20 bytes, data offset 5, SYN).
+pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    h.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    h.extend_from_slice(payload);
+    h
+}
+
+/// UDP header with a correct length field.
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut h = Vec::new();
+    h.extend_from_slice(&sport.to_be_bytes());
+    h.extend_from_slice(&dport.to_be_bytes());
+    h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    h.extend_from_slice(&[0, 0]);
+    h.extend_from_slice(payload);
+    h
+}
+
+pub fn v4(a: u8, b: u8, c: u8, d: u8) -> [u8; 4] {
+    [a, b, c, d]
+}
+
+pub fn v6(last: u8) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[0] = 0x20;
+    a[1] = 0x01;
+    a[0xf] = last;
+    a
+}
+
+/// A spread of well-formed frames covering every protocol the parser
+/// knows; property tests mutate and truncate them.
+pub fn seed_frames() -> Vec<Vec<u8>> {
+    let sll = [1u8, 1, 2, 3, 4, 5, 6, 7];
+    let tll = [2u8, 1, 8, 9, 10, 11, 12, 13];
+    let nd = |t: u8, opts: &[u8]| cat(&[&[t, 0, 0, 0], &[0; 4], &v6(0x33), opts]);
+    let arp = [
+        0u8, 1, 8, 0, 6, 4, 0, 1, 2, 0, 0, 0, 0, 1, 10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 10, 0, 0, 2,
+    ];
+    let ah = {
+        let mut a = vec![0u8; 16];
+        a[0] = 6;
+        a[1] = 2;
+        a
+    };
+    vec![
+        eth(
+            0x0800,
+            &ipv4(6, [10, 0, 0, 1], [10, 0, 0, 2], &[], 0, &tcp(1, 2, b"abc")),
+        ),
+        eth_tagged(
+            &[(0x88a8, 5), (0x8100, 6)],
+            0x0800,
+            &ipv4(17, [1; 4], [2; 4], &[1, 1, 1, 1], 0, &udp(3, 4, b"q")),
+        ),
+        eth_tagged(
+            &[(0x8100, 7)],
+            0x86dd,
+            &ipv6(
+                0,
+                v6(1),
+                v6(2),
+                &cat(&[&ext(44, 1), &frag6(6, 0, true), &tcp(5, 6, &[])]),
+            ),
+        ),
+        eth(
+            0x86dd,
+            &ipv6(
+                60,
+                v6(1),
+                v6(2),
+                &cat(&[&ext(43, 1), &ext(51, 2), &ah, &tcp(7, 8, &[])]),
+            ),
+        ),
+        eth(
+            0x86dd,
+            &ipv6(58, v6(1), v6(2), &nd(135, &cat(&[&sll, &tll]))),
+        ),
+        eth(0x86dd, &ipv6(58, v6(1), v6(2), &nd(136, &tll))),
+        eth(
+            0x86dd,
+            &ipv6(
+                44,
+                v6(1),
+                v6(2),
+                &cat(&[&frag6(17, 9, false), &udp(1, 2, &[])]),
+            ),
+        ),
+        eth(
+            0x0800,
+            &ipv4(1, [1; 4], [2; 4], &[], 0x2000, &[3, 1, 0, 0, 0, 0, 0, 0]),
+        ),
+        eth(
+            0x0800,
+            &ipv4(
+                132,
+                [1; 4],
+                [2; 4],
+                &[],
+                0,
+                &[0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0],
+            ),
+        ),
+        eth(
+            0x0800,
+            &ipv4(
+                47,
+                [1; 4],
+                [2; 4],
+                &[],
+                0,
+                &[
+                    0xb0, 0, 0x65, 0x58, 0, 0, 0, 0, 0, 0, 0, 9, 0, 0, 0, 1, 0xee,
+                ],
+            ),
+        ),
+        eth(
+            0x0800,
+            &ipv4(
+                17,
+                [1; 4],
+                [2; 4],
+                &[],
+                0,
+                &udp(
+                    9,
+                    4789,
+                    &cat(&[&[8, 0, 0, 0, 0, 0, 5, 0], &eth(0x0800, &[])]),
+                ),
+            ),
+        ),
+        eth(0x0806, &arp),
+        eth(0x8847, &[0, 1, 0x21, 64, 0x45]),
+        eth(0x88e7, &[0, 0, 0, 1, 2]),
+        eth(
+            0x86dd,
+            &ipv6(17, v6(1), v6(2), &udp(1, 4789, &[8, 0, 0, 0, 0, 0, 1, 0])),
+        ),
+    ]
+}
