@@ -1,0 +1,1133 @@
+//! Action execution on frames: applies a final action list (OpenFlow 1.3.5
+//! §5.12) to one frame in place and hands outputs to an [`OutputSink`].
+//!
+//! # What is done where
+//! - Set-field writes the frame bytes of the field on the header the
+//!   [`Layout`] locates; a field whose header the frame lacks is counted
+//!   (`set_field_no_header`) and skipped, as is a write that would fall
+//!   outside the frame (`write_out_of_range`; the layout came from the
+//!   parser, so this only fires for inconsistent layouts).
+//! - Checksums are updated incrementally (RFC 1624) for the IPv4 header and
+//!   for TCP, UDP and ICMPv6, including their pseudo-headers (the IP
+//!   addresses, and for IPv4 the protocol), and ICMPv4. A UDP checksum of 0
+//!   means "none" and stays 0 (RFC 768; over IPv6 such a packet is invalid
+//!   anyway and is left as received). SCTP's CRC32c (RFC 9260 §6.8) is not
+//!   linear in the way RFC 1624 needs, so it is recomputed over the whole
+//!   SCTP packet after a port change.
+//! - `ip_proto` is set on IPv4 only (the IPv6 field is the last next-header
+//!   of a chain; counted as unsupported). After it changes, the transport
+//!   header is no longer known: the layout's `l4` is cleared and the old
+//!   transport checksum is left as is.
+//! - ND target / SLL / TLL are rewritten only where they exist (NS/NA with
+//!   code 0; the first SLL option of an NS, the first TLL option of an NA,
+//!   as the parser reads them); no option is ever added.
+//! - `tunnel_id` and `metadata` have no frame bytes: they are reported in
+//!   [`ExecOutcome`] for the output path. `in_port`, `in_phy_port`,
+//!   `eth_type`, `pbb_isid`, `ipv6_exthdr` are not settable here
+//!   (`set_field_unsupported`).
+//! - Push/pop VLAN insert/remove 4 bytes behind the MAC addresses using the
+//!   buffer's headroom (only the 12 MAC bytes move) and shift the layout.
+//!   Push-MPLS inserts a label after the tags (only the L2 header moves);
+//!   pop-MPLS removes the top label and re-parses the frame to rebuild the
+//!   layout (the layer below a label stack was never parsed; pops are rare,
+//!   so a parse is cheaper than tracking it). Copy-TTL works between the top
+//!   label and the label or IPv4/IPv6 header below it; elsewhere (IP-in-IP)
+//!   it is counted (`copy_ttl_unsupported`). Set/dec MPLS TTL and the MPLS
+//!   set-fields work on the top label.
+//! - Dec-TTL with a TTL of 0 or 1 stops execution with
+//!   [`Verdict::TtlExpired`]: the packet must not be forwarded; the caller
+//!   sends it to the controller with reason `OFPR_INVALID_TTL` when the
+//!   switch config asks for it (OpenFlow 1.3.5 §7.3.2, `OFPC_INVALID_TTL_TO_CONTROLLER`).
+//!
+//! # Known limits
+//! - An IPv6 packet with a routing header uses the final destination, not
+//!   `ipv6_dst`, in its transport pseudo-header (RFC 8200 §8.1); the layout
+//!   does not say whether a routing header is present, so rewriting
+//!   `ipv6_dst` on such a packet updates the transport checksum as if it
+//!   had none (Open vSwitch has the same limit).
+//! - `ip_proto` on IPv6 and set-field `pbb_isid` are not executed (counted).
+//! - Set-field writes only fields the frame has: it never adds a header or
+//!   an ND option.
+//!
+//! # Output contract
+//! Each output hands the sink a borrowed view of the frame as it is at that
+//! moment. [`OutputMeta::final_view`] is true when no later action of the
+//! list can modify the frame: the bytes the sink sees are then exactly the
+//! bytes left in the buffer after [`execute`] returns, so a sink may record
+//! "transmit the buffer" instead of copying (the single-output fast case).
+//! When it is false the sink must copy if it keeps the frame.
+//!
+//! # Invariants
+//! - Never panics, whatever the frame, layout and actions (fuzzed): every
+//!   read and write goes through a bounds-checked helper.
+//! - No allocation; loops are bounded by the action list, the port list and
+//!   the frame length.
+//! - After a push/pop, `layout` points at the same headers as before.
+//!
+//! # Thread-safety
+//! Pure function over its arguments; [`ExecStats`] is per worker.
+
+use crate::buf::PacketBuf;
+use offlow_flow::{Field, L3Kind, L4Kind, Layout, TunnelKind};
+use offlow_pipeline::{Action, PortNo, CONTROLLER_NO_BUFFER};
+use offlow_wire::checksum::{fold, update16, update_bytes};
+use offlow_wire::ethernet::ethertype;
+use offlow_wire::icmpv6;
+
+/// Whether a port takes part in FLOOD/ALL expansion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortInfo {
+    /// The port number.
+    pub port: u32,
+    /// `OFPPC_NO_FWD`: drop packets forwarded to the port (excluded from ALL
+    /// and FLOOD).
+    pub no_fwd: bool,
+    /// `OFPPC_NO_FLOOD` or `OFPPS_BLOCKED`: excluded from FLOOD.
+    pub no_flood: bool,
+}
+
+/// Per-output details given to the sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputMeta {
+    /// Queue chosen by the last Set-Queue before this output.
+    pub queue: Option<u32>,
+    /// No later action can modify the frame (see the module docs).
+    pub final_view: bool,
+}
+
+/// Receives the outputs of [`execute`].
+pub trait OutputSink {
+    /// Transmit `frame` on `port` (a physical/logical port or `OFPP_LOCAL`).
+    fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta);
+    /// Packet-in with reason `OFPR_ACTION`: `frame` is already cut to the
+    /// action's `max_len`; `total_len` is the full frame length.
+    fn controller(&mut self, frame: &[u8], total_len: usize, meta: OutputMeta);
+    /// Number of ports known for FLOOD/ALL expansion.
+    fn port_count(&self) -> usize;
+    /// The `index`-th port (`index < port_count()`).
+    fn port_info(&self, index: usize) -> Option<PortInfo>;
+}
+
+/// How execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Verdict {
+    /// Every action was applied (or counted and skipped).
+    #[default]
+    Done,
+    /// Dec-NW-TTL found a TTL of 0 or 1: stopped at that action, the
+    /// packet must be dropped (or sent with `OFPR_INVALID_TTL`).
+    TtlExpired,
+    /// Dec-MPLS-TTL found a TTL of 0 or 1 (same handling).
+    MplsTtlExpired,
+}
+
+/// What [`execute`] did, beyond the frame bytes and the sink calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExecOutcome {
+    /// How execution ended.
+    pub verdict: Verdict,
+    /// Frames handed to the sink (port outputs plus controller outputs).
+    pub outputs: u32,
+    /// Last Set-Queue value.
+    pub queue: Option<u32>,
+    /// Last set-field `tunnel_id` (no frame bytes; for the tunnel port).
+    pub tunnel_id: Option<u64>,
+    /// Last set-field `metadata` (pipeline-only; no frame bytes).
+    pub metadata: Option<u64>,
+    /// An output to `OFPP_TABLE` was seen: valid only in a packet-out, where
+    /// the caller submits the (rewritten) frame to table 0.
+    pub to_table: bool,
+}
+
+/// Defines [`ExecStats`] with one `u64` per reason.
+macro_rules! exec_stats {
+    ($( $(#[$doc:meta])* $name:ident, )+) => {
+        /// Per-worker counters of actions skipped or packets dropped during
+        /// execution, one per reason.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct ExecStats {
+            $( $(#[$doc])* pub $name: u64, )+
+        }
+
+        impl ExecStats {
+            /// Counter names, in declaration order.
+            pub const NAMES: &'static [&'static str] = &[$(stringify!($name)),+];
+
+            /// `(name, value)` pairs, in declaration order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> {
+                [$((stringify!($name), self.$name)),+].into_iter()
+            }
+
+            /// Add every counter of `other` into `self`.
+            pub fn merge(&mut self, other: &ExecStats) {
+                $( self.$name += other.$name; )+
+            }
+
+            /// Sum of all counters.
+            pub fn total(&self) -> u64 {
+                0 $( + self.$name )+
+            }
+        }
+    };
+}
+
+exec_stats! {
+    /// Set-field on a header the frame does not have (prerequisite unmet).
+    set_field_no_header,
+    /// Set-field VLAN_VID/PCP on an untagged frame (§7.2.3.8: the field
+    /// rewrites an existing tag; it does not push one).
+    set_vlan_no_tag,
+    /// Set-field on a field not settable on the frame (in_port, eth_type,
+    /// pbb_isid, ipv6_exthdr, ip_proto on IPv6).
+    set_field_unsupported,
+    /// A write the layout placed outside the frame (inconsistent layout).
+    write_out_of_range,
+    /// Set/dec NW TTL on a frame without IPv4/IPv6.
+    ttl_no_ip,
+    /// Dec-NW-TTL on TTL 0 or 1: packet dropped.
+    ttl_expired,
+    /// Set/dec MPLS TTL on a frame without an MPLS label.
+    mpls_ttl_no_label,
+    /// Dec-MPLS-TTL on TTL 0 or 1: packet dropped.
+    mpls_ttl_expired,
+    /// Push-VLAN without headroom.
+    push_vlan_no_room,
+    /// Push-VLAN on a frame shorter than an Ethernet header.
+    push_vlan_runt,
+    /// Push-VLAN with a TPID other than 0x8100 / 0x88a8 (§5.12).
+    push_vlan_bad_tpid,
+    /// Pop-VLAN on an untagged frame.
+    pop_vlan_no_tag,
+    /// Push-MPLS with an EtherType other than 0x8847 / 0x8848 (§5.12).
+    push_mpls_bad_ethertype,
+    /// Push-MPLS without headroom or without a parsed EtherType.
+    push_mpls_no_room,
+    /// Pop-MPLS on a frame without an MPLS label.
+    pop_mpls_no_label,
+    /// Copy-TTL-in/out without an MPLS label over a label or IPv4/IPv6.
+    copy_ttl_unsupported,
+    /// Output to the ingress port by number (§4.5: only OFPP_IN_PORT sends
+    /// a packet back where it came from).
+    output_to_ingress_skipped,
+    /// Output to port 0, OFPP_ANY or another invalid port.
+    output_invalid_port,
+    /// Output to OFPP_NORMAL (not supported).
+    output_normal_unsupported,
+    /// Output to OFPP_TABLE (reported in the outcome).
+    output_table,
+    /// Group action (not supported).
+    group_unsupported,
+    /// Experimenter action (not supported).
+    experimenter_unsupported,
+}
+
+// ---------------------------------------------------------------------------
+// Bounds-checked access. Every frame access of this module goes through
+// these, so no layout can make execution index out of bounds.
+
+#[inline(always)]
+fn rd8(f: &[u8], at: usize) -> Option<u8> {
+    f.get(at).copied()
+}
+
+#[inline(always)]
+fn rd16(f: &[u8], at: usize) -> Option<u16> {
+    let b = f.get(at..at.checked_add(2)?)?;
+    Some(u16::from_be_bytes([b[0], b[1]]))
+}
+
+#[inline(always)]
+fn rd<const N: usize>(f: &[u8], at: usize) -> Option<[u8; N]> {
+    f.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+#[inline(always)]
+fn wr(f: &mut [u8], at: usize, v: &[u8]) -> bool {
+    match at.checked_add(v.len()).and_then(|end| f.get_mut(at..end)) {
+        Some(d) => {
+            d.copy_from_slice(v);
+            true
+        }
+        None => false,
+    }
+}
+
+#[inline(always)]
+fn wr16(f: &mut [u8], at: usize, v: u16) -> bool {
+    wr(f, at, &v.to_be_bytes())
+}
+
+// ---------------------------------------------------------------------------
+// CRC32c for SCTP.
+
+/// CRC32c (Castagnoli, reflected polynomial 0x82F63B78) lookup table, built
+/// at compile time.
+const CRC32C_TABLE: [u32; 256] = {
+    let mut t = [0u32; 256];
+    let mut i = 0;
+    while i < 256 {
+        let mut c = i as u32;
+        let mut k = 0;
+        while k < 8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82F6_3B78
+            } else {
+                c >> 1
+            };
+            k += 1;
+        }
+        t[i] = c;
+        i += 1;
+    }
+    t
+};
+
+/// Continue a CRC32c over `data` from register value `crc` (start with
+/// `!0`, finish with `!`).
+#[inline]
+fn crc32c_update(mut crc: u32, data: &[u8]) -> u32 {
+    // Byte-at-a-time table lookup: SCTP rewrites are rare, so the simpler
+    // form beats slicing-by-8 on code size.
+    for &b in data {
+        crc = CRC32C_TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+    }
+    crc
+}
+
+/// CRC32c of `data` (RFC 3720 Appendix B.4 / RFC 9260 Appendix A).
+pub fn crc32c(data: &[u8]) -> u32 {
+    !crc32c_update(!0, data)
+}
+
+/// The SCTP checksum of `packet` (common header + chunks), computed with
+/// the checksum field (bytes 8..12) taken as zero. RFC 9260 Appendix A
+/// stores the CRC least-significant byte first: write it with
+/// `to_le_bytes`. `None` when `packet` is shorter than the common header.
+pub fn sctp_checksum(packet: &[u8]) -> Option<u32> {
+    let head = packet.get(..8)?;
+    let rest = packet.get(12..)?;
+    let c = crc32c_update(!0, head);
+    let c = crc32c_update(c, &[0; 4]);
+    Some(!crc32c_update(c, rest))
+}
+
+// ---------------------------------------------------------------------------
+
+/// Context of one execution, kept together so helpers take one argument.
+struct Ctx<'a> {
+    lay: &'a mut Layout,
+    stats: &'a mut ExecStats,
+    out: ExecOutcome,
+}
+
+/// Apply `actions` in order to the frame in `buf`, whose headers `layout`
+/// locates (as produced by `offlow_flow::extract` for this frame), received
+/// on `in_port`. Outputs go to `out`; anomalies are counted in `stats`.
+/// `layout` is kept pointing at the same headers through pushes and pops.
+pub fn execute<S, O>(
+    actions: &[Action],
+    buf: &mut PacketBuf<S>,
+    layout: &mut Layout,
+    in_port: u32,
+    out: &mut O,
+    stats: &mut ExecStats,
+) -> ExecOutcome
+where
+    S: AsRef<[u8]> + AsMut<[u8]>,
+    O: OutputSink + ?Sized,
+{
+    // Index of the last action that may change the frame: outputs after it
+    // see the final bytes (OutputMeta::final_view).
+    let last_write = actions.iter().rposition(modifies_frame);
+    let mut cx = Ctx {
+        lay: layout,
+        stats,
+        out: ExecOutcome::default(),
+    };
+    for (i, a) in actions.iter().enumerate() {
+        match *a {
+            Action::Output { port, max_len } => {
+                let meta = OutputMeta {
+                    queue: cx.out.queue,
+                    final_view: last_write.is_none_or(|w| i > w),
+                };
+                output(&mut cx, buf.frame(), port, max_len, in_port, meta, out);
+            }
+            Action::SetField(field, value) => set_field(&mut cx, buf.frame_mut(), field, value),
+            Action::SetNwTtl(ttl) => {
+                set_nw_ttl(&mut cx, buf.frame_mut(), |_| Some(ttl));
+            }
+            Action::DecNwTtl => {
+                // A TTL of 0 or 1 "would expire": OVS and §5.12 drop it
+                // rather than forward a packet with TTL 0.
+                let alive = set_nw_ttl(&mut cx, buf.frame_mut(), |t| {
+                    t.checked_sub(1).filter(|&n| n > 0)
+                });
+                if !alive {
+                    cx.stats.ttl_expired += 1;
+                    cx.out.verdict = Verdict::TtlExpired;
+                    return cx.out;
+                }
+            }
+            Action::SetMplsTtl(ttl) => {
+                mpls_ttl(&mut cx, buf.frame_mut(), |_| Some(ttl));
+            }
+            Action::DecMplsTtl => {
+                let alive = mpls_ttl(&mut cx, buf.frame_mut(), |t| {
+                    t.checked_sub(1).filter(|&n| n > 0)
+                });
+                if !alive {
+                    cx.stats.mpls_ttl_expired += 1;
+                    cx.out.verdict = Verdict::MplsTtlExpired;
+                    return cx.out;
+                }
+            }
+            Action::PushVlan(tpid) => push_vlan(&mut cx, buf, tpid),
+            Action::PopVlan => pop_vlan(&mut cx, buf),
+            Action::PushMpls(et) => push_mpls(&mut cx, buf, et),
+            Action::PopMpls(et) => pop_mpls(&mut cx, buf, et, in_port),
+            Action::CopyTtlOut => copy_ttl(&mut cx, buf.frame_mut(), false),
+            Action::CopyTtlIn => copy_ttl(&mut cx, buf.frame_mut(), true),
+            Action::SetQueue(q) => cx.out.queue = Some(q),
+            Action::Group(_) => cx.stats.group_unsupported += 1,
+            Action::Experimenter(_) => cx.stats.experimenter_unsupported += 1,
+        }
+    }
+    cx.out
+}
+
+/// May this action change the frame bytes?
+fn modifies_frame(a: &Action) -> bool {
+    match a {
+        Action::SetField(f, _) => !matches!(f, Field::TunnelId | Field::Metadata),
+        Action::SetNwTtl(_)
+        | Action::DecNwTtl
+        | Action::CopyTtlOut
+        | Action::CopyTtlIn
+        | Action::PushVlan(_)
+        | Action::PopVlan
+        | Action::PushMpls(_)
+        | Action::PopMpls(_)
+        | Action::SetMplsTtl(_)
+        | Action::DecMplsTtl => true,
+        Action::Output { .. }
+        | Action::SetQueue(_)
+        | Action::Group(_)
+        | Action::Experimenter(_) => false,
+    }
+}
+
+fn output<O: OutputSink + ?Sized>(
+    cx: &mut Ctx<'_>,
+    frame: &[u8],
+    port: PortNo,
+    max_len: u16,
+    in_port: u32,
+    meta: OutputMeta,
+    out: &mut O,
+) {
+    match port {
+        PortNo::IN_PORT => {
+            out.output(in_port, frame, meta);
+            cx.out.outputs += 1;
+        }
+        PortNo::CONTROLLER => {
+            // §7.2.6.1: "A max_len of OFPCML_NO_BUFFER means ... the complete
+            // packet is to be sent"; otherwise at most max_len bytes (0 is
+            // valid and sends none).
+            let n = if max_len == CONTROLLER_NO_BUFFER {
+                frame.len()
+            } else {
+                frame.len().min(max_len as usize)
+            };
+            out.controller(&frame[..n], frame.len(), meta);
+            cx.out.outputs += 1;
+        }
+        PortNo::LOCAL => {
+            out.output(PortNo::LOCAL.0, frame, meta);
+            cx.out.outputs += 1;
+        }
+        PortNo::ALL | PortNo::FLOOD => {
+            // §4.5: ALL is "all standard ports, excluding the ingress port
+            // and ports configured OFPPC_NO_FWD"; FLOOD further excludes
+            // ports that are blocked or configured OFPPC_NO_FLOOD.
+            let flood = port == PortNo::FLOOD;
+            for i in 0..out.port_count() {
+                let Some(p) = out.port_info(i) else { continue };
+                if p.port == in_port || p.no_fwd || (flood && p.no_flood) {
+                    continue;
+                }
+                out.output(p.port, frame, meta);
+                cx.out.outputs += 1;
+            }
+        }
+        PortNo::TABLE => {
+            cx.stats.output_table += 1;
+            cx.out.to_table = true;
+        }
+        PortNo::NORMAL => cx.stats.output_normal_unsupported += 1,
+        p if p.is_physical() => {
+            if p.0 == in_port {
+                cx.stats.output_to_ingress_skipped += 1;
+            } else {
+                out.output(p.0, frame, meta);
+                cx.out.outputs += 1;
+            }
+        }
+        _ => cx.stats.output_invalid_port += 1,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Set-field.
+
+/// Low 48 bits of `v` as a MAC address.
+#[inline(always)]
+fn mac_bytes(v: u128) -> [u8; 6] {
+    let b = (v as u64).to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
+}
+
+fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
+    let v = value & field.full_mask();
+    let lay = *cx.lay;
+    let l3 = lay.l3 as usize;
+    let l4 = lay.l4 as usize;
+    let ok = match field {
+        Field::EthDst => Some(wr(f, 0, &mac_bytes(v))),
+        Field::EthSrc => Some(wr(f, 6, &mac_bytes(v))),
+        Field::VlanVid | Field::VlanPcp => {
+            if lay.vlan_count == 0 || lay.vlan[0] == 0 {
+                cx.stats.set_vlan_no_tag += 1;
+                return;
+            }
+            let at = lay.vlan[0] as usize + 2;
+            Some(match rd16(f, at) {
+                Some(tci) => {
+                    let tci = if field == Field::VlanVid {
+                        // The OXM value may carry OFPVID_PRESENT (0x1000);
+                        // only the 12 VID bits go on the wire.
+                        (tci & 0xf000) | (v as u16 & 0x0fff)
+                    } else {
+                        (tci & 0x1fff) | ((v as u16 & 7) << 13)
+                    };
+                    wr16(f, at, tci)
+                }
+                None => false,
+            })
+        }
+        Field::IpDscp | Field::IpEcn => set_tos(lay, f, field, v as u8),
+        Field::IpProto => match lay.l3_kind {
+            L3Kind::Ipv4 => {
+                let r = ipv4_word(f, l3, 8, |w| (w & 0xff00) | v as u16);
+                if r == Some(true) {
+                    // The bytes at l4 are no longer the header l4_kind names.
+                    cx.lay.l4 = 0;
+                    cx.lay.l4_kind = L4Kind::None;
+                    cx.lay.tunnel = TunnelKind::None;
+                    cx.lay.inner = 0;
+                }
+                r
+            }
+            L3Kind::Ipv6 => {
+                cx.stats.set_field_unsupported += 1;
+                return;
+            }
+            _ => None,
+        },
+        Field::Ipv4Src | Field::Ipv4Dst if lay.l3_kind == L3Kind::Ipv4 => {
+            let at = l3 + if field == Field::Ipv4Src { 12 } else { 16 };
+            let new = (v as u32).to_be_bytes();
+            Some(match (rd::<4>(f, at), rd16(f, l3 + 10)) {
+                (Some(old), Some(hc)) if pseudo_update_ok(lay, f) => {
+                    let (o, n) = (sum_words(&old), sum_words(&new));
+                    wr16(f, l3 + 10, update16(hc, o, n));
+                    pseudo_update(lay, f, o, n);
+                    wr(f, at, &new)
+                }
+                _ => false,
+            })
+        }
+        Field::Ipv6Src | Field::Ipv6Dst if lay.l3_kind == L3Kind::Ipv6 => {
+            let at = l3 + if field == Field::Ipv6Src { 8 } else { 24 };
+            let new = v.to_be_bytes();
+            Some(match rd::<16>(f, at) {
+                Some(old) if pseudo_update_ok(lay, f) => {
+                    pseudo_update(lay, f, sum_words(&old), sum_words(&new));
+                    wr(f, at, &new)
+                }
+                _ => false,
+            })
+        }
+        Field::Ipv6Flabel if lay.l3_kind == L3Kind::Ipv6 => Some(match rd::<4>(f, l3) {
+            Some(w) => {
+                let w = (u32::from_be_bytes(w) & 0xfff0_0000) | v as u32;
+                wr(f, l3, &w.to_be_bytes())
+            }
+            None => false,
+        }),
+        Field::TcpSrc | Field::TcpDst if lay.l4_kind == L4Kind::Tcp => {
+            let at = l4 + if field == Field::TcpSrc { 0 } else { 2 };
+            Some(l4_word(f, at, Some(l4 + 16), false, v as u16))
+        }
+        Field::UdpSrc | Field::UdpDst if lay.l4_kind == L4Kind::Udp => {
+            let at = l4 + if field == Field::UdpSrc { 0 } else { 2 };
+            Some(l4_word(f, at, Some(l4 + 6), true, v as u16))
+        }
+        Field::SctpSrc | Field::SctpDst if lay.l4_kind == L4Kind::Sctp => {
+            let at = l4 + if field == Field::SctpSrc { 0 } else { 2 };
+            Some(wr16(f, at, v as u16) && sctp_refresh(lay, f))
+        }
+        Field::Icmpv4Type | Field::Icmpv4Code if lay.l4_kind == L4Kind::Icmpv4 => {
+            let at = l4 + if field == Field::Icmpv4Type { 0 } else { 1 };
+            Some(icmp_byte(f, l4, at, v as u8))
+        }
+        Field::Icmpv6Type | Field::Icmpv6Code if lay.l4_kind == L4Kind::Icmpv6 => {
+            let at = l4 + if field == Field::Icmpv6Type { 0 } else { 1 };
+            Some(icmp_byte(f, l4, at, v as u8))
+        }
+        Field::Ipv6NdTarget | Field::Ipv6NdSll | Field::Ipv6NdTll
+            if lay.l4_kind == L4Kind::Icmpv6 =>
+        {
+            set_nd(lay, f, field, v)
+        }
+        Field::ArpOp | Field::ArpSpa | Field::ArpTpa | Field::ArpSha | Field::ArpTha
+            if lay.l3_kind == L3Kind::Arp =>
+        {
+            // Ethernet/IPv4 ARP (RFC 826): oper 6..8, sha 8..14, spa 14..18,
+            // tha 18..24, tpa 24..28. ARP has no checksum.
+            Some(match field {
+                Field::ArpOp => wr16(f, l3 + 6, v as u16),
+                Field::ArpSha => wr(f, l3 + 8, &mac_bytes(v)),
+                Field::ArpSpa => wr(f, l3 + 14, &(v as u32).to_be_bytes()),
+                Field::ArpTha => wr(f, l3 + 18, &mac_bytes(v)),
+                _ => wr(f, l3 + 24, &(v as u32).to_be_bytes()),
+            })
+        }
+        Field::MplsLabel | Field::MplsTc | Field::MplsBos if lay.l3_kind == L3Kind::Mpls => {
+            // LSE: label (20) | TC (3) | S (1) | TTL (8), RFC 3032 §2.1.
+            Some(match rd::<4>(f, l3) {
+                Some(w) => {
+                    let w = u32::from_be_bytes(w);
+                    let v = v as u32;
+                    let w = match field {
+                        Field::MplsLabel => (w & 0x0000_0fff) | (v << 12),
+                        Field::MplsTc => (w & !0x0000_0e00) | (v << 9),
+                        _ => (w & !0x0000_0100) | (v << 8),
+                    };
+                    wr(f, l3, &w.to_be_bytes())
+                }
+                None => false,
+            })
+        }
+        Field::TunnelId => {
+            cx.out.tunnel_id = Some(v as u64);
+            return;
+        }
+        Field::Metadata => {
+            cx.out.metadata = Some(v as u64);
+            return;
+        }
+        Field::InPort | Field::InPhyPort | Field::EthType | Field::PbbIsid | Field::Ipv6Exthdr => {
+            cx.stats.set_field_unsupported += 1;
+            return;
+        }
+        // A layered field whose header the layout does not show.
+        _ => None,
+    };
+    match ok {
+        Some(true) => {}
+        Some(false) => cx.stats.write_out_of_range += 1,
+        None => cx.stats.set_field_no_header += 1,
+    }
+}
+
+/// Rewrite one 16-bit word of the IPv4 header at `l3 + at` (even) through
+/// `map`, updating the header checksum. `Some(false)` when out of range.
+fn ipv4_word(f: &mut [u8], l3: usize, at: usize, map: impl FnOnce(u16) -> u16) -> Option<bool> {
+    Some(match (rd16(f, l3 + at), rd16(f, l3 + 10)) {
+        (Some(old), Some(hc)) => {
+            let new = map(old);
+            wr16(f, l3 + 10, update16(hc, old, new)) && wr16(f, l3 + at, new)
+        }
+        _ => false,
+    })
+}
+
+/// DSCP / ECN on IPv4 (TOS byte) or IPv6 (traffic class, bits 4..12 of the
+/// first word; not covered by any checksum).
+fn set_tos(lay: Layout, f: &mut [u8], field: Field, v: u8) -> Option<bool> {
+    let (keep, put) = if field == Field::IpDscp {
+        (0x03u8, v << 2)
+    } else {
+        (0xfcu8, v & 3)
+    };
+    let l3 = lay.l3 as usize;
+    match lay.l3_kind {
+        L3Kind::Ipv4 => ipv4_word(f, l3, 0, |w| (w & 0xff00) | ((w as u8 & keep) | put) as u16),
+        L3Kind::Ipv6 => Some(match rd16(f, l3) {
+            Some(w) => {
+                let tc = ((w >> 4) as u8 & keep) | put;
+                wr16(f, l3, (w & 0xf00f) | ((tc as u16) << 4))
+            }
+            None => false,
+        }),
+        _ => None,
+    }
+}
+
+/// The offset of the transport checksum that covers the IP pseudo-header,
+/// and whether it is UDP (where 0 means "no checksum").
+fn pseudo_csum(lay: Layout) -> Option<(usize, bool)> {
+    let l4 = lay.l4 as usize;
+    match lay.l4_kind {
+        L4Kind::Tcp if lay.l4 != 0 => Some((l4 + 16, false)),
+        L4Kind::Udp if lay.l4 != 0 => Some((l4 + 6, true)),
+        L4Kind::Icmpv6 if lay.l4 != 0 && lay.l3_kind == L3Kind::Ipv6 => Some((l4 + 2, false)),
+        _ => None,
+    }
+}
+
+/// Can [`pseudo_update`] write the transport checksum? (Checked before
+/// anything is written, so an address change is all or nothing.)
+fn pseudo_update_ok(lay: Layout, f: &[u8]) -> bool {
+    pseudo_csum(lay).is_none_or(|(at, _)| rd16(f, at).is_some())
+}
+
+/// Fold an address change into the transport checksum; `old` and `new` are
+/// the folded one's-complement sums of the old and new address
+/// ([`sum_words`]), which is all RFC 1624 needs.
+fn pseudo_update(lay: Layout, f: &mut [u8], old: u16, new: u16) {
+    if let Some((at, udp)) = pseudo_csum(lay) {
+        if let Some(c) = rd16(f, at) {
+            csum_write(f, at, udp, update16(c, old, new));
+        }
+    }
+}
+
+/// Folded one's-complement sum of the 16-bit big-endian words of an
+/// address (4 or 16 bytes). Fixed-size arrays let the compiler unroll this
+/// into a few adds, where the general `checksum::sum` loops.
+#[inline(always)]
+fn sum_words<const N: usize>(a: &[u8; N]) -> u16 {
+    let mut acc = 0u32;
+    let mut i = 0;
+    while i + 1 < N {
+        acc += u16::from_be_bytes([a[i], a[i + 1]]) as u32;
+        i += 2;
+    }
+    fold(acc)
+}
+
+/// Write a transport checksum computed by update. UDP: a stored 0 means
+/// "no checksum" and stays 0 (RFC 768), and a computed 0 is sent as 0xffff.
+fn csum_write(f: &mut [u8], at: usize, udp: bool, c: u16) -> bool {
+    if udp {
+        match rd16(f, at) {
+            Some(0) => return true,
+            Some(_) => return wr16(f, at, if c == 0 { 0xffff } else { c }),
+            None => return false,
+        }
+    }
+    wr16(f, at, c)
+}
+
+/// Set a 16-bit transport field (a port) at `at`, updating the checksum at
+/// `csum`.
+fn l4_word(f: &mut [u8], at: usize, csum: Option<usize>, udp: bool, new: u16) -> bool {
+    let Some(old) = rd16(f, at) else { return false };
+    if let Some(c_at) = csum {
+        let Some(c) = rd16(f, c_at) else { return false };
+        csum_write(f, c_at, udp, update16(c, old, new));
+    }
+    wr16(f, at, new)
+}
+
+/// Set the ICMP type or code byte at `at` (ICMPv4 and ICMPv6 keep both in
+/// the word at `l4`, checksum at `l4 + 2`).
+fn icmp_byte(f: &mut [u8], l4: usize, at: usize, v: u8) -> bool {
+    let (Some(old), Some(c)) = (rd16(f, l4), rd16(f, l4 + 2)) else {
+        return false;
+    };
+    let new = if at == l4 {
+        (old & 0x00ff) | ((v as u16) << 8)
+    } else {
+        (old & 0xff00) | v as u16
+    };
+    wr16(f, l4 + 2, update16(c, old, new)) && wr16(f, l4, new)
+}
+
+/// End of the IP packet: `l3` + its length field, clamped to the frame.
+fn ip_end(lay: Layout, f: &[u8]) -> usize {
+    let l3 = lay.l3 as usize;
+    let end = match lay.l3_kind {
+        L3Kind::Ipv4 => rd16(f, l3 + 2).map(|n| l3 + n as usize),
+        L3Kind::Ipv6 => rd16(f, l3 + 4).map(|n| l3 + 40 + n as usize),
+        _ => None,
+    };
+    end.unwrap_or(f.len()).min(f.len())
+}
+
+/// Recompute the SCTP CRC32c over `l4 .. ip_end`.
+fn sctp_refresh(lay: Layout, f: &mut [u8]) -> bool {
+    let l4 = lay.l4 as usize;
+    let end = ip_end(lay, f);
+    match f.get(l4..end).and_then(sctp_checksum) {
+        Some(c) => wr(f, l4 + 8, &c.to_le_bytes()),
+        None => false,
+    }
+}
+
+/// ND target / SLL / TLL (RFC 4861 §4.3, §4.4, §4.6.1). `None` when the
+/// frame has no such field.
+fn set_nd(lay: Layout, f: &mut [u8], field: Field, v: u128) -> Option<bool> {
+    let l4 = lay.l4 as usize;
+    let (t, code) = (rd8(f, l4)?, rd8(f, l4 + 1)?);
+    let is_ns = t == icmpv6::TYPE_NEIGHBOR_SOLICIT;
+    let is_na = t == icmpv6::TYPE_NEIGHBOR_ADVERT;
+    if code != 0 || !(is_ns || is_na) {
+        return None;
+    }
+    let end = ip_end(lay, f);
+    let at = match field {
+        Field::Ipv6NdTarget => {
+            if l4 + icmpv6::ND_LEN > end {
+                return None;
+            }
+            l4 + 8
+        }
+        _ => {
+            let want = match (field, is_ns) {
+                (Field::Ipv6NdSll, true) => icmpv6::ND_OPT_SOURCE_LL_ADDR,
+                (Field::Ipv6NdTll, false) => icmpv6::ND_OPT_TARGET_LL_ADDR,
+                _ => return None,
+            };
+            nd_option(f, l4 + icmpv6::ND_LEN, end, want)? + 2
+        }
+    };
+    let new_full = v.to_be_bytes();
+    let new: &[u8] = if field == Field::Ipv6NdTarget {
+        &new_full
+    } else {
+        &new_full[10..]
+    };
+    let Some(old) = f.get(at..at + new.len()) else {
+        return Some(false);
+    };
+    // `at - l4` is even (8, or 24 + 8k + 2), as update_bytes needs.
+    let mut old_buf = [0u8; 16];
+    old_buf[..new.len()].copy_from_slice(old);
+    let Some(c) = rd16(f, l4 + 2) else {
+        return Some(false);
+    };
+    let c = update_bytes(c, &old_buf[..new.len()], new);
+    Some(wr16(f, l4 + 2, c) && wr(f, at, new))
+}
+
+/// Offset of the first ND option of type `want` with room for a 6-byte
+/// link-layer address, scanning `from .. end`.
+fn nd_option(f: &[u8], from: usize, end: usize, want: u8) -> Option<usize> {
+    let mut pos = from;
+    // Bounded: each iteration advances by at least 8 bytes.
+    while pos + 8 <= end {
+        let kind = rd8(f, pos)?;
+        let len = rd8(f, pos + 1)? as usize * 8;
+        if len == 0 {
+            return None; // RFC 4861 §4.6: length 0 is invalid; stop.
+        }
+        if kind == want {
+            return Some(pos);
+        }
+        pos += len;
+    }
+    None
+}
+
+// ---------------------------------------------------------------------------
+// TTL.
+
+/// Set the IPv4 TTL / IPv6 hop limit to `map(old)`. Returns false only
+/// when `map` returns `None` (expired); a frame without IP is counted and
+/// treated as alive (the action is skipped).
+fn set_nw_ttl(cx: &mut Ctx<'_>, f: &mut [u8], map: impl FnOnce(u8) -> Option<u8>) -> bool {
+    let lay = *cx.lay;
+    let l3 = lay.l3 as usize;
+    let r = match lay.l3_kind {
+        L3Kind::Ipv4 => match rd16(f, l3 + 8) {
+            Some(w) => match map((w >> 8) as u8) {
+                Some(ttl) => ipv4_word(f, l3, 8, |w| (w & 0x00ff) | ((ttl as u16) << 8)),
+                None => return false,
+            },
+            None => Some(false),
+        },
+        L3Kind::Ipv6 => match rd8(f, l3 + 7) {
+            Some(h) => match map(h) {
+                Some(h) => Some(wr(f, l3 + 7, &[h])),
+                None => return false,
+            },
+            None => Some(false),
+        },
+        _ => None,
+    };
+    match r {
+        Some(true) => {}
+        Some(false) => cx.stats.write_out_of_range += 1,
+        None => cx.stats.ttl_no_ip += 1,
+    }
+    true
+}
+
+/// Set the top MPLS label's TTL to `map(old)`; false when expired.
+fn mpls_ttl(cx: &mut Ctx<'_>, f: &mut [u8], map: impl FnOnce(u8) -> Option<u8>) -> bool {
+    if cx.lay.l3_kind != L3Kind::Mpls {
+        cx.stats.mpls_ttl_no_label += 1;
+        return true;
+    }
+    let at = cx.lay.l3 as usize + 3;
+    match rd8(f, at) {
+        Some(t) => match map(t) {
+            Some(t) => {
+                wr(f, at, &[t]);
+            }
+            None => return false,
+        },
+        None => cx.stats.write_out_of_range += 1,
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------
+// VLAN push / pop.
+
+/// Shift every non-zero offset at or after `from` by `delta` (±4).
+fn shift_layout(lay: &mut Layout, from: u16, delta: i32) {
+    let sh = |o: &mut u16| {
+        if *o != 0 && *o >= from {
+            // Offsets stay below 2^16 - 64: the frame fits the buffer and a
+            // shift is ±4 within it (checked by the caller's gap move).
+            *o = (*o as i32 + delta).clamp(0, u16::MAX as i32) as u16;
+        }
+    };
+    sh(&mut lay.eth_type);
+    sh(&mut lay.l3);
+    sh(&mut lay.l4);
+    sh(&mut lay.inner);
+}
+
+/// Push a tag at offset 12 (§5.12: "the new tag is the outermost, inserted
+/// immediately after the Ethernet header"). Its VID and PCP are copied from
+/// the previous outer tag, else 0 (OpenFlow 1.1 §A.2.5's push table, which
+/// 1.3 keeps implicitly and Open vSwitch follows); DEI is 0.
+fn push_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<S>, tpid: u16) {
+    if tpid != ethertype::VLAN && tpid != ethertype::QINQ {
+        cx.stats.push_vlan_bad_tpid += 1;
+        return;
+    }
+    if buf.len() < 14 {
+        cx.stats.push_vlan_runt += 1;
+        return;
+    }
+    let tci = if cx.lay.vlan_count > 0 {
+        rd16(buf.frame(), cx.lay.vlan[0] as usize + 2).map_or(0, |t| t & 0xefff)
+    } else {
+        0
+    };
+    if !buf.open_gap(12, 4) {
+        cx.stats.push_vlan_no_room += 1;
+        return;
+    }
+    let f = buf.frame_mut();
+    // In range: the gap at 12..16 was just opened in a frame of >= 18 bytes.
+    wr16(f, 12, tpid);
+    wr16(f, 14, tci);
+    let lay = &mut *cx.lay;
+    shift_layout(lay, 12, 4);
+    let old0 = lay.vlan[0];
+    lay.vlan = [
+        12,
+        if lay.vlan_count > 0 {
+            old0.saturating_add(4)
+        } else {
+            0
+        },
+    ];
+    lay.vlan_count = (lay.vlan_count + 1).min(2);
+    if lay.eth_type == 0 {
+        // The frame had no parsed EtherType (truncated tag): keep "absent".
+        lay.vlan_count = 1;
+        lay.vlan[1] = 0;
+    }
+}
+
+/// Remove the outer tag (the 4 bytes at 12).
+fn pop_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<S>) {
+    let lay = &mut *cx.lay;
+    if lay.vlan_count == 0 || lay.vlan[0] != 12 || !buf.close_gap(12, 4) {
+        cx.stats.pop_vlan_no_tag += 1;
+        return;
+    }
+    shift_layout(lay, 16, -4);
+    // The tags left are the 4-byte slots between 12 and the EtherType
+    // (a third tag the layout did not list may now be the second).
+    let left = if lay.eth_type >= 12 {
+        (lay.eth_type as usize - 12) / 4
+    } else {
+        lay.vlan_count as usize - 1
+    };
+    lay.vlan_count = left.min(2) as u8;
+    lay.vlan = match left {
+        0 => [0, 0],
+        1 => [12, 0],
+        _ => [12, 16],
+    };
+    // A third tag the parser stopped at (eth_type at a TPID, nothing
+    // parsed behind it) is now the second: record it as the parser would.
+    if lay.vlan_count == 1 && lay.eth_type == 16 {
+        if let Some(t) = rd16(buf.frame(), 16) {
+            if offlow_wire::vlan::is_tpid(t) && buf.len() >= 20 {
+                lay.vlan = [12, 16];
+                lay.vlan_count = 2;
+                lay.eth_type = 20;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// MPLS push / pop and copy-TTL.
+
+/// Where the TTL of the header below the top MPLS label is.
+enum InnerTtl {
+    /// The next label's TTL byte.
+    Mpls(usize),
+    /// An IPv4 header at this offset (TTL at +8, checksum at +10).
+    Ipv4(usize),
+    /// An IPv6 hop limit byte.
+    Ipv6(usize),
+}
+
+/// The top label's offset and the TTL below it, if the frame has them.
+fn inner_ttl(lay: &Layout, f: &[u8]) -> Option<(usize, InnerTtl)> {
+    if lay.l3_kind != L3Kind::Mpls || lay.l3 == 0 {
+        return None;
+    }
+    let l3 = lay.l3 as usize;
+    let bos = rd8(f, l3 + 2)? & 1 != 0;
+    let below = l3 + 4;
+    let inner = if !bos {
+        InnerTtl::Mpls(below + 3)
+    } else {
+        // RFC 3032 §2.2: what follows the bottom of the stack is not
+        // typed; the IP version nibble is what every LSR looks at.
+        match rd8(f, below)? >> 4 {
+            4 if f.len() >= below + 20 => InnerTtl::Ipv4(below),
+            6 if f.len() >= below + 40 => InnerTtl::Ipv6(below + 7),
+            _ => return None,
+        }
+    };
+    Some((l3 + 3, inner))
+}
+
+/// Copy the TTL inwards (top label → the header below) or outwards.
+fn copy_ttl(cx: &mut Ctx<'_>, f: &mut [u8], inwards: bool) {
+    let Some((top, inner)) = inner_ttl(cx.lay, f) else {
+        cx.stats.copy_ttl_unsupported += 1;
+        return;
+    };
+    let ok = match inner {
+        InnerTtl::Mpls(at) | InnerTtl::Ipv6(at) => {
+            let (from, to) = if inwards { (top, at) } else { (at, top) };
+            match rd8(f, from) {
+                Some(t) => wr(f, to, &[t]),
+                None => false,
+            }
+        }
+        InnerTtl::Ipv4(ip) => {
+            if inwards {
+                match rd8(f, top) {
+                    Some(t) => {
+                        ipv4_word(f, ip, 8, |w| (w & 0x00ff) | ((t as u16) << 8)) == Some(true)
+                    }
+                    None => false,
+                }
+            } else {
+                match rd8(f, ip + 8) {
+                    Some(t) => wr(f, top, &[t]),
+                    None => false,
+                }
+            }
+        }
+    };
+    if !ok {
+        cx.stats.write_out_of_range += 1;
+    }
+}
+
+/// Push a label after the VLAN tags (§5.12: "the new MPLS shim header is
+/// inserted ... as the outermost label"). Its label, TC and TTL are copied
+/// from the previous top label, else label 0, TC 0 and the IP TTL (0 for
+/// non-IP), with bottom-of-stack set only when there was no label
+/// (OpenFlow 1.1 §A.2.5's push table, kept by later versions and by OVS).
+fn push_mpls<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<S>, et: u16) {
+    if et != ethertype::MPLS_UNICAST && et != ethertype::MPLS_MULTICAST {
+        cx.stats.push_mpls_bad_ethertype += 1;
+        return;
+    }
+    let lay = *cx.lay;
+    let et_at = lay.eth_type as usize;
+    let f = buf.frame();
+    let l3 = lay.l3 as usize;
+    let lse = match lay.l3_kind {
+        L3Kind::Mpls => rd::<4>(f, l3).map(|w| u32::from_be_bytes(w) & !0x100),
+        L3Kind::Ipv4 => rd8(f, l3 + 8).map(|t| 0x100 | t as u32),
+        L3Kind::Ipv6 => rd8(f, l3 + 7).map(|t| 0x100 | t as u32),
+        _ => Some(0x100),
+    };
+    let at = et_at + 2;
+    let Some(lse) = lse.filter(|_| et_at != 0 && at <= f.len() && at <= u16::MAX as usize) else {
+        cx.stats.push_mpls_no_room += 1;
+        return;
+    };
+    if !buf.open_gap(at, 4) {
+        cx.stats.push_mpls_no_room += 1;
+        return;
+    }
+    let f = buf.frame_mut();
+    // In range: the gap at..at+4 was just opened and et_at + 2 == at.
+    wr16(f, et_at, et);
+    wr(f, at, &lse.to_be_bytes());
+    // Offsets before `at` did not move (the prefix moved into headroom);
+    // the new label is the network header, and nothing below it is parsed.
+    let lay = &mut *cx.lay;
+    lay.l3 = at as u16; // checked <= u16::MAX above
+    lay.l3_kind = L3Kind::Mpls;
+    lay.ip_header_len = 0;
+    lay.l4 = 0;
+    lay.l4_kind = L4Kind::None;
+    lay.tunnel = TunnelKind::None;
+    lay.inner = 0;
+}
+
+/// Pop the top label and set the EtherType to `et`.
+fn pop_mpls<S: AsRef<[u8]> + AsMut<[u8]>>(
+    cx: &mut Ctx<'_>,
+    buf: &mut PacketBuf<S>,
+    et: u16,
+    in_port: u32,
+) {
+    let lay = *cx.lay;
+    let et_at = lay.eth_type as usize;
+    if lay.l3_kind != L3Kind::Mpls
+        || et_at == 0
+        || lay.l3 as usize != et_at + 2
+        || !buf.close_gap(lay.l3 as usize, 4)
+    {
+        cx.stats.pop_mpls_no_label += 1;
+        return;
+    }
+    // close_gap moved the prefix forward by 4: the EtherType is at et_at.
+    wr16(buf.frame_mut(), et_at, et);
+    let mut scratch_key = offlow_flow::FlowKey::ZERO;
+    let mut scratch_stats = offlow_flow::ParseStats::default();
+    *cx.lay = offlow_flow::extract_into(buf.frame(), in_port, &mut scratch_key, &mut scratch_stats);
+}

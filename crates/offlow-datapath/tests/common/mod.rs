@@ -1,0 +1,261 @@
+//! Frame builders and a from-scratch checksum checker shared by the tests.
+#![allow(dead_code)]
+
+use offlow_datapath::{sctp_checksum, OutputMeta, OutputSink, PortInfo};
+use offlow_flow::{extract, L3Kind, L4Kind, Layout, ParseStats, Parsed};
+use offlow_wire::checksum::{checksum, fold, pseudo_ipv4, pseudo_ipv6, sum};
+
+pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
+
+pub fn parse(frame: &[u8]) -> Parsed {
+    extract(frame, 1, &mut ParseStats::default())
+}
+
+/// Ethernet header with the given (tpid, tci) tags, then `ethertype`.
+pub fn eth(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&MAC_B);
+    f.extend_from_slice(&MAC_A);
+    for &(tpid, tci) in tags {
+        f.extend_from_slice(&tpid.to_be_bytes());
+        f.extend_from_slice(&tci.to_be_bytes());
+    }
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// IPv4 header (no options) + `l4`; header checksum filled, L4 checksum
+/// left for [`fill_checksums`].
+pub fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, ttl: u8, tos: u8, l4: &[u8]) -> Vec<u8> {
+    let total = (20 + l4.len()) as u16;
+    let mut h = vec![0x45, tos];
+    h.extend_from_slice(&total.to_be_bytes());
+    h.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, ttl, proto, 0, 0]);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    let c = checksum(&h);
+    h[10..12].copy_from_slice(&c.to_be_bytes());
+    h.extend_from_slice(l4);
+    h
+}
+
+pub fn ipv6(
+    src: [u8; 16],
+    dst: [u8; 16],
+    nh: u8,
+    hop: u8,
+    tc: u8,
+    flabel: u32,
+    l4: &[u8],
+) -> Vec<u8> {
+    let w = (6u32 << 28) | ((tc as u32) << 20) | (flabel & 0xfffff);
+    let mut h = w.to_be_bytes().to_vec();
+    h.extend_from_slice(&(l4.len() as u16).to_be_bytes());
+    h.push(nh);
+    h.push(hop);
+    h.extend_from_slice(&src);
+    h.extend_from_slice(&dst);
+    h.extend_from_slice(l4);
+    h
+}
+
+pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut t = Vec::new();
+    t.extend_from_slice(&sport.to_be_bytes());
+    t.extend_from_slice(&dport.to_be_bytes());
+    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
+    t.extend_from_slice(payload);
+    t
+}
+
+/// UDP with checksum 0 (filled later unless kept as "no checksum").
+pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+    let mut u = Vec::new();
+    u.extend_from_slice(&sport.to_be_bytes());
+    u.extend_from_slice(&dport.to_be_bytes());
+    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    u.extend_from_slice(&[0, 0]);
+    u.extend_from_slice(payload);
+    u
+}
+
+pub fn sctp(sport: u16, dport: u16) -> Vec<u8> {
+    let mut s = Vec::new();
+    s.extend_from_slice(&sport.to_be_bytes());
+    s.extend_from_slice(&dport.to_be_bytes());
+    s.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0]);
+    // One DATA chunk header with 4 bytes of data.
+    s.extend_from_slice(&[0, 3, 0, 20, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]);
+    s
+}
+
+/// ICMP (v4 or v6) header: type, code, checksum 0, 4 bytes rest, payload.
+pub fn icmp(t: u8, code: u8, rest: [u8; 4], payload: &[u8]) -> Vec<u8> {
+    let mut i = vec![t, code, 0, 0];
+    i.extend_from_slice(&rest);
+    i.extend_from_slice(payload);
+    i
+}
+
+/// NS or NA with one link-layer option of `opt_kind`.
+pub fn nd(t: u8, target: [u8; 16], opt_kind: u8, mac: [u8; 6]) -> Vec<u8> {
+    let mut i = vec![t, 0, 0, 0, 0, 0, 0, 0];
+    i.extend_from_slice(&target);
+    // A nonce-like unrelated option first (type 14, 8 bytes), then ours.
+    i.extend_from_slice(&[14, 1, 1, 2, 3, 4, 5, 6]);
+    i.extend_from_slice(&[opt_kind, 1]);
+    i.extend_from_slice(&mac);
+    i
+}
+
+pub fn arp(op: u16, sha: [u8; 6], spa: [u8; 4], tha: [u8; 6], tpa: [u8; 4]) -> Vec<u8> {
+    let mut a = vec![0, 1, 8, 0, 6, 4];
+    a.extend_from_slice(&op.to_be_bytes());
+    a.extend_from_slice(&sha);
+    a.extend_from_slice(&spa);
+    a.extend_from_slice(&tha);
+    a.extend_from_slice(&tpa);
+    a
+}
+
+pub fn v6(last: u8) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    a[0] = 0x20;
+    a[1] = 0x01;
+    a[2] = 0x0d;
+    a[3] = 0xb8;
+    a[15] = last;
+    a
+}
+
+/// The transport segment `l4 .. end of IP packet` and the pseudo-header sum.
+fn segment(frame: &[u8], lay: &Layout, proto: u8) -> Option<(usize, usize, u32)> {
+    let l3 = lay.l3 as usize;
+    let l4 = lay.l4 as usize;
+    match lay.l3_kind {
+        L3Kind::Ipv4 => {
+            let end =
+                (l3 + u16::from_be_bytes([frame[l3 + 2], frame[l3 + 3]]) as usize).min(frame.len());
+            let src: [u8; 4] = frame[l3 + 12..l3 + 16].try_into().unwrap();
+            let dst: [u8; 4] = frame[l3 + 16..l3 + 20].try_into().unwrap();
+            Some((l4, end, pseudo_ipv4(src, dst, proto, (end - l4) as u16)))
+        }
+        L3Kind::Ipv6 => {
+            let end = (l3 + 40 + u16::from_be_bytes([frame[l3 + 4], frame[l3 + 5]]) as usize)
+                .min(frame.len());
+            let src: [u8; 16] = frame[l3 + 8..l3 + 24].try_into().unwrap();
+            let dst: [u8; 16] = frame[l3 + 24..l3 + 40].try_into().unwrap();
+            Some((l4, end, pseudo_ipv6(src, dst, proto, (end - l4) as u32)))
+        }
+        _ => None,
+    }
+}
+
+/// Where the L4 checksum is and what kind it is.
+fn l4_csum(lay: &Layout) -> Option<(usize, u8)> {
+    let l4 = lay.l4 as usize;
+    match lay.l4_kind {
+        L4Kind::Tcp => Some((l4 + 16, 6)),
+        L4Kind::Udp => Some((l4 + 6, 17)),
+        L4Kind::Icmpv6 => Some((l4 + 2, 58)),
+        L4Kind::Icmpv4 => Some((l4 + 2, 1)),
+        L4Kind::Sctp => Some((l4 + 8, 132)),
+        _ => None,
+    }
+}
+
+/// Fill every checksum of `frame` from scratch. `udp_zero`: leave a UDP
+/// checksum at 0 ("none", IPv4 only).
+pub fn fill_checksums(frame: &mut [u8], udp_zero: bool) {
+    let p = parse(frame);
+    let lay = p.layout;
+    if lay.l3_kind == L3Kind::Ipv4 {
+        let l3 = lay.l3 as usize;
+        let hl = lay.ip_header_len as usize;
+        frame[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+        let c = checksum(&frame[l3..l3 + hl]);
+        frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+    }
+    let Some((at, proto)) = l4_csum(&lay) else {
+        return;
+    };
+    if proto == 17 && udp_zero {
+        return;
+    }
+    let (l4, end, ps) = segment(frame, &lay, proto).unwrap();
+    frame[at..at + 2].copy_from_slice(&[0, 0]);
+    match proto {
+        132 => {
+            let c = sctp_checksum(&frame[l4..end]).unwrap();
+            frame[at..at + 4].copy_from_slice(&c.to_le_bytes());
+        }
+        1 => {
+            let c = checksum(&frame[l4..end]);
+            frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
+        }
+        _ => {
+            let mut c = !fold(sum(&frame[l4..end], ps));
+            if proto == 17 && c == 0 {
+                c = 0xffff;
+            }
+            frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
+        }
+    }
+}
+
+/// Verify every checksum of `frame` from scratch.
+pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
+    let p = parse(frame);
+    let lay = p.layout;
+    if lay.l3_kind == L3Kind::Ipv4 {
+        let l3 = lay.l3 as usize;
+        let hl = lay.ip_header_len as usize;
+        if checksum(&frame[l3..l3 + hl]) != 0 {
+            return Err("ipv4 header checksum".into());
+        }
+    }
+    let Some((at, proto)) = l4_csum(&lay) else {
+        return Ok(());
+    };
+    let (l4, end, ps) = segment(frame, &lay, proto).unwrap();
+    let stored = u16::from_be_bytes([frame[at], frame[at + 1]]);
+    let ok = match proto {
+        132 => {
+            let c = sctp_checksum(&frame[l4..end]).unwrap();
+            frame[at..at + 4] == c.to_le_bytes()
+        }
+        1 => checksum(&frame[l4..end]) == 0,
+        17 if stored == 0 && lay.l3_kind == L3Kind::Ipv4 => true,
+        _ => fold(sum(&frame[l4..end], ps)) == 0xffff,
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("l4 checksum (proto {proto}) stored {stored:#06x}"))
+    }
+}
+
+/// A sink that records everything.
+#[derive(Default)]
+pub struct RecSink {
+    pub ports: Vec<PortInfo>,
+    pub sent: Vec<(u32, Vec<u8>, OutputMeta)>,
+    pub to_ctrl: Vec<(Vec<u8>, usize, OutputMeta)>,
+}
+
+impl OutputSink for RecSink {
+    fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta) {
+        self.sent.push((port, frame.to_vec(), meta));
+    }
+    fn controller(&mut self, frame: &[u8], total_len: usize, meta: OutputMeta) {
+        self.to_ctrl.push((frame.to_vec(), total_len, meta));
+    }
+    fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+    fn port_info(&self, index: usize) -> Option<PortInfo> {
+        self.ports.get(index).copied()
+    }
+}
