@@ -17,12 +17,24 @@
 //! writer publishing new versions are provided by the `versioned` wrapper.
 #![warn(missing_docs)]
 
+pub mod adaptive;
+pub mod dir24;
 pub mod linear;
+pub mod lpm;
+pub mod rfc;
 pub mod rule;
+pub mod tuple;
+pub mod versioned;
 
+pub use adaptive::{Classifier, ClassifierConfig, Compiled};
+pub use dir24::{Dir24, FibError};
 pub use linear::LinearClassifier;
+pub use lpm::{BinaryTrie, FibClassifier, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};
+pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError};
 pub use rule::{PortRange, Priority, Rule, RuleId};
+pub use tuple::{TupleConfig, TupleMerge};
+pub use versioned::{Apply, ClassifierOp, ReadGuard, ReadHandle, Versioned};
 
 /// The operations every classifier offers.
 pub trait Classify {

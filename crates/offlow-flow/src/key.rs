@@ -450,8 +450,10 @@ impl Match {
         let bits = field.bits();
         let mask = if len == 0 {
             0
+        } else if len >= bits {
+            // Also avoids `full_mask() >> 128`, which overflows for IPv6.
+            field.full_mask()
         } else {
-            let len = len.min(bits);
             field.full_mask() & !(field.full_mask() >> len)
         };
         self.set_masked(field, value, mask)
@@ -567,5 +569,9 @@ mod tests {
         assert_eq!(m.field(Field::Ipv4Dst), (0x0a00_0000, 0xff00_0000));
         m.set_prefix(Field::Ipv4Dst, 0x0a00_0000, 0);
         assert_eq!(m.field(Field::Ipv4Dst), (0, 0));
+        m.set_prefix(Field::Ipv6Dst, 7, 128);
+        assert_eq!(m.field(Field::Ipv6Dst), (7, u128::MAX));
+        m.set_prefix(Field::Ipv6Dst, u128::MAX, 64);
+        assert_eq!(m.field(Field::Ipv6Dst).1, u128::MAX << 64);
     }
 }

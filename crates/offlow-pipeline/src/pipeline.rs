@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use offlow_classifier::{Classify, LinearClassifier, PortRange, Priority, RuleId};
+use offlow_classifier::{Classifier, Classify, PortRange, Priority, RuleId};
 use offlow_flow::{present, Field, FlowKey, Match};
 
 use crate::action::{Action, ActionSet, Instruction};
@@ -37,9 +37,11 @@ use crate::error::PipelineError;
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
 use crate::validate::{validate_instructions, VID_PRESENT};
 
-/// The classifier used by every flow table. The single place to switch
-/// implementation (e.g. to `offlow_classifier::tuple` once it lands).
-pub type TableClassifier = LinearClassifier;
+/// The classifier used by every flow table: TupleMerge for incremental
+/// updates, with the DIR-24-8 FIB or an RFC snapshot installed by
+/// [`Pipeline::compile`] when a table's rules allow it. The single place to
+/// switch implementation.
+pub type TableClassifier = Classifier;
 
 /// Largest number of tables (ids 0..=254; 255 is `OFPTT_ALL`).
 pub const MAX_TABLES: u16 = 255;
@@ -225,6 +227,10 @@ pub enum PipelineOp {
     },
     /// Several ops, applied in order.
     Batch(Vec<PipelineOp>),
+    /// Rebuild the lookup accelerators (FIB / RFC snapshot) of every table
+    /// whose rules changed since its last compile. Deterministic, so each
+    /// copy can replay it; it never changes an answer, only its speed.
+    Compile,
 }
 
 /// What a flow-mod changed. The fast-path cache must invalidate everything
@@ -646,7 +652,26 @@ impl Pipeline {
                     self.apply(op);
                 }
             }
+            PipelineOp::Compile => {
+                for t in &mut self.tables {
+                    if !t.classifier.is_empty() && !t.classifier.is_compiled() {
+                        t.classifier.compile();
+                    }
+                }
+            }
         }
+    }
+
+    /// What serves lookups in each non-empty table (`"rfc"`, `"fib"` or
+    /// `"tuple"`), for diagnostics and `offlow trace`.
+    pub fn table_structures(&self) -> Vec<(u8, &'static str)> {
+        self.tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.classifier.is_empty())
+            // At most 255 tables.
+            .map(|(i, t)| (i as u8, t.classifier.serving()))
+            .collect()
     }
 
     /// Resolve `key` through the pipeline (allocating a new [`Resolution`]).

@@ -327,5 +327,14 @@ proptest! {
             prop_assert_eq!(&c.actions, &res.actions);
             prop_assert_eq!(&c.path, &res.path);
         }
+        // Compiling the tables' accelerators must not change any answer.
+        copy.apply(&PipelineOp::Compile);
+        for k in &keys {
+            let c = copy.lookup(k);
+            let (actions, outcome, path) = r.lookup(k);
+            prop_assert_eq!(&c.actions, &actions, "compiled, key {:?}", k);
+            prop_assert_eq!(c.outcome, outcome);
+            prop_assert_eq!(&c.path, &path);
+        }
     }
 }

@@ -1,0 +1,315 @@
+//! The table classifier: picks the fastest structure the rules allow.
+//!
+//! What: [`Classifier`] is what an OpenFlow table holds. It always keeps one
+//! *complete, incremental* structure that serves every update at once:
+//!
+//! - [`TupleMerge`] for general masked rules (the default), or
+//! - [`FibClassifier`] (DIR-24-8) when every rule is an `ipv4_dst` prefix
+//!   whose priority rises with its length — a FIB.
+//!
+//! On top of the tuple structure it can hold a *compiled accelerator*, an
+//! [`Rfc`] snapshot of the current rule set, built by [`Classifier::compile`]
+//! when every rule is an IPv4 5-tuple rule and the tables fit the budget.
+//! Any insert or remove drops the snapshot (it would be stale); lookups then
+//! go to TupleMerge until the owner compiles again. This is the same trade
+//! DPDK's rte_acl makes (rebuild on change), without its worst case: updates
+//! never wait for a rebuild and lookups never stop.
+//!
+//! Invariants:
+//! - exactly one complete structure holds every rule (`mode`);
+//! - `compiled`, when present, was built from exactly the current rule set
+//!   (it is cleared by every mutation), so its answers equal the complete
+//!   structure's; keys it declares not applicable go to the complete one;
+//! - FIB mode is entered only by [`Classifier::compile`] (a 64 MiB table is
+//!   not worth it for small tables) and left, by migrating every rule into
+//!   TupleMerge, as soon as a rule arrives that the FIB would refuse.
+//!
+//! Thread-safety: a single-writer structure, `Send + Sync`, `Clone` (the
+//! compiled snapshot is shared between clones through an `Arc`), meant to be
+//! wrapped by [`crate::versioned`] (or a pipeline that is) for concurrent
+//! readers.
+
+use std::sync::Arc;
+
+use crate::{
+    Classify, FibClassifier, FlowKey, Rfc, RfcAnswer, RfcConfig, RfcError, Rule, RuleId, TupleMerge,
+};
+
+/// Tuning of [`Classifier::compile`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassifierConfig {
+    /// Switch to the DIR-24-8 FIB when every rule is FIB-shaped and there are
+    /// at least this many (its first table costs 64 MiB).
+    pub fib_min_rules: usize,
+    /// Compile an RFC snapshot only for tables with at least this many rules
+    /// (below it TupleMerge is already a handful of probes).
+    pub rfc_min_rules: usize,
+    /// Memory budget of one RFC snapshot, in bytes.
+    pub rfc_budget: usize,
+}
+
+impl Default for ClassifierConfig {
+    fn default() -> Self {
+        ClassifierConfig {
+            fib_min_rules: 4096,
+            rfc_min_rules: 16,
+            rfc_budget: RfcConfig::default().budget,
+        }
+    }
+}
+
+/// Which complete structure holds the rules.
+#[derive(Debug, Clone)]
+enum Mode {
+    Tuple(TupleMerge),
+    Fib(Box<FibClassifier>),
+}
+
+/// What [`Classifier::compile`] ended up with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compiled {
+    /// The rules are served by the DIR-24-8 FIB.
+    Fib,
+    /// An RFC snapshot accelerates lookups until the next change.
+    Rfc {
+        /// Bytes of lookup tables.
+        table_bytes: usize,
+    },
+    /// No accelerator applies; TupleMerge serves lookups.
+    None {
+        /// Why not (shape, size, or too few rules).
+        reason: String,
+    },
+}
+
+/// The classifier an OpenFlow table holds; see the module documentation.
+#[derive(Debug, Clone)]
+pub struct Classifier {
+    mode: Mode,
+    compiled: Option<Arc<Rfc>>,
+    config: ClassifierConfig,
+    /// Bumped by every mutation; lets owners tell whether a compile is stale.
+    generation: u64,
+}
+
+impl Default for Classifier {
+    fn default() -> Self {
+        Classifier::with_config(ClassifierConfig::default())
+    }
+}
+
+impl Classifier {
+    /// An empty classifier with default tuning.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// An empty classifier with the given tuning.
+    pub fn with_config(config: ClassifierConfig) -> Self {
+        Classifier {
+            mode: Mode::Tuple(TupleMerge::new()),
+            compiled: None,
+            config,
+            generation: 0,
+        }
+    }
+
+    /// Mutation counter (for "has anything changed since I compiled?").
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A short name of the structure serving lookups now: `"fib"`, `"rfc"`
+    /// or `"tuple"`.
+    pub fn serving(&self) -> &'static str {
+        match (&self.mode, &self.compiled) {
+            (Mode::Fib(_), _) => "fib",
+            (Mode::Tuple(_), Some(_)) => "rfc",
+            (Mode::Tuple(_), None) => "tuple",
+        }
+    }
+
+    /// True when a compiled snapshot is installed and current.
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.is_some() || matches!(self.mode, Mode::Fib(_))
+    }
+
+    /// Every rule held (no particular order).
+    pub fn rules(&self) -> Vec<Rule> {
+        match &self.mode {
+            Mode::Tuple(t) => t.rules().cloned().collect(),
+            Mode::Fib(f) => f.rules().cloned().collect(),
+        }
+    }
+
+    /// Pick and build the fastest structure for the current rules: the FIB
+    /// if every rule is FIB-shaped (and there are enough of them), else an
+    /// RFC snapshot if every rule is a 5-tuple rule and it fits the budget.
+    pub fn compile(&mut self) -> Compiled {
+        let n = self.len();
+        if let Mode::Tuple(t) = &self.mode {
+            if n >= self.config.fib_min_rules && t.rules().all(FibClassifier::accepts) {
+                let mut fib = FibClassifier::new();
+                let mut refused = false;
+                for r in t.rules() {
+                    if fib.try_insert(r.clone()).is_err() {
+                        refused = true;
+                        break;
+                    }
+                }
+                if !refused {
+                    self.mode = Mode::Fib(Box::new(fib));
+                    self.compiled = None;
+                    return Compiled::Fib;
+                }
+            }
+        }
+        match self.build_rfc() {
+            Ok(rfc) => {
+                let table_bytes = rfc.stats().table_bytes;
+                self.compiled = Some(Arc::new(rfc));
+                Compiled::Rfc { table_bytes }
+            }
+            Err(reason) => {
+                if matches!(self.mode, Mode::Fib(_)) {
+                    return Compiled::Fib;
+                }
+                Compiled::None { reason }
+            }
+        }
+    }
+
+    fn build_rfc(&self) -> Result<Rfc, String> {
+        let Mode::Tuple(t) = &self.mode else {
+            return Err("served by the FIB".into());
+        };
+        if t.len() < self.config.rfc_min_rules {
+            return Err(format!(
+                "{} rules (< {} for RFC)",
+                t.len(),
+                self.config.rfc_min_rules
+            ));
+        }
+        let rules: Vec<Rule> = t.rules().cloned().collect();
+        let cfg = RfcConfig {
+            budget: self.config.rfc_budget,
+            ..RfcConfig::default()
+        };
+        Rfc::build_with(&rules, &cfg).map_err(|e: RfcError| e.to_string())
+    }
+
+    /// Install an RFC snapshot built elsewhere (by the writer of a
+    /// left-right pair, so both copies share one). The caller guarantees it
+    /// was built from exactly this classifier's current rules.
+    pub fn install_compiled(&mut self, rfc: Arc<Rfc>) {
+        self.compiled = Some(rfc);
+    }
+
+    /// The installed RFC snapshot, if any (to share with a second copy).
+    pub fn compiled(&self) -> Option<&Arc<Rfc>> {
+        self.compiled.as_ref()
+    }
+
+    fn changed(&mut self) {
+        self.compiled = None;
+        self.generation = self.generation.wrapping_add(1);
+    }
+
+    /// Leave FIB mode: move every rule into TupleMerge.
+    fn migrate_to_tuple(&mut self) {
+        if let Mode::Fib(f) = &self.mode {
+            let mut t = TupleMerge::new();
+            for r in f.rules() {
+                t.insert(r.clone());
+            }
+            self.mode = Mode::Tuple(t);
+        }
+    }
+}
+
+impl Classify for Classifier {
+    fn insert(&mut self, rule: Rule) {
+        self.changed();
+        match &mut self.mode {
+            Mode::Tuple(t) => t.insert(rule),
+            Mode::Fib(f) => {
+                if let Err(_refused) = f.try_insert(rule.clone()) {
+                    // `try_insert` removed any rule with this id; the
+                    // migration carries the rest over and the new rule
+                    // follows.
+                    self.migrate_to_tuple();
+                    if let Mode::Tuple(t) = &mut self.mode {
+                        t.insert(rule);
+                    }
+                }
+            }
+        }
+    }
+
+    fn remove(&mut self, id: RuleId) -> Option<Rule> {
+        let removed = match &mut self.mode {
+            Mode::Tuple(t) => t.remove(id),
+            Mode::Fib(f) => f.remove(id),
+        };
+        if removed.is_some() {
+            self.changed();
+        }
+        removed
+    }
+
+    #[inline]
+    fn lookup(&self, key: &FlowKey) -> Option<RuleId> {
+        match &self.mode {
+            Mode::Fib(f) => f.lookup(key),
+            Mode::Tuple(t) => match &self.compiled {
+                Some(rfc) => match rfc.lookup(key) {
+                    RfcAnswer::Hit(id) => Some(id),
+                    RfcAnswer::NoMatch => None,
+                    RfcAnswer::NotApplicable => t.lookup(key),
+                },
+                None => t.lookup(key),
+            },
+        }
+    }
+
+    fn lookup_batch(&self, keys: &[FlowKey], out: &mut [Option<RuleId>]) {
+        assert!(out.len() >= keys.len(), "lookup_batch: output too short");
+        match &self.mode {
+            Mode::Fib(f) => f.lookup_batch(keys, out),
+            Mode::Tuple(t) => match &self.compiled {
+                None => t.lookup_batch(keys, out),
+                Some(rfc) => {
+                    // Chunks of a fixed size keep the answer scratch on the
+                    // stack (no allocation per batch).
+                    const CHUNK: usize = 64;
+                    let mut answers = [RfcAnswer::NoMatch; CHUNK];
+                    for (kc, oc) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
+                        let answers = &mut answers[..kc.len()];
+                        rfc.lookup_batch(kc, answers);
+                        for ((k, a), o) in kc.iter().zip(answers.iter()).zip(oc.iter_mut()) {
+                            *o = match *a {
+                                RfcAnswer::Hit(id) => Some(id),
+                                RfcAnswer::NoMatch => None,
+                                RfcAnswer::NotApplicable => t.lookup(k),
+                            };
+                        }
+                    }
+                }
+            },
+        }
+    }
+
+    fn len(&self) -> usize {
+        match &self.mode {
+            Mode::Tuple(t) => t.len(),
+            Mode::Fib(f) => f.len(),
+        }
+    }
+
+    fn get(&self, id: RuleId) -> Option<&Rule> {
+        match &self.mode {
+            Mode::Tuple(t) => t.get(id),
+            Mode::Fib(f) => f.get(id),
+        }
+    }
+}

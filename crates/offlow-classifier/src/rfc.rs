@@ -1,0 +1,894 @@
+//! Recursive Flow Classification (Gupta & McKeown, SIGCOMM 1999) for IPv4
+//! 5-tuple rule sets: a *compiled*, read-only accelerator.
+//!
+//! # What
+//! [`Rfc::build`] compiles a fixed rule set into a tree of direct-indexed
+//! tables. Phase 0 splits the 5-tuple into seven chunks (source address high
+//! and low 16 bits, destination address high and low 16 bits, source port,
+//! destination port, protocol); each chunk value indexes a table that gives
+//! its *equivalence class*: the set of rules whose condition on that chunk
+//! accepts the value (equal sets share one class id). Each later step
+//! combines two class ids through a cross-product table into the class of
+//! the intersection of both rule sets. The last table stores the winning
+//! rule's rank directly, so a lookup is 13 table loads (7 + 3 + 2 + 1 in four
+//! dependent phases) and no comparison. [`Rfc::lookup_batch`] runs each phase
+//! over up to 64 keys before starting the next, so the loads of different
+//! keys overlap instead of forming one long dependency chain per key.
+//! The reduction tree is configurable ([`RfcConfig::tree`]); the default was
+//! chosen by comparing candidate trees on the WUSTL ClassBench sets
+//! (`examples/rfc_timing.rs --trees`).
+//!
+//! The structure cannot be updated: a changed rule set needs a rebuild. The
+//! intended use is as an accelerator in front of an incremental classifier
+//! (TupleMerge) that serves lookups while a rebuild is pending.
+//!
+//! # Accepted rules and the lookup domain
+//! A rule is accepted only when its matcher constrains nothing but
+//! `eth_type` (exactly 0x0800), `ipv4_src`, `ipv4_dst`, `ip_proto`,
+//! `tp_src`, `tp_dst` (any bit masks) and the presence bits L3 / L4 (only
+//! "must be present"), plus native port ranges. Consequences for a key:
+//! - `eth_type != 0x0800`: every rule requires eth_type 0x0800 exactly, so no
+//!   rule can match: [`RfcAnswer::NoMatch`] is exact.
+//! - eth_type 0x0800 with both L3 and L4 present (the *domain*): every
+//!   presence requirement and the eth_type constraint hold, so a rule matches
+//!   iff its conditions on the seven chunks hold, which is what the tables
+//!   compute: the answer is exact.
+//! - eth_type 0x0800 without L3: a rule requiring L3 cannot match. If every
+//!   rule requires L3 the answer is `NoMatch`; otherwise (a rule with no IP
+//!   field constraint at all, e.g. a ClassBench "match all IPv4" line) the
+//!   answer is [`RfcAnswer::NotApplicable`] and the caller asks its complete
+//!   classifier.
+//! - eth_type 0x0800, L3, no L4: `NotApplicable` (kept simple: a rule set
+//!   without port constraints could answer, but the caller's fallback is
+//!   correct and such packets are rare in a 5-tuple ACL workload).
+//!
+//! Ties: rules are ranked by (priority desc, id asc), the crate-wide order;
+//! the lowest rank in a class is the winner.
+//!
+//! # Invariants
+//! - Every class id stored in a table is below the class count of that
+//!   table's output, and every cross-product table has exactly
+//!   `classes(a) * classes(b)` entries; lookups index with `a * nb + b`,
+//!   which is therefore in range (the `unsafe` unchecked loads rely on this).
+//! - The final table holds ranks `0..n` or `n` for "no rule".
+//!
+//! # Thread-safety
+//! `Rfc` is immutable after build: `Send + Sync`, lookups take `&self` and
+//! allocate nothing.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::time::{Duration, Instant};
+
+use offlow_flow::{present, Field, FlowKey};
+
+use crate::{Rule, RuleId};
+
+/// Default memory budget for the compiled tables: 64 MiB.
+pub const DEFAULT_BUDGET: usize = 64 << 20;
+
+/// Keys per batch slice in [`Rfc::lookup_batch`]: the per-phase scratch is
+/// `SLOTS * BATCH * 4` bytes on the stack (4 KiB).
+const BATCH: usize = 64;
+
+/// Number of phase-0 chunks.
+pub const CHUNKS: usize = 7;
+/// Chunk names, in slot order (slot numbers used by [`RfcConfig::tree`]).
+pub const CHUNK_NAMES: [&str; CHUNKS] = [
+    "sip_hi", "sip_lo", "dip_hi", "dip_lo", "sport", "dport", "proto",
+];
+/// Slot numbers of the phase-0 chunks.
+pub mod slot {
+    /// Source address bits 31..16.
+    pub const SIP_HI: u8 = 0;
+    /// Source address bits 15..0.
+    pub const SIP_LO: u8 = 1;
+    /// Destination address bits 31..16.
+    pub const DIP_HI: u8 = 2;
+    /// Destination address bits 15..0.
+    pub const DIP_LO: u8 = 3;
+    /// Transport source port.
+    pub const SPORT: u8 = 4;
+    /// Transport destination port.
+    pub const DPORT: u8 = 5;
+    /// IP protocol.
+    pub const PROTO: u8 = 6;
+}
+
+/// Maximum number of combine steps (a binary tree over 7 leaves has 6).
+const MAX_STEPS: usize = 6;
+const SLOTS: usize = CHUNKS + MAX_STEPS;
+
+// The lookup reads the 5-tuple straight from the key words; pin the layout
+// it assumes (offlow-flow key.rs) at compile time.
+const _: () = {
+    let s = Field::Ipv4Src.loc();
+    let d = Field::Ipv4Dst.loc();
+    let sp = Field::TcpSrc.loc();
+    let dp = Field::TcpDst.loc();
+    let p = Field::IpProto.loc();
+    let e = Field::EthType.loc();
+    assert!(s.word == 5 && s.shift == 0 && s.bits == 32);
+    assert!(d.word == 5 && d.shift == 32 && d.bits == 32);
+    assert!(sp.word == 6 && sp.shift == 0 && sp.bits == 16);
+    assert!(dp.word == 6 && dp.shift == 16 && dp.bits == 16);
+    assert!(p.word == 6 && p.shift == 32 && p.bits == 8);
+    assert!(e.word == 3 && e.shift == 48 && e.bits == 16);
+    assert!(present::WORD == 14 && present::SHIFT == 48);
+};
+
+/// Mask bits a rule may constrain, per key word (see the module docs).
+const ALLOWED: [u64; 16] = {
+    let mut a = [0u64; 16];
+    a[3] = 0xffff << 48; // eth_type
+    a[5] = u64::MAX; // ipv4_src, ipv4_dst
+    a[6] = (1 << 40) - 1; // tp_src, tp_dst, ip_proto
+    a[14] = ((present::L3 | present::L4) as u64) << present::SHIFT;
+    a
+};
+
+/// The answer of an [`Rfc`] lookup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RfcAnswer {
+    /// This rule wins.
+    Hit(RuleId),
+    /// No rule matches (exact).
+    #[default]
+    NoMatch,
+    /// The key lies outside the compiled domain; ask the complete classifier.
+    NotApplicable,
+}
+
+/// Why [`Rfc::build`] refused a rule set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RfcError {
+    /// A rule is not an IPv4 5-tuple rule of the accepted shape.
+    Shape {
+        /// The offending rule.
+        id: RuleId,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// The tables (or the class bitmaps needed to build them) would exceed
+    /// the memory budget; `bytes` is the size that would have been reached.
+    TooBig {
+        /// Bytes the build would have needed at the point it stopped.
+        bytes: usize,
+    },
+}
+
+impl fmt::Display for RfcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RfcError::Shape { id, reason } => write!(f, "rule {id}: {reason}"),
+            RfcError::TooBig { bytes } => {
+                write!(f, "RFC tables would need at least {bytes} bytes")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RfcError {}
+
+/// Build parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RfcConfig {
+    /// Upper bound on table bytes (and, separately, on class bitmaps held
+    /// during the build).
+    pub budget: usize,
+    /// The reduction tree: step `i` combines slots `tree[i].0` and
+    /// `tree[i].1` into slot `CHUNKS + i`. Slots `0..CHUNKS` are the phase-0
+    /// chunks (see [`slot`]). Every slot must be consumed exactly once and
+    /// the last step produces the answer.
+    pub tree: Vec<(u8, u8)>,
+}
+
+impl RfcConfig {
+    /// Default tree: S = (sip_hi, sip_lo), D = (dip_hi, dip_lo),
+    /// P = (sport, dport), SD = (S, D), PP = (P, proto), final = (SD, PP).
+    pub fn default_tree() -> Vec<(u8, u8)> {
+        use slot::*;
+        vec![
+            (SIP_HI, SIP_LO),
+            (DIP_HI, DIP_LO),
+            (SPORT, DPORT),
+            (7, 8),
+            (9, PROTO),
+            (10, 11),
+        ]
+    }
+}
+
+impl Default for RfcConfig {
+    fn default() -> Self {
+        RfcConfig {
+            budget: DEFAULT_BUDGET,
+            tree: RfcConfig::default_tree(),
+        }
+    }
+}
+
+/// Sizes and timing of one build.
+#[derive(Debug, Clone, Default)]
+pub struct RfcStats {
+    /// Rules compiled.
+    pub rules: usize,
+    /// Class count of each phase-0 chunk, in slot order.
+    pub chunk_classes: [usize; CHUNKS],
+    /// Per combine step: (input a classes, input b classes, output classes,
+    /// table bytes). The last step's output count is the number of distinct
+    /// winners (plus "none").
+    pub steps: Vec<(usize, usize, usize, usize)>,
+    /// Bytes of all tables.
+    pub table_bytes: usize,
+    /// Wall-clock build time.
+    pub build_time: Duration,
+}
+
+impl fmt::Display for RfcStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} rules; chunk classes", self.rules)?;
+        for (n, c) in CHUNK_NAMES.iter().zip(self.chunk_classes) {
+            write!(f, " {n}={c}")?;
+        }
+        for (i, (a, b, o, bytes)) in self.steps.iter().enumerate() {
+            write!(f, "; step{i} {a}x{b}->{o} ({} KiB)", bytes / 1024)?;
+        }
+        write!(
+            f,
+            "; tables {:.2} MiB; build {:.1} ms",
+            self.table_bytes as f64 / (1 << 20) as f64,
+            self.build_time.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// A phase-0 table: 16-bit chunk value -> class id. A chunk has at most
+/// 65536 values, hence at most 65536 classes, so ids always fit `u16`; the
+/// fixed array length lets the compiler drop the bounds check on a `u16`
+/// index.
+type ChunkTable = Box<[u16; 1 << 16]>;
+
+/// A cross-product table; the narrowest width that holds its ids.
+enum CrossTable {
+    U16(Box<[u16]>),
+    U32(Box<[u32]>),
+}
+
+impl CrossTable {
+    /// Store `v` at `i` (build only). The U16 variant is chosen only when
+    /// every id provably fits.
+    fn set(&mut self, i: usize, v: u32) {
+        match self {
+            CrossTable::U16(t) => {
+                // Checked even in release: a truncated id would later index
+                // out of range in the unchecked lookup loads.
+                t[i] = u16::try_from(v).unwrap_or_else(|_| unreachable!("u16 table got id {v}"));
+            }
+            CrossTable::U32(t) => t[i] = v,
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        match self {
+            CrossTable::U16(t) => t.len() * 2,
+            CrossTable::U32(t) => t.len() * 4,
+        }
+    }
+}
+
+/// One combine step of the reduction tree.
+struct Step {
+    a: usize,
+    b: usize,
+    /// Class count of input `b` (the row stride).
+    nb: u32,
+    table: CrossTable,
+}
+
+/// A compiled RFC classifier; see the module documentation.
+pub struct Rfc {
+    /// Phase-0 tables for slots 0..6 (proto uses the first 256 entries of a
+    /// full-size table so every chunk shares the same fast path).
+    chunks: [ChunkTable; CHUNKS],
+    /// Combine steps in execution order; the last yields a rank.
+    steps: Vec<Step>,
+    /// Rule id by rank; rank `ids.len()` means "no match".
+    ids: Box<[RuleId]>,
+    /// Every rule requires L3 presence (see the module docs).
+    all_require_l3: bool,
+    stats: RfcStats,
+}
+
+impl fmt::Debug for Rfc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rfc").field("stats", &self.stats).finish()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Build
+
+/// A rule's condition on one chunk: `lo <= v <= hi && v & mask == val`.
+/// Prefix masks are folded into the interval at construction, so `mask` is
+/// non-zero only for non-prefix masks.
+#[derive(Clone, Copy, Debug)]
+struct Cond {
+    lo: u32,
+    hi: u32,
+    val: u32,
+    mask: u32,
+}
+
+impl Cond {
+    /// `v & mask == val` within `bits` bits, intersected with `[lo, hi]`.
+    /// Returns `None` when no value is accepted.
+    fn new(bits: u32, val: u32, mask: u32, lo: u32, hi: u32) -> Option<Cond> {
+        let full = (1u32 << bits) - 1;
+        let mask = mask & full;
+        let val = val & mask;
+        let inv = !mask & full;
+        if inv & inv.wrapping_add(1) == 0 {
+            // Prefix (or empty) mask: the accepted set is [val, val | inv].
+            let (l, h) = (lo.max(val), hi.min(val | inv));
+            (l <= h).then_some(Cond {
+                lo: l,
+                hi: h,
+                val: 0,
+                mask: 0,
+            })
+        } else {
+            (lo <= hi).then_some(Cond { lo, hi, val, mask })
+        }
+    }
+
+    #[inline]
+    fn accepts(&self, v: u32) -> bool {
+        self.lo <= v && v <= self.hi && v & self.mask == self.val
+    }
+}
+
+/// A small multiplicative hasher for class bitmaps (std's SipHash is several
+/// times slower on the kilobyte keys 10K-rule sets produce; the keys are not
+/// attacker-chosen beyond the rule set the operator installs).
+#[derive(Default)]
+struct BitsHasher(u64);
+
+impl Hasher for BitsHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut it = bytes.chunks_exact(8);
+        for c in &mut it {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+        for &b in it.remainder() {
+            self.write_u64(b as u64);
+        }
+    }
+    #[inline]
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    #[inline]
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+    fn finish(&self) -> u64 {
+        // Final avalanche so the low bits hashbrown uses depend on every word.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^ (h >> 33)
+    }
+}
+
+/// Rule bitmaps of a slot's classes, indexed by class id.
+type ClassBits = Vec<Box<[u64]>>;
+
+type ClassMap = HashMap<Box<[u64]>, u32, BuildHasherDefault<BitsHasher>>;
+
+/// Equivalence classes under construction: dedupes bitmaps, hands out ids.
+struct Classes {
+    map: ClassMap,
+    words: usize,
+    /// Bitmap bytes held; checked against the budget as classes are added.
+    bytes: usize,
+    budget: usize,
+}
+
+impl Classes {
+    fn new(words: usize, budget: usize) -> Classes {
+        Classes {
+            map: ClassMap::default(),
+            words,
+            bytes: 0,
+            budget,
+        }
+    }
+
+    fn id(&mut self, bits: &[u64]) -> Result<u32, RfcError> {
+        if let Some(&id) = self.map.get(bits) {
+            return Ok(id);
+        }
+        // Key bytes plus a rough per-entry overhead of the map.
+        self.bytes += bits.len() * 8 + 48;
+        if self.bytes > self.budget {
+            return Err(RfcError::TooBig { bytes: self.bytes });
+        }
+        let id = self.map.len() as u32;
+        self.map.insert(bits.into(), id);
+        Ok(id)
+    }
+
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The bitmaps, indexed by class id.
+    fn into_vec(self) -> Vec<Box<[u64]>> {
+        let mut v: Vec<Box<[u64]>> = vec![Box::default(); self.map.len()];
+        for (bits, id) in self.map {
+            v[id as usize] = bits;
+        }
+        debug_assert!(v.iter().all(|b| b.len() == self.words));
+        v
+    }
+}
+
+/// Check one rule's shape; returns its seven chunk conditions (`None` for a
+/// chunk that accepts nothing, making the rule unmatchable) and whether it
+/// requires L3.
+fn rule_conds(r: &Rule) -> Result<([Option<Cond>; CHUNKS], bool), RfcError> {
+    let shape = |reason| RfcError::Shape { id: r.id, reason };
+    let m = &r.matcher.mask;
+    let v = &r.matcher.value;
+    for ((&mw, &vw), &allowed) in m.words.iter().zip(&v.words).zip(&ALLOWED) {
+        if mw & !allowed != 0 {
+            return Err(shape("constrains a field outside the IPv4 5-tuple"));
+        }
+        if vw & !mw != 0 {
+            // Match::matches never accepts such a rule; refusing keeps the
+            // chunk conditions (which assume a pre-masked value) honest.
+            return Err(shape("match value has bits outside its mask"));
+        }
+    }
+    if m.get(Field::EthType) != 0xffff || v.get(Field::EthType) != 0x0800 {
+        return Err(shape("eth_type must be exactly 0x0800"));
+    }
+    let pm = m.presence();
+    if v.presence() != pm {
+        return Err(shape("requires a layer to be absent"));
+    }
+    let field = |f: Field| (v.get(f) as u32, m.get(f) as u32);
+    let (sv, sm) = field(Field::Ipv4Src);
+    let (dv, dm) = field(Field::Ipv4Dst);
+    let (spv, spm) = field(Field::TcpSrc);
+    let (dpv, dpm) = field(Field::TcpDst);
+    let (pv, pmask) = field(Field::IpProto);
+    const W: u32 = 0xffff;
+    let conds = [
+        Cond::new(16, sv >> 16, sm >> 16, 0, W),
+        Cond::new(16, sv & W, sm & W, 0, W),
+        Cond::new(16, dv >> 16, dm >> 16, 0, W),
+        Cond::new(16, dv & W, dm & W, 0, W),
+        Cond::new(16, spv, spm, r.src_port.lo as u32, r.src_port.hi as u32),
+        Cond::new(16, dpv, dpm, r.dst_port.lo as u32, r.dst_port.hi as u32),
+        Cond::new(8, pv, pmask, 0, 0xff),
+    ];
+    Ok((conds, pm & present::L3 != 0))
+}
+
+/// Phase 0 for one chunk: sweep the elementary segments of `0..2^bits`
+/// (between consecutive boundaries every rule's condition is constant),
+/// maintaining the bitmap of accepting rules incrementally for interval
+/// conditions and by evaluation for masked ones.
+fn build_chunk(
+    conds: &[Option<Cond>],
+    bits: u32,
+    words: usize,
+    budget: usize,
+) -> Result<(ChunkTable, ClassBits), RfcError> {
+    let size = 1usize << bits;
+    let mut boundary = vec![false; size + 1];
+    boundary[0] = true;
+    boundary[size] = true; // sentinel: ends the last segment
+                           // (position, rank, start?) events for interval conditions.
+    let mut events: Vec<(u32, u32, bool)> = Vec::new();
+    let mut masked: Vec<(u32, Cond)> = Vec::new();
+    for (rank, c) in conds.iter().enumerate() {
+        let Some(c) = c else { continue };
+        let rank = rank as u32;
+        boundary[c.lo as usize] = true;
+        boundary[c.hi as usize + 1] = true;
+        if c.mask == 0 {
+            events.push((c.lo, rank, true));
+            events.push((c.hi + 1, rank, false));
+        } else {
+            // The masked test is constant on aligned blocks of
+            // 2^trailing_zeros(mask) values.
+            let step = 1usize << c.mask.trailing_zeros();
+            let first = (c.lo as usize).div_ceil(step) * step;
+            for p in (first..=c.hi as usize).step_by(step) {
+                boundary[p] = true;
+            }
+            masked.push((rank, *c));
+        }
+    }
+    events.sort_unstable();
+    let mut table: ChunkTable = vec![0u16; 1 << 16]
+        .into_boxed_slice()
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("length is 1 << 16"));
+    let mut classes = Classes::new(words, budget);
+    let mut cur = vec![0u64; words];
+    let mut ev = 0;
+    let mut v = 0usize;
+    while v < size {
+        while ev < events.len() && events[ev].0 as usize == v {
+            let (_, rank, start) = events[ev];
+            let (w, b) = (rank as usize / 64, rank % 64);
+            if start {
+                cur[w] |= 1 << b;
+            } else {
+                cur[w] &= !(1 << b);
+            }
+            ev += 1;
+        }
+        for &(rank, c) in &masked {
+            let (w, b) = (rank as usize / 64, rank % 64);
+            if c.accepts(v as u32) {
+                cur[w] |= 1 << b;
+            } else {
+                cur[w] &= !(1 << b);
+            }
+        }
+        let mut end = v + 1;
+        while !boundary[end] {
+            end += 1;
+        }
+        let id = classes.id(&cur)?;
+        // A chunk has at most 2^16 values, hence at most 2^16 classes.
+        table[v..end].fill(id as u16);
+        v = end;
+    }
+    Ok((table, classes.into_vec()))
+}
+
+impl Rfc {
+    /// Compile `rules` with the default configuration.
+    pub fn build(rules: &[Rule]) -> Result<Rfc, RfcError> {
+        Rfc::build_with(rules, &RfcConfig::default())
+    }
+
+    /// Compile `rules` with `config`.
+    ///
+    /// # Panics
+    /// If `config.tree` is not a binary tree consuming every slot exactly
+    /// once (a programming error, not data-driven).
+    pub fn build_with(rules: &[Rule], config: &RfcConfig) -> Result<Rfc, RfcError> {
+        let t0 = Instant::now();
+        check_tree(&config.tree);
+        let mut order: Vec<&Rule> = rules.iter().collect();
+        order.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.id));
+        let mut seen = std::collections::HashSet::new();
+        for r in &order {
+            if !seen.insert(r.id) {
+                return Err(RfcError::Shape {
+                    id: r.id,
+                    reason: "duplicate rule id",
+                });
+            }
+        }
+        let n = order.len();
+        let words = n.div_ceil(64).max(1);
+        let mut per_chunk: Vec<Vec<Option<Cond>>> =
+            (0..CHUNKS).map(|_| Vec::with_capacity(n)).collect();
+        let mut all_require_l3 = true;
+        for r in &order {
+            let (conds, l3) = rule_conds(r)?;
+            all_require_l3 &= l3;
+            for (c, pc) in conds.into_iter().zip(per_chunk.iter_mut()) {
+                pc.push(c);
+            }
+        }
+
+        let mut stats = RfcStats {
+            rules: n,
+            ..RfcStats::default()
+        };
+        let mut table_bytes = 0usize;
+        let mut chunk_tables = Vec::with_capacity(CHUNKS);
+        // Class bitmaps of every live slot; taken when consumed.
+        let mut slots: Vec<Option<Vec<Box<[u64]>>>> = Vec::with_capacity(SLOTS);
+        for (i, conds) in per_chunk.iter().enumerate() {
+            let bits = if i == slot::PROTO as usize { 8 } else { 16 };
+            let (t, cls) = build_chunk(conds, bits, words, config.budget)?;
+            table_bytes += std::mem::size_of::<[u16; 1 << 16]>();
+            stats.chunk_classes[i] = cls.len();
+            chunk_tables.push(t);
+            slots.push(Some(cls));
+        }
+        if table_bytes > config.budget {
+            return Err(RfcError::TooBig { bytes: table_bytes });
+        }
+
+        let mut steps = Vec::with_capacity(config.tree.len());
+        let last = config.tree.len() - 1;
+        for (si, &(a, b)) in config.tree.iter().enumerate() {
+            let (a, b) = (a as usize, b as usize);
+            // check_tree guarantees each slot is consumed once, after it is made.
+            let ca = slots[a].take().unwrap_or_else(|| unreachable!("checked"));
+            let cb = slots[b].take().unwrap_or_else(|| unreachable!("checked"));
+            let (na, nb) = (ca.len(), cb.len());
+            let entries = na * nb;
+            // Width is decided after deduping, so budget the wider one unless
+            // the output provably fits u16 (at most 2^16 distinct pairs, or
+            // the final step's ranks 0..=n).
+            let width = if entries <= 1 << 16 || (si == last && n < u16::MAX as usize) {
+                2
+            } else {
+                4
+            };
+            let need = table_bytes.saturating_add(entries.saturating_mul(width));
+            if need > config.budget {
+                return Err(RfcError::TooBig { bytes: need });
+            }
+            // Allocate at the budgeted width; a u16 table only receives ids
+            // below 2^16 (at most 2^16 entries, or ranks 0..=n < 2^16 - 1).
+            let mut ids = if width == 2 {
+                CrossTable::U16(vec![0u16; entries].into_boxed_slice())
+            } else {
+                CrossTable::U32(vec![0u32; entries].into_boxed_slice())
+            };
+            let out_classes = if si == last {
+                // The final step keeps only the winner: the first set bit.
+                let none = n as u32;
+                let mut winners = std::collections::HashSet::new();
+                for (i, x) in ca.iter().enumerate() {
+                    for (j, y) in cb.iter().enumerate() {
+                        let mut r = none;
+                        for (w, (p, q)) in x.iter().zip(y.iter()).enumerate() {
+                            let m = p & q;
+                            if m != 0 {
+                                r = (w * 64) as u32 + m.trailing_zeros();
+                                break;
+                            }
+                        }
+                        ids.set(i * nb + j, r);
+                        winners.insert(r);
+                    }
+                }
+                slots.push(None);
+                winners.len()
+            } else {
+                let mut classes = Classes::new(words, config.budget);
+                let mut scratch = vec![0u64; words];
+                for (i, x) in ca.iter().enumerate() {
+                    for (j, y) in cb.iter().enumerate() {
+                        for ((s, p), q) in scratch.iter_mut().zip(x.iter()).zip(y.iter()) {
+                            *s = p & q;
+                        }
+                        ids.set(i * nb + j, classes.id(&scratch)?);
+                    }
+                }
+                let k = classes.len();
+                slots.push(Some(classes.into_vec()));
+                k
+            };
+            // Narrow a 32-bit table whose ids turned out to fit 16 bits (the
+            // copy is half the size of the table already budgeted).
+            let table = match ids {
+                CrossTable::U32(t) if t.iter().all(|&x| x <= u16::MAX as u32) => {
+                    CrossTable::U16(t.iter().map(|&x| x as u16).collect())
+                }
+                t => t,
+            };
+            table_bytes += table.bytes();
+            stats.steps.push((na, nb, out_classes, table.bytes()));
+            steps.push(Step {
+                a,
+                b,
+                nb: nb as u32,
+                table,
+            });
+        }
+        let ids: Box<[RuleId]> = order.iter().map(|r| r.id).collect();
+        let chunks: [ChunkTable; CHUNKS] = chunk_tables
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("exactly CHUNKS tables built"));
+        stats.table_bytes = table_bytes;
+        stats.build_time = t0.elapsed();
+        Ok(Rfc {
+            chunks,
+            steps,
+            ids,
+            all_require_l3,
+            stats,
+        })
+    }
+
+    /// Sizes and timing of the build.
+    pub fn stats(&self) -> &RfcStats {
+        &self.stats
+    }
+
+    /// Number of rules compiled.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no rule was compiled.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Answer for a key outside the domain, or `None` when the key is inside
+    /// it (eth_type 0x0800 with L3 and L4 present). See the module docs.
+    #[inline]
+    fn outside(&self, key: &FlowKey) -> Option<RfcAnswer> {
+        let eth = (key.words[3] >> 48) as u16;
+        let pres = key.presence();
+        const L34: u16 = present::L3 | present::L4;
+        if eth != 0x0800 {
+            Some(RfcAnswer::NoMatch)
+        } else if pres & L34 == L34 {
+            None
+        } else if pres & present::L3 == 0 && self.all_require_l3 {
+            Some(RfcAnswer::NoMatch)
+        } else {
+            Some(RfcAnswer::NotApplicable)
+        }
+    }
+
+    #[inline]
+    fn answer(&self, rank: u32) -> RfcAnswer {
+        match self.ids.get(rank as usize) {
+            Some(&id) => RfcAnswer::Hit(id),
+            None => RfcAnswer::NoMatch,
+        }
+    }
+
+    /// The winning rule for `key`.
+    pub fn lookup(&self, key: &FlowKey) -> RfcAnswer {
+        if let Some(a) = self.outside(key) {
+            return a;
+        }
+        let mut s = [0u32; SLOTS];
+        let c = chunk_values(key);
+        for i in 0..CHUNKS {
+            s[i] = self.chunks[i][c[i] as usize] as u32;
+        }
+        for (k, st) in self.steps.iter().enumerate() {
+            let idx = s[st.a] as usize * st.nb as usize + s[st.b] as usize;
+            s[CHUNKS + k] = match &st.table {
+                CrossTable::U16(t) => t.get(idx).map_or(0, |&x| x as u32),
+                CrossTable::U32(t) => t.get(idx).copied().unwrap_or(0),
+            };
+        }
+        self.answer(s[CHUNKS + self.steps.len() - 1])
+    }
+
+    /// Look up every key of `keys`; `out[i]` receives the answer for
+    /// `keys[i]`. Processes up to 64 keys phase by phase so the table loads
+    /// of different keys overlap; allocates nothing.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
+    pub fn lookup_batch(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
+        assert!(out.len() >= keys.len(), "lookup_batch: output too short");
+        for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            self.lookup_chunk(kc, oc);
+        }
+    }
+
+    fn lookup_chunk(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
+        let n = keys.len();
+        debug_assert!(n <= BATCH);
+        let mut s = [[0u32; BATCH]; SLOTS];
+        // Phase 0: one pass over the keys, seven independent loads each.
+        for (i, key) in keys.iter().enumerate() {
+            let c = chunk_values(key);
+            for j in 0..CHUNKS {
+                // `c[j]` is a u16, the table length is 2^16: the check folds.
+                s[j][i] = self.chunks[j][c[j] as usize] as u32;
+            }
+        }
+        // Later phases: each step is a tight loop over the batch.
+        for (k, st) in self.steps.iter().enumerate() {
+            let (inputs, outputs) = s.split_at_mut(CHUNKS + k);
+            let (sa, sb) = (&inputs[st.a][..n], &inputs[st.b][..n]);
+            let dst = &mut outputs[0][..n];
+            let nb = st.nb as usize;
+            match &st.table {
+                CrossTable::U16(t) => {
+                    for ((d, &a), &b) in dst.iter_mut().zip(sa).zip(sb) {
+                        let idx = a as usize * nb + b as usize;
+                        debug_assert!(idx < t.len());
+                        // SAFETY: `a` is a class id of slot `st.a` and `b` of
+                        // slot `st.b` (every table stores only ids below its
+                        // output class count), so a < na, b < nb and
+                        // idx < na * nb == t.len() (build invariant).
+                        *d = unsafe { *t.get_unchecked(idx) } as u32;
+                    }
+                }
+                CrossTable::U32(t) => {
+                    for ((d, &a), &b) in dst.iter_mut().zip(sa).zip(sb) {
+                        let idx = a as usize * nb + b as usize;
+                        debug_assert!(idx < t.len());
+                        // SAFETY: as above: idx < na * nb == t.len().
+                        *d = unsafe { *t.get_unchecked(idx) };
+                    }
+                }
+            }
+        }
+        let fin = &s[CHUNKS + self.steps.len() - 1];
+        for ((o, key), &rank) in out.iter_mut().zip(keys).zip(fin.iter()) {
+            *o = match self.outside(key) {
+                Some(a) => a,
+                None => self.answer(rank),
+            };
+        }
+    }
+}
+
+/// The seven chunk values of a key, in slot order (read straight from the
+/// key words; layout pinned by the const assertions above).
+#[inline(always)]
+fn chunk_values(key: &FlowKey) -> [u16; CHUNKS] {
+    let w5 = key.words[5];
+    let w6 = key.words[6];
+    [
+        (w5 >> 16) as u16,
+        w5 as u16,
+        (w5 >> 48) as u16,
+        (w5 >> 32) as u16,
+        w6 as u16,
+        (w6 >> 16) as u16,
+        ((w6 >> 32) as u8) as u16,
+    ]
+}
+
+/// Panics unless `tree` is a binary reduction tree over the slots.
+fn check_tree(tree: &[(u8, u8)]) {
+    assert!(
+        tree.len() == MAX_STEPS,
+        "RFC tree must have exactly {MAX_STEPS} steps"
+    );
+    let mut used = [false; SLOTS];
+    for (i, &(a, b)) in tree.iter().enumerate() {
+        let made = CHUNKS + i;
+        for x in [a as usize, b as usize] {
+            assert!(x < made, "step {i} reads slot {x} before it exists");
+            assert!(!used[x], "slot {x} consumed twice");
+            used[x] = true;
+        }
+    }
+    assert!(
+        used[..SLOTS - 1].iter().all(|&u| u),
+        "every slot but the last must be consumed"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cond_folds_prefixes_and_intersects_ranges() {
+        let c = Cond::new(16, 0x1200, 0xff00, 0, 0xffff).unwrap();
+        assert_eq!((c.lo, c.hi, c.mask), (0x1200, 0x12ff, 0));
+        let c = Cond::new(16, 0x1200, 0xff00, 0x1280, 0x2000).unwrap();
+        assert_eq!((c.lo, c.hi, c.mask), (0x1280, 0x12ff, 0));
+        assert!(Cond::new(16, 0x1200, 0xff00, 0x1300, 0x2000).is_none());
+        let c = Cond::new(16, 1, 1, 10, 20).unwrap();
+        assert!(c.accepts(11) && !c.accepts(12) && !c.accepts(21));
+    }
+
+    #[test]
+    #[should_panic(expected = "consumed twice")]
+    fn bad_tree_panics() {
+        check_tree(&[(0, 1), (0, 2), (3, 4), (5, 6), (7, 8), (9, 10)]);
+    }
+}

@@ -1,0 +1,350 @@
+//! Left-right versioned publish: lock-free readers, one writer.
+//!
+//! What: [`Versioned<T, Op>`] keeps two copies of a `T`. Readers read the
+//! *active* copy; the single writer applies operations ([`Apply<Op>`]) to the
+//! *inactive* copy and records them in an oplog. [`Versioned::publish`] swaps
+//! the active index, waits until every reader that might still be reading
+//! the old copy has left its read section, and then replays the oplog onto
+//! the old copy, so both copies are equal again and the old one becomes the
+//! next inactive copy.
+//!
+//! Readers register once ([`Versioned::reader`]) and then call
+//! [`ReadHandle::enter`] per batch of packets: two atomic stores and one
+//! atomic load, no lock, no allocation, never a wait.
+//!
+//! Invariants:
+//! - no reader ever holds a reference into the inactive copy while the
+//!   writer mutates it (established by the wait in `publish`);
+//! - a read section sees exactly one copy: a published version, never a mix;
+//! - when `publish` returns, every read section that starts afterwards sees
+//!   the new version or a later one (the quiescent point has passed: no
+//!   reader can still observe the previous version).
+//!
+//! Thread-safety: `Versioned` is the writer (`&mut self` methods; `Send`
+//! when `T` is). `ReadHandle` is `Send` but not `Sync`: one handle per
+//! reader thread. Reader epochs: each reader owns a counter that is odd while
+//! inside a read section. The ordering argument is in [`ReadHandle::enter`]
+//! and [`Versioned::publish`].
+
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::{Classify, Rule, RuleId};
+
+/// A state that can replay a recorded operation. Applying the same sequence
+/// of operations to two equal states must give two equal states
+/// (determinism), since each operation is applied once to each copy.
+pub trait Apply<Op> {
+    /// Apply `op` to `self`.
+    fn apply(&mut self, op: &Op);
+}
+
+/// Update operations for any classifier.
+// Unboxed on purpose: ops sit in a Vec oplog (contiguous, reused), and a
+// box would cost an allocation per update on the writer.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum ClassifierOp {
+    /// Insert (or replace) a rule.
+    Insert(Rule),
+    /// Remove the rule with this id.
+    Remove(RuleId),
+}
+
+impl<C: Classify> Apply<ClassifierOp> for C {
+    fn apply(&mut self, op: &ClassifierOp) {
+        match op {
+            ClassifierOp::Insert(r) => self.insert(r.clone()),
+            ClassifierOp::Remove(id) => {
+                self.remove(*id);
+            }
+        }
+    }
+}
+
+/// A copy and the version it holds.
+struct Replica<T> {
+    version: u64,
+    value: T,
+}
+
+/// One reader's epoch: odd while inside a read section. Padded to its own
+/// cache line so readers do not false-share.
+#[repr(align(128))]
+struct ReaderSlot {
+    epoch: AtomicU64,
+}
+
+struct Shared<T> {
+    copies: [UnsafeCell<Replica<T>>; 2],
+    /// Index (0 or 1) of the copy readers must use.
+    active: AtomicUsize,
+    /// Registered readers. Locked only on registration, handle drop and by
+    /// the writer in `publish`; never by a read section.
+    readers: Mutex<Vec<Arc<ReaderSlot>>>,
+}
+
+// SAFETY: readers only get `&T` of the active copy (so `T: Sync` is needed
+// to share it across threads) and the writer mutates the inactive copy from
+// its own thread (so `T: Send`). The left-right protocol guarantees that a
+// copy is never mutated while any reader holds a reference into it.
+unsafe impl<T: Send + Sync> Sync for Shared<T> {}
+// SAFETY: as above; moving the shared state moves the `T`s (`T: Send`).
+unsafe impl<T: Send + Sync> Send for Shared<T> {}
+
+/// The writer side: two copies, an oplog and the version counter.
+pub struct Versioned<T, Op> {
+    shared: Arc<Shared<T>>,
+    oplog: Vec<Op>,
+    /// Version of the currently published copy.
+    version: u64,
+}
+
+impl<T: Apply<Op> + Clone, Op> Versioned<T, Op> {
+    /// Publish `value` as version 0.
+    pub fn new(value: T) -> Self {
+        let other = value.clone();
+        let shared = Shared {
+            copies: [
+                UnsafeCell::new(Replica { version: 0, value }),
+                UnsafeCell::new(Replica {
+                    version: 0,
+                    value: other,
+                }),
+            ],
+            active: AtomicUsize::new(0),
+            readers: Mutex::new(Vec::new()),
+        };
+        Versioned {
+            shared: Arc::new(shared),
+            oplog: Vec::new(),
+            version: 0,
+        }
+    }
+}
+
+impl<T: Apply<Op>, Op> Versioned<T, Op> {
+    /// Register a new reader.
+    pub fn reader(&self) -> ReadHandle<T> {
+        let slot = Arc::new(ReaderSlot {
+            epoch: AtomicU64::new(0),
+        });
+        lock(&self.shared.readers).push(slot.clone());
+        ReadHandle {
+            shared: self.shared.clone(),
+            slot,
+            _not_sync: PhantomData,
+        }
+    }
+
+    fn inactive(&self) -> usize {
+        // Only the writer stores `active`, so a relaxed load of our own
+        // last store is exact.
+        1 - self.shared.active.load(Ordering::Relaxed)
+    }
+
+    /// The writer's view: the inactive copy, with every applied operation
+    /// (published or not).
+    pub fn writer_view(&self) -> &T {
+        let i = self.inactive();
+        // SAFETY: only the writer (`self`, borrowed shared here, so no
+        // `&mut` method runs concurrently) mutates copies, and readers never
+        // touch the inactive copy, so a shared borrow is sound.
+        unsafe { &(*self.shared.copies[i].get()).value }
+    }
+
+    /// Apply `op` to the inactive copy and record it for replay. Readers do
+    /// not see it until [`publish`](Self::publish).
+    pub fn apply(&mut self, op: Op) {
+        let i = self.inactive();
+        // SAFETY: the inactive copy has no reader (every reader that could
+        // hold it left before the last `publish` returned, and new readers
+        // load `active`, which names the other copy), and `&mut self` makes
+        // this the only writer access.
+        let copy = unsafe { &mut *self.shared.copies[i].get() };
+        copy.value.apply(&op);
+        self.oplog.push(op);
+    }
+
+    /// Number of applied but unpublished operations.
+    pub fn pending(&self) -> usize {
+        self.oplog.len()
+    }
+
+    /// Version of the published copy (0 at creation, +1 per publish that
+    /// had pending operations).
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Make every applied operation visible, wait for the quiescent point,
+    /// and bring the old copy up to date. Returns the new version. When it
+    /// returns, no read section can observe an older version. A publish
+    /// with nothing pending does nothing.
+    pub fn publish(&mut self) -> u64 {
+        if self.oplog.is_empty() {
+            return self.version;
+        }
+        let new = self.inactive();
+        let old = 1 - new;
+        self.version += 1;
+        // SAFETY: `new` is still inactive (no readers), see `apply`.
+        unsafe { (*self.shared.copies[new].get()).version = self.version };
+
+        // The swap. SeqCst (a release store at least, so readers that load
+        // the new index also see every write to the new copy; SeqCst so the
+        // store and the epoch loads below are ordered against readers' epoch
+        // stores and `active` loads in the single total order, the classic
+        // Dekker pattern: either a reader's odd-epoch store precedes our
+        // epoch load (we see it and wait), or our store precedes its load of
+        // `active` (it reads the new copy)).
+        self.shared.active.store(new, Ordering::SeqCst);
+
+        {
+            let readers = lock(&self.shared.readers);
+            for r in readers.iter() {
+                let e = r.epoch.load(Ordering::SeqCst);
+                if e & 1 == 0 {
+                    continue; // not inside: any later section sees `new`.
+                }
+                // Inside a section that may have loaded `old`: wait until it
+                // leaves. The Acquire load pairs with the Release store on
+                // guard drop, so its reads of `old` happen-before our replay.
+                let mut spins = 0u32;
+                while r.epoch.load(Ordering::Acquire) == e {
+                    spins += 1;
+                    if spins < 64 {
+                        std::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+            // A reader registering after we release the lock synchronises
+            // with our unlock, so it sees the new `active`.
+        }
+
+        // SAFETY: `old` is now inactive and every reader that could hold a
+        // reference into it has left (waited above); `&mut self` excludes
+        // other writer access.
+        let copy = unsafe { &mut *self.shared.copies[old].get() };
+        for op in &self.oplog {
+            copy.value.apply(op);
+        }
+        copy.version = self.version;
+        self.oplog.clear();
+        self.version
+    }
+}
+
+/// Lock a mutex whose data (a list of reader slots) cannot be left
+/// inconsistent by a panic, so poisoning is ignored.
+fn lock<U>(m: &Mutex<U>) -> std::sync::MutexGuard<'_, U> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A registered reader. `Send`, not `Sync`: each reader thread owns one.
+pub struct ReadHandle<T> {
+    shared: Arc<Shared<T>>,
+    slot: Arc<ReaderSlot>,
+    /// Only the owning thread writes the epoch: no sharing of a handle.
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+impl<T> ReadHandle<T> {
+    /// Start a read section. Never blocks and never allocates; hold the
+    /// guard for one batch, not longer (the writer's `publish` waits for it).
+    /// `&mut self` rules out nested sections on one handle, which would
+    /// break the odd/even epoch protocol.
+    #[inline]
+    pub fn enter(&mut self) -> ReadGuard<'_, T> {
+        // Only this thread stores the epoch, so a relaxed load is exact.
+        let e = self.slot.epoch.load(Ordering::Relaxed);
+        // Odd: inside. SeqCst store then SeqCst load of `active`: the other
+        // half of the Dekker pattern described in `publish`.
+        self.slot.epoch.store(e + 1, Ordering::SeqCst);
+        let i = self.shared.active.load(Ordering::SeqCst);
+        // SAFETY: copy `i` was active when loaded and our epoch was already
+        // odd, so the writer waits for us before mutating it; the SeqCst
+        // load acquires the writer's writes to it.
+        let copy = unsafe { &*self.shared.copies[i].get() };
+        ReadGuard {
+            copy,
+            slot: &self.slot,
+            exit: e + 2,
+        }
+    }
+}
+
+impl<T> Drop for ReadHandle<T> {
+    fn drop(&mut self) {
+        let mut readers = lock(&self.shared.readers);
+        readers.retain(|r| !Arc::ptr_eq(r, &self.slot));
+    }
+}
+
+/// A read section: derefs to the active copy as it was at `enter`.
+pub struct ReadGuard<'a, T> {
+    copy: &'a Replica<T>,
+    slot: &'a ReaderSlot,
+    exit: u64,
+}
+
+impl<T> ReadGuard<'_, T> {
+    /// The version this section reads.
+    pub fn version(&self) -> u64 {
+        self.copy.version
+    }
+}
+
+impl<T> Deref for ReadGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        &self.copy.value
+    }
+}
+
+impl<T> Drop for ReadGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        // Even: outside. Release so every read of the copy happens-before
+        // the writer's Acquire load that sees this value.
+        self.slot.epoch.store(self.exit, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone)]
+    struct Counter(u64);
+    impl Apply<u64> for Counter {
+        fn apply(&mut self, op: &u64) {
+            self.0 += op;
+        }
+    }
+
+    #[test]
+    fn ops_visible_only_after_publish() {
+        let mut v = Versioned::new(Counter(0));
+        let mut r = v.reader();
+        v.apply(5);
+        assert_eq!(v.writer_view().0, 5);
+        assert_eq!(r.enter().0, 0);
+        assert_eq!(v.publish(), 1);
+        {
+            let g = r.enter();
+            assert_eq!((g.0, g.version()), (5, 1));
+        }
+        v.apply(1);
+        assert_eq!(v.publish(), 2);
+        assert_eq!(v.publish(), 2, "empty publish keeps the version");
+        assert_eq!(r.enter().0, 6);
+        assert_eq!(v.writer_view().0, 6);
+    }
+}
