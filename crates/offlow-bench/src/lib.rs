@@ -15,5 +15,6 @@
 pub mod classbench;
 pub mod classify;
 pub mod dpdk;
+pub mod dpdk_fib;
 pub mod fib;
 pub mod report;
