@@ -18,3 +18,20 @@ pub mod dpdk;
 pub mod dpdk_fib;
 pub mod fib;
 pub mod report;
+
+use std::path::PathBuf;
+
+/// Where the shared data set (`shared/data`: ClassBench, BGP tables, pcaps)
+/// is: `$OFFLOW_DATA_DIR`, else a `shared/data` folder beside the checkout
+/// or one of its parents (CI clones main with `shared/` beside it), else
+/// `/work/shared/data`. `None` when none exists.
+pub fn shared_data_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("OFFLOW_DATA_DIR") {
+        return Some(PathBuf::from(d)).filter(|p| p.is_dir());
+    }
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors()
+        .map(|a| a.join("shared/data"))
+        .chain([PathBuf::from("/work/shared/data")])
+        .find(|p| p.is_dir())
+}

@@ -78,6 +78,12 @@ fn data_file(name: &str) -> Option<Vec<u8>> {
             return Some(b);
         }
     }
+    // Under CI the data is always beside the checkout: absence is a
+    // failure, not a silent skip.
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{name} absent under CI (looked in {dirs:?})"
+    );
     println!("SKIPPED: {name} not found in {dirs:?}; data set absent");
     None
 }

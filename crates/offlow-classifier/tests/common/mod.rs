@@ -13,8 +13,23 @@ use offlow_flow::key::present;
 
 /// The WUSTL data directory, if present.
 pub fn wustl_dir() -> Option<PathBuf> {
-    let p = PathBuf::from("/work/shared/data/classbench/wustl_pclasseval");
-    p.is_dir().then_some(p)
+    // `$OFFLOW_DATA_DIR`, else `shared/data` beside the checkout or a parent
+    // (CI's layout), else the development machine's `/work/shared/data`.
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let found = std::env::var_os("OFFLOW_DATA_DIR")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain(here.ancestors().map(|a| a.join("shared/data")))
+        .chain([PathBuf::from("/work/shared/data")])
+        .map(|d| d.join("classbench/wustl_pclasseval"))
+        .find(|p| p.is_dir());
+    // Under CI the data is always beside the checkout: absence is a failure,
+    // not a silent skip.
+    assert!(
+        found.is_some() || std::env::var_os("CI").is_none(),
+        "shared WUSTL data absent under CI"
+    );
+    found
 }
 
 fn read_text(path: &Path) -> String {
