@@ -312,6 +312,8 @@ fn update_rate_cap_is_respected() {
         "0.1",
         "--update-rate",
         "2000",
+        "--update-rounds",
+        "2",
         "--iters",
         "1",
     ]);
@@ -320,7 +322,9 @@ fn update_rate_cap_is_respected() {
     assert_eq!(u.target_rate, 2000);
     assert!(u.lookup_mpps_writer_spinning.is_some_and(|m| m > 0.0));
     assert!(r.to_json()["lookup_mpps_writer_spinning"].is_number());
-    // 0.1 s at 2000 ops/s is 200 ops; the phase ends on a 64-op boundary.
-    assert!(u.updates <= 200 + 64, "{u:?}");
+    // Two rounds of 0.1 s at 2000 ops/s are 2 x 200 ops; each update phase
+    // ends on a 64-op boundary.
+    assert_eq!(u.round_ratios.len(), 2);
+    assert!(u.updates <= 2 * (200 + 64), "{u:?}");
     std::fs::remove_dir_all(d).unwrap();
 }
