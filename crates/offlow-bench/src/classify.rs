@@ -263,12 +263,13 @@ pub struct ClassifyArgs {
     #[arg(long)]
     pub updates: bool,
     /// Duration of each phase of `--updates` (idle phases and the update
-    /// phase), seconds.
-    #[arg(long, default_value_t = 1.0)]
+    /// phases), seconds. Short alternating phases (with `--update-rounds`)
+    /// cancel the slow drifts of a shared host better than long ones.
+    #[arg(long, default_value_t = 0.5)]
     pub update_secs: f64,
     /// `--updates`: rounds of (idle phase, update phase); the median round
     /// by lookup ratio is reported, with every round's ratio.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 7)]
     pub update_rounds: usize,
     /// `--updates`: publish a new version every N operations (a remove and
     /// an insert are one operation each). Each publish hands the reader a
@@ -419,6 +420,7 @@ impl ClassifyReport {
             "lookup_mpps_idle_compiled": u.and_then(|u| u.lookup_mpps_idle_compiled),
             "lookup_mpps_idle_after": u.map(|u| u.lookup_mpps_idle_after),
             "lookup_ratio_rounds": u.map(|u| u.round_ratios.clone()),
+            "lookup_mpps_writer_streaming": u.and_then(|u| u.lookup_mpps_writer_streaming),
             "lookup_mpps_writer_spinning": u.and_then(|u| u.lookup_mpps_writer_spinning),
             "serving_idle_compiled": u.and_then(|u| u.serving_idle_compiled),
             "serving_idle": u.map(|u| u.serving_idle),
@@ -596,6 +598,9 @@ pub struct UpdateReport {
     /// Lookup ratio (updating / idle) of every round, sorted; the headline
     /// figures come from the median round.
     pub round_ratios: Vec<f64>,
+    /// `--spin-control`: reader Mlookups/s while the writer streams writes
+    /// through memory twice the size of the L3 (a memory-bound control).
+    pub lookup_mpps_writer_streaming: Option<f64>,
     /// Reader Mlookups/s idle after the update phase, on the structure the
     /// updates left (TupleMerge's layout drifts with insertion order).
     pub lookup_mpps_idle_after: f64,
@@ -811,6 +816,23 @@ fn writer_phases(
         }
         reader_rate(m)
     });
+    let lookup_mpps_writer_streaming = cfg.spin_control.then(|| {
+        // Memory-bound control: the writer streams writes through 64 MiB
+        // (twice the L3) without touching the classifier. A reader slowed
+        // by this as much as by updates is limited by the shared cache and
+        // memory, not by the left-right design.
+        let mut buf = vec![0u64; 8 << 20];
+        let m = mark();
+        let mut x = 0u64;
+        while m.1.elapsed() < phase {
+            for w in buf.iter_mut().step_by(8) {
+                x = x.wrapping_add(1);
+                *w = x;
+            }
+        }
+        black_box(&buf);
+        reader_rate(m)
+    });
 
     // Rounds of (idle phase, update phase): the machine is shared and noisy,
     // so each round's ratio compares two adjacent phases and the report
@@ -883,6 +905,7 @@ fn writer_phases(
         lookup_mpps_idle_compiled: compiled_rate,
         lookup_mpps_idle_after,
         lookup_mpps_writer_spinning,
+        lookup_mpps_writer_streaming,
         serving_idle_compiled: compiled_serving,
         serving_idle,
         serving_updating,
@@ -1185,6 +1208,13 @@ pub fn render_updates(u: &UpdateReport) -> String {
     if let Some(m) = u.lookup_mpps_writer_spinning {
         t.row([
             "writer spinning (control)".to_string(),
+            u.serving_idle.to_string(),
+            fmt_f(m, 2),
+        ]);
+    }
+    if let Some(m) = u.lookup_mpps_writer_streaming {
+        t.row([
+            "writer streaming memory (control)".to_string(),
             u.serving_idle.to_string(),
             fmt_f(m, 2),
         ]);
