@@ -282,9 +282,11 @@ pub struct ClassifyArgs {
     /// possible).
     #[arg(long, default_value_t = 0)]
     pub update_rate: u64,
-    /// `--updates`: add a control phase (before the updates) in which the
-    /// writer busy-spins without touching the classifier, to tell CPU
-    /// sharing (e.g. SMT siblings under a VM) from update interference.
+    /// `--updates`: add two control phases (before the updates) in which
+    /// the writer does not touch the classifier: one busy-spinning on
+    /// registers (CPU sharing, e.g. SMT siblings under a VM), one streaming
+    /// writes through 64 MiB (shared cache and memory bandwidth). They tell
+    /// the machine's interference from the update path's.
     #[arg(long)]
     pub spin_control: bool,
     /// The dpdk-test-acl binary.
