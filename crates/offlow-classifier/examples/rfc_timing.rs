@@ -14,8 +14,10 @@ use std::io::Read;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use offlow_classifier::rfc::{slot::*, RfcConfig};
-use offlow_classifier::{Field, FlowKey, Match, PortRange, Rfc, RfcAnswer, Rule};
+use offlow_classifier::rfc::{slot::*, RfcConfig, RfcSet, RfcSetConfig};
+use offlow_classifier::{
+    Classify, Field, FlowKey, Match, PortRange, Rfc, RfcAnswer, Rule, TupleMerge,
+};
 use offlow_flow::present;
 
 fn read_text(path: &str) -> Result<String, String> {
@@ -161,14 +163,67 @@ fn trees() -> Vec<(&'static str, Vec<(u8, u8)>)> {
     ]
 }
 
+/// Time `batch` over `keys` for about one second; returns Mpps.
+fn time_batch(
+    keys: &[FlowKey],
+    out: &mut [RfcAnswer],
+    batch: &dyn Fn(&[FlowKey], &mut [RfcAnswer]),
+) -> f64 {
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    while t0.elapsed().as_secs_f64() < 1.0 {
+        for _ in 0..16 {
+            batch(std::hint::black_box(keys), out);
+            n += keys.len() as u64;
+        }
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let mpps = n as f64 / dt / 1e6;
+    println!(
+        "batch : {mpps:.1} Mpps, {:.2} ns/lookup ({n} lookups)",
+        dt * 1e9 / n as f64
+    );
+    mpps
+}
+
+fn check(trace: &[(FlowKey, u32)], out: &[RfcAnswer]) -> Result<(), String> {
+    for (i, ((_, want), got)) in trace.iter().zip(out).enumerate() {
+        let want = if *want == 0 {
+            RfcAnswer::NoMatch
+        } else {
+            RfcAnswer::Hit(*want)
+        };
+        if *got != want {
+            return Err(format!("trace line {}: got {got:?}, want {want:?}", i + 1));
+        }
+    }
+    println!(
+        "{} trace lines: all answers equal the expected first match",
+        trace.len()
+    );
+    Ok(())
+}
+
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        return Err("usage: rfc_timing RULES TRACE [--trees]".into());
+        return Err("usage: rfc_timing RULES TRACE [--trees] [--set] [--part-mib N]".into());
     }
     let rules = load_rules(&args[1])?;
-    let trace = load_trace(&args[2])?;
-    if args.iter().any(|a| a == "--trees") {
+    let mut trace = load_trace(&args[2])?;
+    let flag = |f: &str| args.iter().any(|a| a == f);
+    if flag("--oracle") {
+        // The lyxocs traces name the rule a header was generated from, not
+        // its first match: take the expected answer from TupleMerge.
+        let mut tm = TupleMerge::new();
+        for r in &rules {
+            tm.insert(r.clone());
+        }
+        for (k, want) in trace.iter_mut() {
+            *want = tm.lookup(k).unwrap_or(0);
+        }
+    }
+    if flag("--trees") {
         for (name, tree) in trees() {
             let cfg = RfcConfig {
                 tree,
@@ -180,40 +235,34 @@ fn run() -> Result<(), String> {
             }
         }
     }
-    let rfc = Rfc::build(&rules).map_err(|e| format!("build: {e}"))?;
-    println!("{}", rfc.stats());
-
     let keys: Vec<FlowKey> = trace.iter().map(|(k, _)| *k).collect();
     let mut out = vec![RfcAnswer::NoMatch; keys.len()];
+    if flag("--set") {
+        let mut cfg = RfcSetConfig::default();
+        if let Some(i) = args.iter().position(|a| a == "--part-mib") {
+            let mib: usize = args
+                .get(i + 1)
+                .and_then(|s| s.parse().ok())
+                .ok_or("--part-mib needs a number")?;
+            cfg.part_budget = mib << 20;
+        }
+        let set = RfcSet::build_with(&rules, &cfg).map_err(|e| format!("set build: {e}"))?;
+        println!("set: {}", set.stats());
+        set.lookup_batch(&keys, &mut out);
+        check(&trace, &out)?;
+        for (i, (k, _)) in trace.iter().enumerate() {
+            if set.lookup(k) != out[i] {
+                return Err(format!("trace line {}: single != batch", i + 1));
+            }
+        }
+        time_batch(&keys, &mut out, &|k, o| set.lookup_batch(k, o));
+        return Ok(());
+    }
+    let rfc = Rfc::build(&rules).map_err(|e| format!("build: {e}"))?;
+    println!("{}", rfc.stats());
     rfc.lookup_batch(&keys, &mut out);
-    for (i, ((_, want), got)) in trace.iter().zip(&out).enumerate() {
-        let want = if *want == 0 {
-            RfcAnswer::NoMatch
-        } else {
-            RfcAnswer::Hit(*want)
-        };
-        if *got != want {
-            return Err(format!("trace line {}: got {got:?}, want {want:?}", i + 1));
-        }
-    }
-    println!("{} trace lines: all answers equal the trace", trace.len());
-
-    // Batch lookups over the whole trace, repeated for ~1 s.
-    let t0 = Instant::now();
-    let mut n = 0u64;
-    while t0.elapsed().as_secs_f64() < 1.0 {
-        for _ in 0..16 {
-            rfc.lookup_batch(std::hint::black_box(&keys), &mut out);
-            n += keys.len() as u64;
-        }
-    }
-    let dt = t0.elapsed().as_secs_f64();
-    println!(
-        "batch : {:.1} Mpps, {:.2} ns/lookup ({} lookups)",
-        n as f64 / dt / 1e6,
-        dt * 1e9 / n as f64,
-        n
-    );
+    check(&trace, &out)?;
+    time_batch(&keys, &mut out, &|k, o| rfc.lookup_batch(k, o));
 
     // Single lookups, for comparison.
     let t0 = Instant::now();

@@ -8,7 +8,8 @@
 //!   whose priority rises with its length — a FIB.
 //!
 //! On top of the tuple structure it can hold a *compiled accelerator*, an
-//! [`Rfc`] snapshot of the current rule set, built by [`Classifier::compile`]
+//! [`RfcSet`] snapshot of the current rule set (one or more RFC table sets
+//! over disjoint subsets of the rules), built by [`Classifier::compile`]
 //! when every rule is an IPv4 5-tuple rule and the tables fit the budget.
 //! Any insert or remove drops the snapshot (it would be stale); lookups then
 //! go to TupleMerge until the owner compiles again. This is the same trade
@@ -32,7 +33,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Classify, FibClassifier, FlowKey, Rfc, RfcAnswer, RfcConfig, RfcError, Rule, RuleId, TupleMerge,
+    Classify, FibClassifier, FlowKey, RfcAnswer, RfcError, RfcSet, RfcSetConfig, Rule, RuleId,
+    TupleMerge,
 };
 
 /// Tuning of [`Classifier::compile`].
@@ -44,7 +46,7 @@ pub struct ClassifierConfig {
     /// Compile an RFC snapshot only for tables with at least this many rules
     /// (below it TupleMerge is already a handful of probes).
     pub rfc_min_rules: usize,
-    /// Memory budget of one RFC snapshot, in bytes.
+    /// Memory budget of one RFC snapshot (all its parts), in bytes.
     pub rfc_budget: usize,
 }
 
@@ -53,7 +55,7 @@ impl Default for ClassifierConfig {
         ClassifierConfig {
             fib_min_rules: 4096,
             rfc_min_rules: 16,
-            rfc_budget: RfcConfig::default().budget,
+            rfc_budget: RfcSetConfig::default().total_budget,
         }
     }
 }
@@ -74,6 +76,8 @@ pub enum Compiled {
     Rfc {
         /// Bytes of lookup tables.
         table_bytes: usize,
+        /// Number of RFC table sets (rule subsets) in the snapshot.
+        parts: usize,
     },
     /// No accelerator applies; TupleMerge serves lookups.
     None {
@@ -86,7 +90,7 @@ pub enum Compiled {
 #[derive(Debug, Clone)]
 pub struct Classifier {
     mode: Mode,
-    compiled: Option<Arc<Rfc>>,
+    compiled: Option<Arc<RfcSet>>,
     config: ClassifierConfig,
     /// Bumped by every mutation; lets owners tell whether a compile is stale.
     generation: u64,
@@ -167,8 +171,9 @@ impl Classifier {
         match self.build_rfc() {
             Ok(rfc) => {
                 let table_bytes = rfc.stats().table_bytes;
+                let parts = rfc.parts();
                 self.compiled = Some(Arc::new(rfc));
-                Compiled::Rfc { table_bytes }
+                Compiled::Rfc { table_bytes, parts }
             }
             Err(reason) => {
                 if matches!(self.mode, Mode::Fib(_)) {
@@ -179,7 +184,7 @@ impl Classifier {
         }
     }
 
-    fn build_rfc(&self) -> Result<Rfc, String> {
+    fn build_rfc(&self) -> Result<RfcSet, String> {
         let Mode::Tuple(t) = &self.mode else {
             return Err("served by the FIB".into());
         };
@@ -191,22 +196,22 @@ impl Classifier {
             ));
         }
         let rules: Vec<Rule> = t.rules().cloned().collect();
-        let cfg = RfcConfig {
-            budget: self.config.rfc_budget,
-            ..RfcConfig::default()
+        let cfg = RfcSetConfig {
+            total_budget: self.config.rfc_budget,
+            ..RfcSetConfig::default()
         };
-        Rfc::build_with(&rules, &cfg).map_err(|e: RfcError| e.to_string())
+        RfcSet::build_with(&rules, &cfg).map_err(|e: RfcError| e.to_string())
     }
 
     /// Install an RFC snapshot built elsewhere (by the writer of a
     /// left-right pair, so both copies share one). The caller guarantees it
     /// was built from exactly this classifier's current rules.
-    pub fn install_compiled(&mut self, rfc: Arc<Rfc>) {
+    pub fn install_compiled(&mut self, rfc: Arc<RfcSet>) {
         self.compiled = Some(rfc);
     }
 
     /// The installed RFC snapshot, if any (to share with a second copy).
-    pub fn compiled(&self) -> Option<&Arc<Rfc>> {
+    pub fn compiled(&self) -> Option<&Arc<RfcSet>> {
         self.compiled.as_ref()
     }
 

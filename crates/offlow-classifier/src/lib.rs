@@ -31,7 +31,7 @@ pub use dir24::{Dir24, FibError};
 pub use linear::LinearClassifier;
 pub use lpm::{BinaryTrie, FibClassifier, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};
-pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError};
+pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError, RfcSet, RfcSetConfig};
 pub use rule::{PortRange, Priority, Rule, RuleId};
 pub use tuple::{TupleConfig, TupleMerge};
 pub use versioned::{Apply, ClassifierOp, ReadGuard, ReadHandle, Versioned};

@@ -18,6 +18,11 @@
 //! chosen by comparing candidate trees on the WUSTL ClassBench sets
 //! (`examples/rfc_timing.rs --trees`).
 //!
+//! A rule set whose tables would exceed the budget can be compiled as an
+//! [`RfcSet`]: several table sets over disjoint subsets of the rules (split
+//! by which fields are wide), each lookup taking the best answer of all
+//! parts.
+//!
 //! The structure cannot be updated: a changed rule set needs a rebuild. The
 //! intended use is as an accelerator in front of an incremental classifier
 //! (TupleMerge) that serves lookups while a rebuild is pending.
@@ -186,16 +191,18 @@ pub struct RfcConfig {
 
 impl RfcConfig {
     /// Default tree: S = (sip_hi, sip_lo), D = (dip_hi, dip_lo),
-    /// P = (sport, dport), SD = (S, D), PP = (P, proto), final = (SD, PP).
+    /// P = (sport, dport), PP = (P, proto), SD = (S, D), final = (SD, PP).
+    /// PP is built before SD so that SD's class count can be capped by the
+    /// final table's budget while SD is being built (see `build_tables`).
     pub fn default_tree() -> Vec<(u8, u8)> {
         use slot::*;
         vec![
             (SIP_HI, SIP_LO),
             (DIP_HI, DIP_LO),
             (SPORT, DPORT),
-            (7, 8),
             (9, PROTO),
-            (10, 11),
+            (7, 8),
+            (11, 10),
         ]
     }
 }
@@ -287,13 +294,20 @@ struct Step {
     table: CrossTable,
 }
 
-/// A compiled RFC classifier; see the module documentation.
-pub struct Rfc {
+/// The direct-indexed tables of one compiled rule set: phase-0 chunk tables
+/// and the combine steps. The last step yields a *rank*; what a rank means
+/// (local to one [`Rfc`], or global across an [`RfcSet`]) is up to the owner.
+struct Tables {
     /// Phase-0 tables for slots 0..6 (proto uses the first 256 entries of a
     /// full-size table so every chunk shares the same fast path).
     chunks: [ChunkTable; CHUNKS],
     /// Combine steps in execution order; the last yields a rank.
     steps: Vec<Step>,
+}
+
+/// A compiled RFC classifier; see the module documentation.
+pub struct Rfc {
+    tables: Tables,
     /// Rule id by rank; rank `ids.len()` means "no match".
     ids: Box<[RuleId]>,
     /// Every rule requires L3 presence (see the module docs).
@@ -396,6 +410,9 @@ struct Classes {
     /// Bitmap bytes held; checked against the budget as classes are added.
     bytes: usize,
     budget: usize,
+    /// Most classes allowed: more would make a later table exceed the
+    /// budget (see `build_tables`), so the build stops early.
+    max_classes: usize,
 }
 
 impl Classes {
@@ -405,6 +422,7 @@ impl Classes {
             words,
             bytes: 0,
             budget,
+            max_classes: usize::MAX,
         }
     }
 
@@ -416,6 +434,12 @@ impl Classes {
         self.bytes += bits.len() * 8 + 48;
         if self.bytes > self.budget {
             return Err(RfcError::TooBig { bytes: self.bytes });
+        }
+        if self.map.len() >= self.max_classes {
+            // Reported size: what the consumer table would need at least.
+            return Err(RfcError::TooBig {
+                bytes: self.budget.saturating_add(1),
+            });
         }
         let id = self.map.len() as u32;
         self.map.insert(bits.into(), id);
@@ -556,205 +580,224 @@ fn build_chunk(
     Ok((table, classes.into_vec()))
 }
 
-impl Rfc {
-    /// Compile `rules` with the default configuration.
-    pub fn build(rules: &[Rule]) -> Result<Rfc, RfcError> {
-        Rfc::build_with(rules, &RfcConfig::default())
-    }
+/// Rules validated and put in rank order, with their chunk conditions: the
+/// common input of [`Rfc::build_with`] and [`RfcSet::build_with`].
+struct Prepared<'a> {
+    /// Rules by rank: (priority desc, id asc).
+    order: Vec<&'a Rule>,
+    /// Chunk conditions by rank.
+    conds: Vec<[Option<Cond>; CHUNKS]>,
+    /// Every rule requires L3 presence.
+    all_require_l3: bool,
+}
 
-    /// Compile `rules` with `config`.
-    ///
-    /// # Panics
-    /// If `config.tree` is not a binary tree consuming every slot exactly
-    /// once (a programming error, not data-driven).
-    pub fn build_with(rules: &[Rule], config: &RfcConfig) -> Result<Rfc, RfcError> {
-        let t0 = Instant::now();
-        check_tree(&config.tree);
-        let mut order: Vec<&Rule> = rules.iter().collect();
-        order.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.id));
-        let mut seen = std::collections::HashSet::new();
-        for r in &order {
-            if !seen.insert(r.id) {
-                return Err(RfcError::Shape {
-                    id: r.id,
-                    reason: "duplicate rule id",
-                });
-            }
-        }
-        let n = order.len();
-        let words = n.div_ceil(64).max(1);
-        let mut per_chunk: Vec<Vec<Option<Cond>>> =
-            (0..CHUNKS).map(|_| Vec::with_capacity(n)).collect();
-        let mut all_require_l3 = true;
-        for r in &order {
-            let (conds, l3) = rule_conds(r)?;
-            all_require_l3 &= l3;
-            for (c, pc) in conds.into_iter().zip(per_chunk.iter_mut()) {
-                pc.push(c);
-            }
-        }
-
-        let mut stats = RfcStats {
-            rules: n,
-            ..RfcStats::default()
-        };
-        let mut table_bytes = 0usize;
-        let mut chunk_tables = Vec::with_capacity(CHUNKS);
-        // Class bitmaps of every live slot; taken when consumed.
-        let mut slots: Vec<Option<Vec<Box<[u64]>>>> = Vec::with_capacity(SLOTS);
-        for (i, conds) in per_chunk.iter().enumerate() {
-            let bits = if i == slot::PROTO as usize { 8 } else { 16 };
-            let (t, cls) = build_chunk(conds, bits, words, config.budget)?;
-            table_bytes += std::mem::size_of::<[u16; 1 << 16]>();
-            stats.chunk_classes[i] = cls.len();
-            chunk_tables.push(t);
-            slots.push(Some(cls));
-        }
-        if table_bytes > config.budget {
-            return Err(RfcError::TooBig { bytes: table_bytes });
-        }
-
-        let mut steps = Vec::with_capacity(config.tree.len());
-        let last = config.tree.len() - 1;
-        for (si, &(a, b)) in config.tree.iter().enumerate() {
-            let (a, b) = (a as usize, b as usize);
-            // check_tree guarantees each slot is consumed once, after it is made.
-            let ca = slots[a].take().unwrap_or_else(|| unreachable!("checked"));
-            let cb = slots[b].take().unwrap_or_else(|| unreachable!("checked"));
-            let (na, nb) = (ca.len(), cb.len());
-            let entries = na * nb;
-            // Width is decided after deduping, so budget the wider one unless
-            // the output provably fits u16 (at most 2^16 distinct pairs, or
-            // the final step's ranks 0..=n).
-            let width = if entries <= 1 << 16 || (si == last && n < u16::MAX as usize) {
-                2
-            } else {
-                4
-            };
-            let need = table_bytes.saturating_add(entries.saturating_mul(width));
-            if need > config.budget {
-                return Err(RfcError::TooBig { bytes: need });
-            }
-            // Allocate at the budgeted width; a u16 table only receives ids
-            // below 2^16 (at most 2^16 entries, or ranks 0..=n < 2^16 - 1).
-            let mut ids = if width == 2 {
-                CrossTable::U16(vec![0u16; entries].into_boxed_slice())
-            } else {
-                CrossTable::U32(vec![0u32; entries].into_boxed_slice())
-            };
-            let out_classes = if si == last {
-                // The final step keeps only the winner: the first set bit.
-                let none = n as u32;
-                let mut winners = std::collections::HashSet::new();
-                for (i, x) in ca.iter().enumerate() {
-                    for (j, y) in cb.iter().enumerate() {
-                        let mut r = none;
-                        for (w, (p, q)) in x.iter().zip(y.iter()).enumerate() {
-                            let m = p & q;
-                            if m != 0 {
-                                r = (w * 64) as u32 + m.trailing_zeros();
-                                break;
-                            }
-                        }
-                        ids.set(i * nb + j, r);
-                        winners.insert(r);
-                    }
-                }
-                slots.push(None);
-                winners.len()
-            } else {
-                let mut classes = Classes::new(words, config.budget);
-                let mut scratch = vec![0u64; words];
-                for (i, x) in ca.iter().enumerate() {
-                    for (j, y) in cb.iter().enumerate() {
-                        for ((s, p), q) in scratch.iter_mut().zip(x.iter()).zip(y.iter()) {
-                            *s = p & q;
-                        }
-                        ids.set(i * nb + j, classes.id(&scratch)?);
-                    }
-                }
-                let k = classes.len();
-                slots.push(Some(classes.into_vec()));
-                k
-            };
-            // Narrow a 32-bit table whose ids turned out to fit 16 bits (the
-            // copy is half the size of the table already budgeted).
-            let table = match ids {
-                CrossTable::U32(t) if t.iter().all(|&x| x <= u16::MAX as u32) => {
-                    CrossTable::U16(t.iter().map(|&x| x as u16).collect())
-                }
-                t => t,
-            };
-            table_bytes += table.bytes();
-            stats.steps.push((na, nb, out_classes, table.bytes()));
-            steps.push(Step {
-                a,
-                b,
-                nb: nb as u32,
-                table,
+fn prepare(rules: &[Rule]) -> Result<Prepared<'_>, RfcError> {
+    let mut order: Vec<&Rule> = rules.iter().collect();
+    order.sort_by_key(|r| (std::cmp::Reverse(r.priority), r.id));
+    let mut seen = std::collections::HashSet::new();
+    for r in &order {
+        if !seen.insert(r.id) {
+            return Err(RfcError::Shape {
+                id: r.id,
+                reason: "duplicate rule id",
             });
         }
-        let ids: Box<[RuleId]> = order.iter().map(|r| r.id).collect();
-        let chunks: [ChunkTable; CHUNKS] = chunk_tables
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("exactly CHUNKS tables built"));
-        stats.table_bytes = table_bytes;
-        stats.build_time = t0.elapsed();
-        Ok(Rfc {
-            chunks,
-            steps,
-            ids,
-            all_require_l3,
-            stats,
-        })
+    }
+    let mut conds = Vec::with_capacity(order.len());
+    let mut all_require_l3 = true;
+    for r in &order {
+        let (c, l3) = rule_conds(r)?;
+        all_require_l3 &= l3;
+        conds.push(c);
+    }
+    Ok(Prepared {
+        order,
+        conds,
+        all_require_l3,
+    })
+}
+
+/// Build the tables for a subset of rules. `subset` lists ranks of
+/// `conds` in increasing order; the final table stores `subset[i]` for a
+/// class whose first rule is the `i`-th of the subset, and `none` when no
+/// rule of the subset matches. `none` must exceed every rank in `subset`.
+fn build_tables(
+    conds: &[[Option<Cond>; CHUNKS]],
+    subset: &[u32],
+    none: u32,
+    config: &RfcConfig,
+) -> Result<(Tables, RfcStats), RfcError> {
+    let t0 = Instant::now();
+    check_tree(&config.tree);
+    debug_assert!(subset.windows(2).all(|w| w[0] < w[1]));
+    debug_assert!(subset.iter().all(|&r| r < none));
+    let n = subset.len();
+    let words = n.div_ceil(64).max(1);
+    let per_chunk: Vec<Vec<Option<Cond>>> = (0..CHUNKS)
+        .map(|c| subset.iter().map(|&r| conds[r as usize][c]).collect())
+        .collect();
+
+    let mut stats = RfcStats {
+        rules: n,
+        ..RfcStats::default()
+    };
+    let mut table_bytes = 0usize;
+    let mut chunk_tables = Vec::with_capacity(CHUNKS);
+    // Class bitmaps of every live slot; taken when consumed.
+    let mut slots: Vec<Option<Vec<Box<[u64]>>>> = Vec::with_capacity(SLOTS);
+    for (i, conds) in per_chunk.iter().enumerate() {
+        let bits = if i == slot::PROTO as usize { 8 } else { 16 };
+        let (t, cls) = build_chunk(conds, bits, words, config.budget)?;
+        table_bytes += std::mem::size_of::<[u16; 1 << 16]>();
+        stats.chunk_classes[i] = cls.len();
+        chunk_tables.push(t);
+        slots.push(Some(cls));
+    }
+    if table_bytes > config.budget {
+        return Err(RfcError::TooBig { bytes: table_bytes });
     }
 
-    /// Sizes and timing of the build.
-    pub fn stats(&self) -> &RfcStats {
-        &self.stats
-    }
-
-    /// Number of rules compiled.
-    pub fn len(&self) -> usize {
-        self.ids.len()
-    }
-
-    /// True when no rule was compiled.
-    pub fn is_empty(&self) -> bool {
-        self.ids.is_empty()
-    }
-
-    /// Answer for a key outside the domain, or `None` when the key is inside
-    /// it (eth_type 0x0800 with L3 and L4 present). See the module docs.
-    #[inline]
-    fn outside(&self, key: &FlowKey) -> Option<RfcAnswer> {
-        let eth = (key.words[3] >> 48) as u16;
-        let pres = key.presence();
-        const L34: u16 = present::L3 | present::L4;
-        if eth != 0x0800 {
-            Some(RfcAnswer::NoMatch)
-        } else if pres & L34 == L34 {
-            None
-        } else if pres & present::L3 == 0 && self.all_require_l3 {
-            Some(RfcAnswer::NoMatch)
+    let mut steps = Vec::with_capacity(config.tree.len());
+    let last = config.tree.len() - 1;
+    for (si, &(a, b)) in config.tree.iter().enumerate() {
+        let (a, b) = (a as usize, b as usize);
+        // check_tree guarantees each slot is consumed once, after it is made.
+        let ca = slots[a].take().unwrap_or_else(|| unreachable!("checked"));
+        let cb = slots[b].take().unwrap_or_else(|| unreachable!("checked"));
+        let (na, nb) = (ca.len(), cb.len());
+        let entries = na * nb;
+        // Width is decided after deduping, so budget the wider one unless
+        // the output provably fits u16 (at most 2^16 distinct pairs, or
+        // the final step's ranks 0..=none).
+        let width = if entries <= 1 << 16 || (si == last && none < u16::MAX as u32) {
+            2
         } else {
-            Some(RfcAnswer::NotApplicable)
+            4
+        };
+        let need = table_bytes.saturating_add(entries.saturating_mul(width));
+        if need > config.budget {
+            return Err(RfcError::TooBig { bytes: need });
         }
+        // Allocate at the budgeted width; a u16 table only receives ids
+        // below 2^16 (at most 2^16 entries, or ranks 0..=none < 2^16 - 1).
+        let mut ids = if width == 2 {
+            CrossTable::U16(vec![0u16; entries].into_boxed_slice())
+        } else {
+            CrossTable::U32(vec![0u32; entries].into_boxed_slice())
+        };
+        let out_classes = if si == last {
+            // The final step keeps only the winner: the first set bit,
+            // translated to the caller's rank space.
+            let mut winners = std::collections::HashSet::new();
+            for (i, x) in ca.iter().enumerate() {
+                for (j, y) in cb.iter().enumerate() {
+                    let mut r = none;
+                    for (w, (p, q)) in x.iter().zip(y.iter()).enumerate() {
+                        let m = p & q;
+                        if m != 0 {
+                            // Bits are set only for positions < n.
+                            r = subset[w * 64 + m.trailing_zeros() as usize];
+                            break;
+                        }
+                    }
+                    ids.set(i * nb + j, r);
+                    winners.insert(r);
+                }
+            }
+            slots.push(None);
+            winners.len()
+        } else {
+            let mut classes = Classes::new(words, config.budget);
+            // If the step consuming this output pairs it with a slot that is
+            // already built, its table needs at least 2 bytes per
+            // (this class, other class) pair: cap the class count so a
+            // hopeless build stops here rather than after hashing every
+            // pair (the dominant cost of a refused build).
+            let made = CHUNKS + si;
+            let other = config.tree.iter().find_map(|&(x, y)| {
+                let (x, y) = (x as usize, y as usize);
+                (x == made).then_some(y).or((y == made).then_some(x))
+            });
+            if let Some(Some(o)) = other.map(|o| slots.get(o).and_then(|c| c.as_ref())) {
+                let left = config
+                    .budget
+                    .saturating_sub(table_bytes.saturating_add(entries.saturating_mul(2)));
+                classes.max_classes = left / (2 * o.len().max(1));
+            }
+            let mut scratch = vec![0u64; words];
+            for (i, x) in ca.iter().enumerate() {
+                for (j, y) in cb.iter().enumerate() {
+                    for ((s, p), q) in scratch.iter_mut().zip(x.iter()).zip(y.iter()) {
+                        *s = p & q;
+                    }
+                    ids.set(i * nb + j, classes.id(&scratch)?);
+                }
+            }
+            let k = classes.len();
+            slots.push(Some(classes.into_vec()));
+            k
+        };
+        // Narrow a 32-bit table whose ids turned out to fit 16 bits (the
+        // copy is half the size of the table already budgeted).
+        let table = match ids {
+            CrossTable::U32(t) if t.iter().all(|&x| x <= u16::MAX as u32) => {
+                CrossTable::U16(t.iter().map(|&x| x as u16).collect())
+            }
+            t => t,
+        };
+        table_bytes += table.bytes();
+        stats.steps.push((na, nb, out_classes, table.bytes()));
+        steps.push(Step {
+            a,
+            b,
+            nb: nb as u32,
+            table,
+        });
     }
+    let chunks: [ChunkTable; CHUNKS] = chunk_tables
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("exactly CHUNKS tables built"));
+    stats.table_bytes = table_bytes;
+    stats.build_time = t0.elapsed();
+    Ok((Tables { chunks, steps }, stats))
+}
 
+// ---------------------------------------------------------------------------
+// Lookup
+
+/// Answer for a key outside the domain, or `None` when the key is inside it
+/// (eth_type 0x0800 with L3 and L4 present). See the module docs.
+#[inline]
+fn outside(key: &FlowKey, all_require_l3: bool) -> Option<RfcAnswer> {
+    let eth = (key.words[3] >> 48) as u16;
+    let pres = key.presence();
+    const L34: u16 = present::L3 | present::L4;
+    if eth != 0x0800 {
+        Some(RfcAnswer::NoMatch)
+    } else if pres & L34 == L34 {
+        None
+    } else if pres & present::L3 == 0 && all_require_l3 {
+        Some(RfcAnswer::NoMatch)
+    } else {
+        Some(RfcAnswer::NotApplicable)
+    }
+}
+
+/// The answer for `rank` given the rule ids by rank (a rank past the end
+/// means "no rule").
+#[inline]
+fn answer(ids: &[RuleId], rank: u32) -> RfcAnswer {
+    match ids.get(rank as usize) {
+        Some(&id) => RfcAnswer::Hit(id),
+        None => RfcAnswer::NoMatch,
+    }
+}
+
+impl Tables {
+    /// The final-table value for `key` (whose chunks are read regardless of
+    /// the domain; the caller checks it).
     #[inline]
-    fn answer(&self, rank: u32) -> RfcAnswer {
-        match self.ids.get(rank as usize) {
-            Some(&id) => RfcAnswer::Hit(id),
-            None => RfcAnswer::NoMatch,
-        }
-    }
-
-    /// The winning rule for `key`.
-    pub fn lookup(&self, key: &FlowKey) -> RfcAnswer {
-        if let Some(a) = self.outside(key) {
-            return a;
-        }
+    fn rank(&self, key: &FlowKey) -> u32 {
         let mut s = [0u32; SLOTS];
         let c = chunk_values(key);
         for i in 0..CHUNKS {
@@ -767,25 +810,17 @@ impl Rfc {
                 CrossTable::U32(t) => t.get(idx).copied().unwrap_or(0),
             };
         }
-        self.answer(s[CHUNKS + self.steps.len() - 1])
+        s[CHUNKS + self.steps.len() - 1]
     }
 
-    /// Look up every key of `keys`; `out[i]` receives the answer for
-    /// `keys[i]`. Processes up to 64 keys phase by phase so the table loads
-    /// of different keys overlap; allocates nothing.
-    ///
-    /// # Panics
-    /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
-    pub fn lookup_batch(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
-        assert!(out.len() >= keys.len(), "lookup_batch: output too short");
-        for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            self.lookup_chunk(kc, oc);
-        }
-    }
-
-    fn lookup_chunk(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
+    /// Final-table values for up to [`BATCH`] keys, phase by phase:
+    /// `out[i]` receives the value for `keys[i]`, or the smaller of it and
+    /// the value already there when `keep_min` is set (merging the answers
+    /// of several tables whose values are global ranks).
+    #[inline]
+    fn ranks_chunk(&self, keys: &[FlowKey], out: &mut [u32], keep_min: bool) {
         let n = keys.len();
-        debug_assert!(n <= BATCH);
+        debug_assert!(n <= BATCH && out.len() >= n);
         let mut s = [[0u32; BATCH]; SLOTS];
         // Phase 0: one pass over the keys, seven independent loads each.
         for (i, key) in keys.iter().enumerate() {
@@ -823,12 +858,442 @@ impl Rfc {
                 }
             }
         }
-        let fin = &s[CHUNKS + self.steps.len() - 1];
-        for ((o, key), &rank) in out.iter_mut().zip(keys).zip(fin.iter()) {
-            *o = match self.outside(key) {
-                Some(a) => a,
-                None => self.answer(rank),
+        let fin = &s[CHUNKS + self.steps.len() - 1][..n];
+        if keep_min {
+            for (o, &r) in out.iter_mut().zip(fin) {
+                *o = (*o).min(r);
+            }
+        } else {
+            out[..n].copy_from_slice(fin);
+        }
+    }
+}
+
+impl Rfc {
+    /// Compile `rules` with the default configuration.
+    pub fn build(rules: &[Rule]) -> Result<Rfc, RfcError> {
+        Rfc::build_with(rules, &RfcConfig::default())
+    }
+
+    /// Compile `rules` with `config`.
+    ///
+    /// # Panics
+    /// If `config.tree` is not a binary tree consuming every slot exactly
+    /// once (a programming error, not data-driven).
+    pub fn build_with(rules: &[Rule], config: &RfcConfig) -> Result<Rfc, RfcError> {
+        let t0 = Instant::now();
+        check_tree(&config.tree);
+        let p = prepare(rules)?;
+        let n = p.order.len();
+        // Ranks are positions in `p.order`, which are below 2^32 because a
+        // rule set that large could not be held in memory with its bitmaps.
+        let all: Vec<u32> = (0..n as u32).collect();
+        let (tables, mut stats) = build_tables(&p.conds, &all, n as u32, config)?;
+        stats.build_time = t0.elapsed();
+        Ok(Rfc {
+            tables,
+            ids: p.order.iter().map(|r| r.id).collect(),
+            all_require_l3: p.all_require_l3,
+            stats,
+        })
+    }
+
+    /// Sizes and timing of the build.
+    pub fn stats(&self) -> &RfcStats {
+        &self.stats
+    }
+
+    /// Number of rules compiled.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no rule was compiled.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The winning rule for `key`.
+    pub fn lookup(&self, key: &FlowKey) -> RfcAnswer {
+        if let Some(a) = outside(key, self.all_require_l3) {
+            return a;
+        }
+        answer(&self.ids, self.tables.rank(key))
+    }
+
+    /// Look up every key of `keys`; `out[i]` receives the answer for
+    /// `keys[i]`. Processes up to 64 keys phase by phase so the table loads
+    /// of different keys overlap; allocates nothing.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
+    pub fn lookup_batch(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
+        assert!(out.len() >= keys.len(), "lookup_batch: output too short");
+        let mut ranks = [0u32; BATCH];
+        for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            self.tables.ranks_chunk(kc, &mut ranks, false);
+            for ((o, key), &rank) in oc.iter_mut().zip(kc).zip(ranks.iter()) {
+                *o = match outside(key, self.all_require_l3) {
+                    Some(a) => a,
+                    None => answer(&self.ids, rank),
+                };
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Partitioned RFC
+
+/// Default total memory budget of an [`RfcSet`]: 256 MiB.
+pub const DEFAULT_SET_BUDGET: usize = 256 << 20;
+
+/// Default cap on the number of parts of an [`RfcSet`].
+pub const DEFAULT_MAX_PARTS: usize = 8;
+
+/// Build parameters of an [`RfcSet`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RfcSetConfig {
+    /// Budget of each part (as [`RfcConfig::budget`]); a subset whose
+    /// tables would exceed it is split.
+    pub part_budget: usize,
+    /// Upper bound on the table bytes of all parts together.
+    pub total_budget: usize,
+    /// Upper bound on the number of parts (each costs one more table walk
+    /// per lookup).
+    pub max_parts: usize,
+    /// Reduction tree of every part (see [`RfcConfig::tree`]).
+    pub tree: Vec<(u8, u8)>,
+}
+
+impl Default for RfcSetConfig {
+    fn default() -> Self {
+        RfcSetConfig {
+            part_budget: DEFAULT_BUDGET,
+            total_budget: DEFAULT_SET_BUDGET,
+            max_parts: DEFAULT_MAX_PARTS,
+            tree: RfcConfig::default_tree(),
+        }
+    }
+}
+
+/// Sizes and timing of an [`RfcSet`] build.
+#[derive(Debug, Clone, Default)]
+pub struct RfcSetStats {
+    /// Rules compiled (all parts).
+    pub rules: usize,
+    /// Per part, in lookup order.
+    pub parts: Vec<RfcStats>,
+    /// Bytes of all tables of all parts.
+    pub table_bytes: usize,
+    /// Part builds attempted, including those refused as too big.
+    pub attempts: usize,
+    /// Wall-clock build time, partitioning included.
+    pub build_time: Duration,
+}
+
+impl fmt::Display for RfcSetStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} rules in {} parts (", self.rules, self.parts.len())?;
+        for (i, p) in self.parts.iter().enumerate() {
+            let sep = if i == 0 { "" } else { " + " };
+            write!(
+                f,
+                "{sep}{} rules/{:.1} MiB",
+                p.rules,
+                p.table_bytes as f64 / (1 << 20) as f64
+            )?;
+        }
+        write!(
+            f,
+            "); tables {:.2} MiB; {} build attempts; build {:.1} ms",
+            self.table_bytes as f64 / (1 << 20) as f64,
+            self.attempts,
+            self.build_time.as_secs_f64() * 1e3
+        )
+    }
+}
+
+/// Several [`Rfc`] table sets over disjoint subsets of one rule set, for
+/// rule sets whose single RFC would exceed its memory budget.
+///
+/// # How the rules are split
+/// RFC tables grow with the number of distinct rule *intersections*. Rules
+/// that are wide on one field and narrow on another (for example a wildcard
+/// source with an exact destination, next to an exact source with a
+/// wildcard destination) intersect pairwise and multiply the classes of the
+/// combine steps. Each rule gets a *shape*: which of its fields are wide
+/// (address prefix shorter than /16, more than 256 ports, protocol
+/// unconstrained). A subset whose tables exceed
+/// [`RfcSetConfig::part_budget`] is split by the first shape bit (source
+/// address, destination address, destination port, source port, protocol)
+/// that divides it, and when none does, into halves by rank. Afterwards the
+/// smallest parts are merged into others while the merged tables still fit,
+/// because every part costs a table walk per lookup.
+///
+/// # Lookup
+/// Every part's final table stores *global* ranks (position in the whole
+/// set's (priority desc, id asc) order), with `len()` for "no rule". The
+/// winner is the minimum over the parts, mapped to its id once. The domain
+/// (see the module docs) is that of the whole rule set, so answers equal
+/// those of a single [`Rfc`] over the same rules, `NotApplicable` included.
+///
+/// # Thread-safety
+/// Immutable after build: `Send + Sync`; lookups take `&self` and allocate
+/// nothing.
+pub struct RfcSet {
+    /// Parts in lookup order; each final table holds global ranks.
+    parts: Vec<Tables>,
+    /// Rule id by global rank; rank `ids.len()` means "no match".
+    ids: Box<[RuleId]>,
+    all_require_l3: bool,
+    stats: RfcSetStats,
+}
+
+impl fmt::Debug for RfcSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RfcSet")
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+/// Bytes of the phase-0 tables, which every part holds whatever its rules.
+const PHASE0_BYTES: usize = CHUNKS * std::mem::size_of::<[u16; 1 << 16]>();
+
+/// Shape bits of a rule (see [`RfcSet`]), in split order.
+mod shape {
+    pub const SIP_WIDE: u8 = 1;
+    pub const DIP_WIDE: u8 = 2;
+    pub const DPORT_WIDE: u8 = 4;
+    pub const SPORT_WIDE: u8 = 8;
+    pub const PROTO_WILD: u8 = 16;
+    pub const SPLIT_ORDER: [u8; 5] = [SIP_WIDE, DIP_WIDE, DPORT_WIDE, SPORT_WIDE, PROTO_WILD];
+}
+
+/// Roughly how many values a chunk condition accepts: the interval length,
+/// halved for every bit a non-prefix mask fixes (exact for prefixes and
+/// ranges, which is what rule sets mostly hold).
+fn cond_width(c: &Option<Cond>) -> u64 {
+    match c {
+        None => 0,
+        Some(c) => (c.hi - c.lo + 1) as u64 >> c.mask.count_ones(),
+    }
+}
+
+fn rule_shape(c: &[Option<Cond>; CHUNKS]) -> u8 {
+    use slot::*;
+    let w = |s: u8| cond_width(&c[s as usize]);
+    let mut s = 0;
+    // An address is wide when its high half is not one exact value, i.e.
+    // shorter than /16 (or masked within the high half).
+    if w(SIP_HI) > 1 {
+        s |= shape::SIP_WIDE;
+    }
+    if w(DIP_HI) > 1 {
+        s |= shape::DIP_WIDE;
+    }
+    if w(DPORT) > 256 {
+        s |= shape::DPORT_WIDE;
+    }
+    if w(SPORT) > 256 {
+        s |= shape::SPORT_WIDE;
+    }
+    if w(PROTO) > 16 {
+        s |= shape::PROTO_WILD;
+    }
+    s
+}
+
+/// One built part during partitioning: its ranks (increasing), tables and
+/// stats.
+type Part = (Vec<u32>, Tables, RfcStats);
+
+impl RfcSet {
+    /// Compile `rules` with the default configuration.
+    pub fn build(rules: &[Rule]) -> Result<RfcSet, RfcError> {
+        RfcSet::build_with(rules, &RfcSetConfig::default())
+    }
+
+    /// Compile `rules` into at most `config.max_parts` parts of at most
+    /// `config.part_budget` table bytes each and `config.total_budget` in
+    /// all; [`RfcError::TooBig`] when the partitioning cannot achieve that.
+    /// A rule set that fits one part yields exactly one part.
+    ///
+    /// # Panics
+    /// If `config.tree` is not a valid reduction tree (see
+    /// [`Rfc::build_with`]).
+    pub fn build_with(rules: &[Rule], config: &RfcSetConfig) -> Result<RfcSet, RfcError> {
+        let t0 = Instant::now();
+        check_tree(&config.tree);
+        let p = prepare(rules)?;
+        let n = p.order.len();
+        let none = n as u32;
+        let part_cfg = RfcConfig {
+            budget: config.part_budget.min(config.total_budget),
+            tree: config.tree.clone(),
+        };
+        let shapes: Vec<u8> = p.conds.iter().map(rule_shape).collect();
+        let mut attempts = 0usize;
+        let mut try_build = |subset: &[u32]| -> Result<Option<(Tables, RfcStats)>, RfcError> {
+            attempts += 1;
+            match build_tables(&p.conds, subset, none, &part_cfg) {
+                Ok(t) => Ok(Some(t)),
+                Err(RfcError::TooBig { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        };
+        // Bound the work: splitting further than this many pieces could not
+        // be merged back under `max_parts` in reasonable time.
+        let max_pieces = config.max_parts.max(1) * 4;
+        let too_big = |bytes: usize| RfcError::TooBig { bytes };
+
+        // Split phase: depth-first, each piece remembers the shape bits
+        // already used to split it.
+        let mut parts: Vec<Part> = Vec::new();
+        let mut work: Vec<(Vec<u32>, u8)> = vec![((0..none).collect(), 0)];
+        while let Some((subset, used)) = work.pop() {
+            if let Some((t, s)) = try_build(&subset)? {
+                parts.push((subset, t, s));
+                continue;
+            }
+            if subset.len() <= 1 || parts.len() + work.len() + 2 > max_pieces {
+                return Err(too_big(part_cfg.budget.saturating_add(1)));
+            }
+            let bit = shape::SPLIT_ORDER.iter().copied().find(|&b| {
+                used & b == 0 && {
+                    let wide = subset
+                        .iter()
+                        .filter(|&&r| shapes[r as usize] & b != 0)
+                        .count();
+                    wide != 0 && wide != subset.len()
+                }
+            });
+            let (a, b): (Vec<u32>, Vec<u32>) = match bit {
+                Some(b) => subset.iter().partition(|&&r| shapes[r as usize] & b != 0),
+                None => {
+                    let (x, y) = subset.split_at(subset.len() / 2);
+                    (x.to_vec(), y.to_vec())
+                }
             };
+            let used = used | bit.unwrap_or(0);
+            // `a` (the wide side) is tried first; the result does not depend
+            // on the order.
+            work.push((b, used));
+            work.push((a, used));
+        }
+
+        // Merge phase: fold the smallest part into the smallest other part
+        // it fits with; a part that fits with none is final.
+        let mut done: Vec<Part> = Vec::new();
+        while parts.len() > 1 {
+            parts.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+            // `parts` is non-empty (len > 1), so pop yields the smallest.
+            let small = parts.pop().unwrap_or_else(|| unreachable!("len > 1"));
+            let mut merged = None;
+            for i in (0..parts.len()).rev() {
+                // Class counts only grow when rules are added, so a merge
+                // needs at least the larger part's bytes and usually far
+                // more; a refused attempt costs as much as a build, so only
+                // pairs whose cross-product tables together stay within half
+                // of what the budget leaves beside the phase-0 tables are
+                // tried.
+                let var = |b: usize| b.saturating_sub(PHASE0_BYTES);
+                let room = var(part_cfg.budget) / 2;
+                if var(small.2.table_bytes) + var(parts[i].2.table_bytes) > room {
+                    continue;
+                }
+                let mut union: Vec<u32> = small.0.iter().chain(&parts[i].0).copied().collect();
+                union.sort_unstable();
+                if let Some((t, s)) = try_build(&union)? {
+                    merged = Some((i, (union, t, s)));
+                    break;
+                }
+            }
+            match merged {
+                Some((i, m)) => parts[i] = m,
+                None => done.push(small),
+            }
+        }
+        done.extend(parts);
+
+        let table_bytes: usize = done.iter().map(|p| p.2.table_bytes).sum();
+        if done.len() > config.max_parts || table_bytes > config.total_budget {
+            return Err(too_big(table_bytes));
+        }
+        // Largest part first: it is the likeliest to hold the winner, and
+        // the order is otherwise irrelevant to the answer.
+        done.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
+        let stats = RfcSetStats {
+            rules: n,
+            parts: done.iter().map(|p| p.2.clone()).collect(),
+            table_bytes,
+            attempts,
+            build_time: t0.elapsed(),
+        };
+        Ok(RfcSet {
+            parts: done.into_iter().map(|p| p.1).collect(),
+            ids: p.order.iter().map(|r| r.id).collect(),
+            all_require_l3: p.all_require_l3,
+            stats,
+        })
+    }
+
+    /// Sizes and timing of the build.
+    pub fn stats(&self) -> &RfcSetStats {
+        &self.stats
+    }
+
+    /// Number of parts (table walks per lookup).
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Number of rules compiled.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when no rule was compiled.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The winning rule for `key`.
+    pub fn lookup(&self, key: &FlowKey) -> RfcAnswer {
+        if let Some(a) = outside(key, self.all_require_l3) {
+            return a;
+        }
+        let best = self
+            .parts
+            .iter()
+            .map(|t| t.rank(key))
+            .min()
+            .unwrap_or(self.ids.len() as u32);
+        answer(&self.ids, best)
+    }
+
+    /// Look up every key of `keys`; `out[i]` receives the answer for
+    /// `keys[i]`. Each slice of up to 64 keys runs through every part
+    /// phase by phase, keeping the smallest rank; allocates nothing.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
+    pub fn lookup_batch(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
+        assert!(out.len() >= keys.len(), "lookup_batch: output too short");
+        let none = self.ids.len() as u32;
+        let mut ranks = [none; BATCH];
+        for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            ranks.fill(none);
+            for t in &self.parts {
+                t.ranks_chunk(kc, &mut ranks, true);
+            }
+            for ((o, key), &rank) in oc.iter_mut().zip(kc).zip(ranks.iter()) {
+                *o = match outside(key, self.all_require_l3) {
+                    Some(a) => a,
+                    None => answer(&self.ids, rank),
+                };
+            }
         }
     }
 }

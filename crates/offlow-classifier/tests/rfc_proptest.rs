@@ -5,7 +5,7 @@
 //! without L4 or L3, non-IPv4 keys). Also: batch == single for every batch
 //! size 0..=65, and shape / budget rejection.
 
-use offlow_classifier::rfc::{RfcConfig, RfcError};
+use offlow_classifier::rfc::{RfcConfig, RfcError, RfcSet, RfcSetConfig};
 use offlow_classifier::RfcAnswer;
 use offlow_classifier::{Classify, Field, FlowKey, LinearClassifier, Match, PortRange, Rfc, Rule};
 use offlow_flow::present;
@@ -436,4 +436,191 @@ fn port_range_and_mask_combine_exactly() {
             (1000..=2000).contains(&dp) && dp % 2 == 1
         );
     }
+}
+
+// ---------------------------------------------------------------------------
+// RfcSet: the same differential check with partitioning forced.
+
+/// Bytes of the seven phase-0 tables every part holds.
+const PHASE0: usize = 7 * (2 << 16);
+
+fn check_set(rules: &[Rule], keys: &[FlowKey], cfg: &RfcSetConfig) -> Result<usize, TestCaseError> {
+    let set =
+        RfcSet::build_with(rules, cfg).map_err(|e| TestCaseError::fail(format!("build: {e}")))?;
+    prop_assert_eq!(set.len(), rules.len());
+    prop_assert_eq!(set.stats().parts.len(), set.parts());
+    prop_assert_eq!(
+        set.stats().parts.iter().map(|p| p.rules).sum::<usize>(),
+        rules.len(),
+        "parts must cover the rules exactly once"
+    );
+    for p in &set.stats().parts {
+        prop_assert!(p.table_bytes <= cfg.part_budget, "part over budget: {}", p);
+    }
+    let mut lin = LinearClassifier::new();
+    for r in rules {
+        lin.insert(r.clone());
+    }
+    let mut single = Vec::with_capacity(keys.len());
+    for k in keys {
+        let want = lin.lookup(k);
+        let got = set.lookup(k);
+        match got {
+            RfcAnswer::Hit(id) => prop_assert_eq!(Some(id), want, "key {:?}", k),
+            RfcAnswer::NoMatch => prop_assert_eq!(None, want, "key {:?}", k),
+            RfcAnswer::NotApplicable => prop_assert!(
+                k.get(Field::EthType) == 0x0800 && !in_domain(k),
+                "NotApplicable for an in-domain or non-IPv4 key {:?}",
+                k
+            ),
+        }
+        if in_domain(k) {
+            prop_assert_ne!(got, RfcAnswer::NotApplicable);
+        }
+        single.push(got);
+    }
+    let mut out = vec![RfcAnswer::NotApplicable; 66];
+    for n in 0..=keys.len().min(65) {
+        out.fill(RfcAnswer::NotApplicable);
+        set.lookup_batch(&keys[..n], &mut out[..n]);
+        prop_assert_eq!(&out[..n], &single[..n], "batch size {}", n);
+    }
+    Ok(set.parts())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(debug_assertions) { 24 } else { 256 },
+        ..ProptestConfig::default()
+    })]
+
+    /// Part budgets only slightly above the phase-0 tables force random
+    /// sets to split (by shape, then by rank halves) and exercise merging.
+    #[test]
+    fn rfc_set_matches_linear_oracle(
+        specs in prop::collection::vec(rule_spec(), 0..48),
+        kspecs in prop::collection::vec(key_spec(), 66..130),
+        extra in prop_oneof![64usize..2048, 2048usize..65536],
+    ) {
+        let rules = make_rules(&specs);
+        let keys: Vec<FlowKey> = kspecs.iter().map(|s| make_key(&rules, s)).collect();
+        let cfg = RfcSetConfig {
+            part_budget: PHASE0 + extra,
+            total_budget: usize::MAX,
+            max_parts: 64,
+            ..RfcSetConfig::default()
+        };
+        check_set(&rules, &keys, &cfg)?;
+    }
+}
+
+/// Distinct /32 pairs: a 2 MiB part budget cannot hold them in one part,
+/// so the set splits; answers stay exact, and caps are enforced.
+#[test]
+fn rfc_set_splits_and_enforces_caps() {
+    let many: Vec<Rule> = (0..600u32)
+        .map(|i| {
+            let mut m = Match::ANY;
+            m.set_exact(Field::EthType, 0x0800);
+            m.set_exact(Field::Ipv4Src, (0x0a00_0000 + i * 77) as u128);
+            m.set_exact(Field::Ipv4Dst, (0x0b00_0000 + i * 131) as u128);
+            Rule::new(i, i % 7, m)
+        })
+        .collect();
+    let cfg = RfcSetConfig {
+        part_budget: 2 << 20,
+        ..RfcSetConfig::default()
+    };
+    assert!(matches!(
+        Rfc::build_with(
+            &many,
+            &RfcConfig {
+                budget: 2 << 20,
+                ..RfcConfig::default()
+            }
+        ),
+        Err(RfcError::TooBig { .. })
+    ));
+    let keys: Vec<FlowKey> = (0..600u32)
+        .flat_map(|i| {
+            [0u32, 1].map(|d| {
+                let mut k = FlowKey::ZERO;
+                k.set(Field::EthType, 0x0800);
+                k.set(Field::Ipv4Src, (0x0a00_0000 + i * 77) as u128);
+                k.set(Field::Ipv4Dst, (0x0b00_0000 + i * 131 + d) as u128);
+                k.add_presence(present::L3 | present::L4);
+                k
+            })
+        })
+        .collect();
+    let parts = check_set(&many, &keys, &cfg).expect("set matches the oracle");
+    assert!(parts >= 2, "expected a split, got {parts} part(s)");
+    // The same set with too few parts allowed, or too small a total budget,
+    // is refused.
+    let few = RfcSetConfig {
+        max_parts: 1,
+        ..cfg.clone()
+    };
+    assert!(matches!(
+        RfcSet::build_with(&many, &few),
+        Err(RfcError::TooBig { .. })
+    ));
+    let built = RfcSet::build_with(&many, &cfg).expect("fits");
+    let small_total = RfcSetConfig {
+        total_budget: built.stats().table_bytes - 1,
+        ..cfg.clone()
+    };
+    assert!(matches!(
+        RfcSet::build_with(&many, &small_total),
+        Err(RfcError::TooBig { .. })
+    ));
+    // A set that fits one part is one part, with the single Rfc's answers.
+    let one = RfcSet::build(&many[..50]).expect("fits");
+    assert_eq!(one.parts(), 1);
+    let rfc = Rfc::build(&many[..50]).expect("fits");
+    for k in &keys {
+        assert_eq!(one.lookup(k), rfc.lookup(k));
+    }
+    // Shape errors pass through.
+    let mut bad = Match::ANY;
+    bad.set_exact(Field::InPort, 1);
+    assert!(matches!(
+        RfcSet::build(&[Rule::new(4, 1, bad)]),
+        Err(RfcError::Shape { id: 4, .. })
+    ));
+}
+
+/// Wildcard-source rules beside wildcard-destination rules (the classic
+/// cross-product blow-up) are separated by the shape split.
+#[test]
+fn rfc_set_separates_shapes() {
+    let mut rules = Vec::new();
+    for i in 0..300u32 {
+        let mut a = Match::ANY;
+        a.set_exact(Field::EthType, 0x0800);
+        a.set_exact(Field::Ipv4Dst, (0x0b00_0000 + i * 131) as u128);
+        rules.push(Rule::new(2 * i, 1000 - i, a));
+        let mut b = Match::ANY;
+        b.set_exact(Field::EthType, 0x0800);
+        b.set_exact(Field::Ipv4Src, (0x0a00_0000 + i * 77) as u128);
+        rules.push(Rule::new(2 * i + 1, 1000 - i, b));
+    }
+    let cfg = RfcSetConfig {
+        part_budget: 2 << 20,
+        ..RfcSetConfig::default()
+    };
+    let set = RfcSet::build_with(&rules, &cfg).expect("splits by shape");
+    assert_eq!(set.parts(), 2, "{}", set.stats());
+    // Key hitting both the source rule of i=3 and the destination rule of
+    // i=5: the destination rule 10 has priority 995, the source rule 7 has
+    // 997, so rule 7 wins.
+    let mut k = FlowKey::ZERO;
+    k.set(Field::EthType, 0x0800);
+    k.set(Field::Ipv4Src, (0x0a00_0000 + 3 * 77) as u128);
+    k.set(Field::Ipv4Dst, (0x0b00_0000 + 5 * 131) as u128);
+    k.add_presence(present::L3 | present::L4);
+    assert_eq!(set.lookup(&k), RfcAnswer::Hit(7));
+    let mut out = [RfcAnswer::NoMatch; 1];
+    set.lookup_batch(std::slice::from_ref(&k), &mut out);
+    assert_eq!(out[0], RfcAnswer::Hit(7));
 }
