@@ -61,6 +61,9 @@ impl Default for ClassifierConfig {
 }
 
 /// Which complete structure holds the rules.
+// One per table: keeping TupleMerge inline saves a pointer chase on every
+// lookup; the FIB (rarely used, large) is boxed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 enum Mode {
     Tuple(TupleMerge),

@@ -20,6 +20,7 @@
 pub mod adaptive;
 pub mod dir24;
 pub mod linear;
+mod linevec;
 pub mod lpm;
 pub mod rfc;
 pub mod rule;

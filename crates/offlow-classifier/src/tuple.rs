@@ -47,6 +47,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use offlow_flow::key::{present, KEY_WORDS};
 
+use crate::linevec::LineVec;
 use crate::{Classify, Field, FlowKey, PortRange, Priority, Rule, RuleId};
 
 /// Tuning knobs of [`TupleMerge`]. The defaults are the measured best on
@@ -340,9 +341,9 @@ struct Tuple {
     /// Open-addressing table. A slot is 0 when empty, otherwise
     /// `(hash >> 32) << 32 | (bucket + 1)`; the home index is
     /// `(hash >> 32) & (len - 1)`, so the slot alone gives it back.
-    slots: Vec<u64>,
+    slots: LineVec<u64>,
     /// Masked key of bucket `b`: `bkeys[b * nwords .. (b + 1) * nwords]`.
-    bkeys: Vec<u64>,
+    bkeys: LineVec<u64>,
     /// Rules of bucket `b`, sorted by rank desc. Empty buckets are free.
     buckets: Vec<Bucket>,
     free_buckets: Vec<u32>,
@@ -370,8 +371,8 @@ impl Tuple {
             words,
             wmasks,
             nwords,
-            slots: vec![0; INITIAL_SLOTS],
-            bkeys: Vec::new(),
+            slots: LineVec::from_elem(0, INITIAL_SLOTS),
+            bkeys: LineVec::new(),
             buckets: Vec::new(),
             free_buckets: Vec::new(),
             live_buckets: 0,
@@ -439,7 +440,7 @@ impl Tuple {
             return b;
         }
         if (self.live_buckets + 1) * 2 > self.slots.len() {
-            let mut bigger = vec![0u64; self.slots.len() * 2];
+            let mut bigger = LineVec::from_elem(0u64, self.slots.len() * 2);
             for &s in self.slots.iter().filter(|&&s| s != 0) {
                 Self::place_slot(&mut bigger, s);
             }
@@ -510,14 +511,14 @@ impl Tuple {
 pub struct TupleMerge {
     tuples: Vec<Tuple>,
     /// Non-empty tuples as (max priority, tuple index), max priority desc.
-    order: Vec<(Priority, u32)>,
+    order: LineVec<(Priority, u32)>,
     /// Tuple index of each shape ever created (empty tuples are kept for
     /// reuse; they cost nothing on lookup since they are not in `order`).
     shapes: FastMap<[u64; KEY_WORDS], u32>,
     rules: Vec<Option<RuleSlot>>,
     /// Compact match test of the rule in the same slot; the only per-rule
     /// data a lookup reads (the slab holds whole rules for `get`/`remove`).
-    checks: Vec<Check>,
+    checks: LineVec<Check>,
     free_rules: Vec<u32>,
     index: FastMap<RuleId, u32>,
     config: TupleConfig,
@@ -788,7 +789,7 @@ impl Classify for TupleMerge {
         let mut best = 0u64;
         let mut found = false;
         let mut mk = [0u64; KEY_WORDS];
-        for &(tmax, ti) in &self.order {
+        for &(tmax, ti) in self.order.iter() {
             // Stop once the best so far beats every rule of this tuple and
             // so of every later one (their max priorities are no higher).
             if found && best > (((tmax as u64) << 32) | 0xffff_ffff) {

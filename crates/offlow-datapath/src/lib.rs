@@ -1,5 +1,5 @@
 //! offlow-datapath: the per-worker data path. This part holds action
-//! execution on frames.
+//! execution on frames and the microflow cache.
 //!
 //! # What
 //! - [`PacketBuf`]: one frame in a buffer allocated once per pool slot (or
@@ -15,6 +15,10 @@
 //! - [`OutputSink`]: where outputs go. The sink borrows the frame at the
 //!   moment of each output; `OutputMeta::final_view` tells it when those
 //!   bytes are final, so the single-output case needs no copy.
+//! - [`MicroflowCache`]: the per-worker exact-match cache on the full
+//!   [`offlow_flow::FlowKey`], set-associative with one signature line per
+//!   bucket, batch lookups with prefetching, and an insertion policy
+//!   ([`InsertPolicy`]) that keeps heavy hitters when flows outnumber entries.
 //!
 //! # Invariants
 //! - Nothing here panics on frame contents, layouts or action lists
@@ -26,14 +30,19 @@
 //!
 //! # Thread-safety
 //! No shared state: [`execute()`] is a function of its arguments; a
-//! [`PacketBuf`] and an [`ExecStats`] belong to one worker.
+//! [`PacketBuf`], an [`ExecStats`] and a [`MicroflowCache`] (`Send`, not
+//! `Sync`) belong to one worker.
 #![warn(missing_docs)]
 
 pub mod buf;
 pub mod execute;
+pub mod microflow;
 
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
     crc32c, execute, sctp_checksum, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo,
     Verdict,
+};
+pub use microflow::{
+    flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,
 };
