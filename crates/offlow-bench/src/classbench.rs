@@ -421,30 +421,44 @@ pub fn parse_rules(file: &str, text: &str) -> Result<RuleSet, LoadError> {
     Ok(RuleSet { dialect, rules })
 }
 
-/// Parse rule-file bytes (plain text or gzip).
-pub fn parse_rules_bytes(file: &str, raw: &[u8]) -> Result<RuleSet, LoadError> {
+/// The text of a file's bytes (plain or gzip); invalid UTF-8 is reported
+/// with the line it starts on.
+fn decode_text(file: &str, raw: &[u8]) -> Result<String, LoadError> {
     let bytes = gunzip_if_needed(raw).map_err(|source| LoadError::Io {
         file: file.to_string(),
         source,
     })?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| LoadError::Parse {
-        file: file.to_string(),
-        line: 1 + bytes[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count(),
-        reason: "not UTF-8 text".into(),
-    })?;
-    parse_rules(file, text)
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = e.utf8_error().valid_up_to();
+        LoadError::Parse {
+            file: file.to_string(),
+            line: 1 + e.as_bytes()[..valid]
+                .iter()
+                .filter(|&&b| b == b'\n')
+                .count(),
+            reason: "not UTF-8 text".into(),
+        }
+    })
 }
 
-/// Load a rule file (plain or .gz).
-pub fn load_rules(path: &Path) -> Result<RuleSet, LoadError> {
+/// Read a whole file, naming it in the error.
+fn read_file(path: &Path) -> Result<(String, Vec<u8>), LoadError> {
     let name = path.display().to_string();
     let raw = std::fs::read(path).map_err(|source| LoadError::Io {
         file: name.clone(),
         source,
     })?;
+    Ok((name, raw))
+}
+
+/// Parse rule-file bytes (plain text or gzip).
+pub fn parse_rules_bytes(file: &str, raw: &[u8]) -> Result<RuleSet, LoadError> {
+    parse_rules(file, &decode_text(file, raw)?)
+}
+
+/// Load a rule file (plain or .gz).
+pub fn load_rules(path: &Path) -> Result<RuleSet, LoadError> {
+    let (name, raw) = read_file(path)?;
     parse_rules_bytes(&name, &raw)
 }
 
@@ -521,28 +535,12 @@ pub fn parse_trace(file: &str, text: &str) -> Result<Trace, LoadError> {
 
 /// Parse trace-file bytes (plain text or gzip).
 pub fn parse_trace_bytes(file: &str, raw: &[u8]) -> Result<Trace, LoadError> {
-    let bytes = gunzip_if_needed(raw).map_err(|source| LoadError::Io {
-        file: file.to_string(),
-        source,
-    })?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| LoadError::Parse {
-        file: file.to_string(),
-        line: 1 + bytes[..e.valid_up_to()]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count(),
-        reason: "not UTF-8 text".into(),
-    })?;
-    parse_trace(file, text)
+    parse_trace(file, &decode_text(file, raw)?)
 }
 
 /// Load a trace file (plain or .gz).
 pub fn load_trace(path: &Path) -> Result<Trace, LoadError> {
-    let name = path.display().to_string();
-    let raw = std::fs::read(path).map_err(|source| LoadError::Io {
-        file: name.clone(),
-        source,
-    })?;
+    let (name, raw) = read_file(path)?;
     parse_trace_bytes(&name, &raw)
 }
 
