@@ -208,8 +208,15 @@ fn in_domain(k: &FlowKey) -> bool {
     k.get(Field::EthType) == 0x0800 && k.presence() & l34 == l34
 }
 
-fn check(rules: &[Rule], keys: &[FlowKey]) -> Result<(), TestCaseError> {
-    let rfc = Rfc::build(rules).map_err(|e| TestCaseError::fail(format!("build: {e}")))?;
+/// Every answer of `lookup` equals the linear oracle's (NotApplicable only
+/// for IPv4 keys outside the compiled domain), and `lookup_batch` equals
+/// `lookup` for every batch size 0..=65 (crossing the 64-key slice).
+fn answers_match_oracle(
+    rules: &[Rule],
+    keys: &[FlowKey],
+    lookup: impl Fn(&FlowKey) -> RfcAnswer,
+    lookup_batch: impl Fn(&[FlowKey], &mut [RfcAnswer]),
+) -> Result<(), TestCaseError> {
     let mut lin = LinearClassifier::new();
     for r in rules {
         lin.insert(r.clone());
@@ -217,7 +224,7 @@ fn check(rules: &[Rule], keys: &[FlowKey]) -> Result<(), TestCaseError> {
     let mut single = Vec::with_capacity(keys.len());
     for k in keys {
         let want = lin.lookup(k);
-        let got = rfc.lookup(k);
+        let got = lookup(k);
         match got {
             RfcAnswer::Hit(id) => prop_assert_eq!(Some(id), want, "key {:?}", k),
             RfcAnswer::NoMatch => prop_assert_eq!(None, want, "key {:?}", k),
@@ -232,14 +239,23 @@ fn check(rules: &[Rule], keys: &[FlowKey]) -> Result<(), TestCaseError> {
         }
         single.push(got);
     }
-    // Batch == single for every batch size 0..=65 (crosses the 64-key slice).
     let mut out = vec![RfcAnswer::NotApplicable; 66];
     for n in 0..=keys.len().min(65) {
         out.fill(RfcAnswer::NotApplicable);
-        rfc.lookup_batch(&keys[..n], &mut out[..n]);
+        lookup_batch(&keys[..n], &mut out[..n]);
         prop_assert_eq!(&out[..n], &single[..n], "batch size {}", n);
     }
     Ok(())
+}
+
+fn check(rules: &[Rule], keys: &[FlowKey]) -> Result<(), TestCaseError> {
+    let rfc = Rfc::build(rules).map_err(|e| TestCaseError::fail(format!("build: {e}")))?;
+    answers_match_oracle(
+        rules,
+        keys,
+        |k| rfc.lookup(k),
+        |ks, out| rfc.lookup_batch(ks, out),
+    )
 }
 
 proptest! {
@@ -457,34 +473,12 @@ fn check_set(rules: &[Rule], keys: &[FlowKey], cfg: &RfcSetConfig) -> Result<usi
     for p in &set.stats().parts {
         prop_assert!(p.table_bytes <= cfg.part_budget, "part over budget: {}", p);
     }
-    let mut lin = LinearClassifier::new();
-    for r in rules {
-        lin.insert(r.clone());
-    }
-    let mut single = Vec::with_capacity(keys.len());
-    for k in keys {
-        let want = lin.lookup(k);
-        let got = set.lookup(k);
-        match got {
-            RfcAnswer::Hit(id) => prop_assert_eq!(Some(id), want, "key {:?}", k),
-            RfcAnswer::NoMatch => prop_assert_eq!(None, want, "key {:?}", k),
-            RfcAnswer::NotApplicable => prop_assert!(
-                k.get(Field::EthType) == 0x0800 && !in_domain(k),
-                "NotApplicable for an in-domain or non-IPv4 key {:?}",
-                k
-            ),
-        }
-        if in_domain(k) {
-            prop_assert_ne!(got, RfcAnswer::NotApplicable);
-        }
-        single.push(got);
-    }
-    let mut out = vec![RfcAnswer::NotApplicable; 66];
-    for n in 0..=keys.len().min(65) {
-        out.fill(RfcAnswer::NotApplicable);
-        set.lookup_batch(&keys[..n], &mut out[..n]);
-        prop_assert_eq!(&out[..n], &single[..n], "batch size {}", n);
-    }
+    answers_match_oracle(
+        rules,
+        keys,
+        |k| set.lookup(k),
+        |ks, out| set.lookup_batch(ks, out),
+    )?;
     Ok(set.parts())
 }
 
