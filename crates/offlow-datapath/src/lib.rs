@@ -1,5 +1,6 @@
-//! offlow-datapath: the per-worker data path. This part holds action
-//! execution on frames and the microflow cache.
+//! offlow-datapath: the per-worker data path: workers, the microflow cache,
+//! the Action Table with fine-grained invalidation, and action execution on
+//! frames.
 //!
 //! # What
 //! - [`PacketBuf`]: one frame in a buffer allocated once per pool slot (or
@@ -19,6 +20,16 @@
 //!   [`offlow_flow::FlowKey`], set-associative with one signature line per
 //!   bucket, batch lookups with prefetching, and an insertion policy
 //!   ([`InsertPolicy`]) that keeps heavy hitters when flows outnumber entries.
+//! - [`ActionTable`]: a worker's interned pipeline decisions (one per
+//!   distinct path through the tables), referenced from the cache by
+//!   generation-checked [`ActionRef`]s and freed precisely by the rules (or
+//!   table misses) they depended on.
+//! - [`Control`] and [`Worker`]: the single writer publishes flow-mods
+//!   (left-right, readers never block) with an invalidation record per
+//!   version; a worker processes a batch in one read section, catching up on
+//!   invalidations first, so [`Control::commit`] returning is the barrier
+//!   guarantee: no packet after it uses a changed or removed action. See
+//!   [`worker`] for the argument.
 //!
 //! # Invariants
 //! - Nothing here panics on frame contents, layouts or action lists
@@ -29,15 +40,20 @@
 //!   [`ExecStats`] (design invariant 5).
 //!
 //! # Thread-safety
-//! No shared state: [`execute()`] is a function of its arguments; a
-//! [`PacketBuf`], an [`ExecStats`] and a [`MicroflowCache`] (`Send`, not
-//! `Sync`) belong to one worker.
+//! [`execute()`] is a function of its arguments; a [`Worker`] (with its
+//! [`PacketBuf`]s, [`ExecStats`], [`MicroflowCache`] and [`ActionTable`]) is
+//! `Send` and belongs to one thread. The only state workers share is the
+//! published pipeline (read-only) and its relaxed atomic counters, credited
+//! once per distinct decision per batch. [`Control`] is the single writer.
 #![warn(missing_docs)]
 
+pub mod action_table;
 pub mod buf;
 pub mod execute;
 pub mod microflow;
+pub mod worker;
 
+pub use action_table::{ActionEntry, ActionRef, ActionTable, ActionTableStats, Dep};
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
     crc32c, execute, sctp_checksum, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo,
@@ -45,4 +61,7 @@ pub use execute::{
 };
 pub use microflow::{
     flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,
+};
+pub use worker::{
+    Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats, LOG_RECORDS,
 };

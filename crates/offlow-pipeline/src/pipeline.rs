@@ -28,7 +28,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use offlow_classifier::{Classifier, Classify, PortRange, Priority, RuleId};
+use offlow_classifier::{Apply, Classifier, Classify, PortRange, Priority, RuleId};
 use offlow_flow::{present, Field, FlowKey, Match};
 
 use crate::action::{Action, ActionSet, Instruction};
@@ -373,6 +373,15 @@ pub struct Pipeline {
     index: HashMap<RuleId, u8>,
     /// Next id to try; ids are allocated in `prepare` and committed by `apply`.
     next_id: RuleId,
+}
+
+/// Lets a [`Pipeline`] be one copy of a left-right
+/// [`offlow_classifier::Versioned`] pair: ops are deterministic, so
+/// replaying them on the second copy yields an identical pipeline.
+impl Apply<PipelineOp> for Pipeline {
+    fn apply(&mut self, op: &PipelineOp) {
+        Pipeline::apply(self, op);
+    }
 }
 
 /// Hidden VLAN tags remembered during one lookup (push over an existing tag

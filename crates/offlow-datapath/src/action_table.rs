@@ -1,0 +1,377 @@
+//! The Action Table (FlowShadow): one worker's interned pipeline decisions.
+//!
+//! # What
+//! The pipeline resolves a key to a *path* (the rule matched in each table
+//! it visited) and a final action list. Given the path, the action list is
+//! fixed: it is built only from those rules' instructions. So decisions are
+//! interned by path: every microflow whose packets take the same path shares
+//! one [`ActionEntry`], which holds the actions, the path (whose rules'
+//! counters a cached packet feeds) and the table that missed, if any.
+//!
+//! A microflow cache entry stores an [`ActionRef`]: a slot index plus the
+//! slot's generation. Freeing a slot bumps its generation, so every cache
+//! entry still pointing at it stops resolving ([`ActionTable::get`] returns
+//! `None`) without touching the cache: invalidation never walks the cache.
+//!
+//! # Invalidation
+//! Each entry depends on the rules of its path and, when its pipeline walk
+//! ended in a table with no matching rule, on that table's *miss* (a new rule
+//! there may now match). [`Dep`] names both. [`ActionTable::invalidate`]
+//! frees exactly the entries depending on one `Dep`, found through a reverse
+//! index (dep → entries), so one rule change costs in proportion to what
+//! depended on it, never a cache flush.
+//!
+//! # Counters
+//! A cached packet must credit the same rule and table counters the pipeline
+//! would have. Crediting shared atomics per packet would put shared writes on
+//! the hot path, so [`ActionTable::count`] accumulates per entry, worker
+//! locally, and [`ActionTable::drain_counts`] hands the sums to the caller
+//! once per batch (inside the same read section, so at the same pipeline
+//! version the packets were processed under).
+//!
+//! # Invariants
+//! - A live slot's generation equals the generation in every `ActionRef`
+//!   handed out for it since it was last allocated; a freed slot's
+//!   generation has moved on, so stale refs miss.
+//! - `by_path` maps exactly the live entries' paths to their slots.
+//! - A live entry is listed under every dep it has in `by_dep` (lists may
+//!   also hold refs to since-freed entries; they are skipped by generation).
+//! - Pending counts are zero on every entry outside a batch.
+//!
+//! # Thread-safety
+//! Owned by one worker (`Send`, not shared); no atomics inside.
+
+use std::collections::HashMap;
+
+use offlow_pipeline::{Action, Outcome, PathStep, Resolution, RuleId};
+
+/// What an [`ActionEntry`] depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Dep {
+    /// The rule with this id (its instructions, or its existence).
+    Rule(RuleId),
+    /// A table missing: no rule matched there (a rule added to the table may
+    /// now match).
+    Miss(u8),
+}
+
+/// A reference from the microflow cache into the Action Table: slot in the
+/// low 32 bits, generation in the high 32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ActionRef(u64);
+
+impl ActionRef {
+    fn new(slot: u32, generation: u32) -> ActionRef {
+        ActionRef(u64::from(generation) << 32 | u64::from(slot))
+    }
+
+    /// The slot index.
+    pub fn slot(self) -> u32 {
+        // Low half by construction.
+        self.0 as u32
+    }
+
+    fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// One interned decision.
+#[derive(Debug, Clone, Default)]
+pub struct ActionEntry {
+    generation: u32,
+    live: bool,
+    /// The final action list (Apply-Actions in order, then the action set).
+    pub actions: Box<[Action]>,
+    /// The rules matched, table by table.
+    pub path: Box<[PathStep]>,
+    /// How the pipeline ended.
+    pub outcome: Outcome,
+    pending_packets: u64,
+    pending_bytes: u64,
+}
+
+impl ActionEntry {
+    /// The table that missed, if the walk ended in a table miss.
+    pub fn miss_table(&self) -> Option<u8> {
+        match self.outcome {
+            Outcome::Miss { table_id } => Some(table_id),
+            _ => None,
+        }
+    }
+
+    fn deps(&self) -> impl Iterator<Item = Dep> + '_ {
+        self.path
+            .iter()
+            .map(|s| Dep::Rule(s.rule))
+            .chain(self.miss_table().map(Dep::Miss))
+    }
+}
+
+/// Counters of one Action Table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActionTableStats {
+    /// Entries created (a pipeline decision with a path not yet interned).
+    pub interned: u64,
+    /// Resolutions whose path was already interned (shared entry).
+    pub shared: u64,
+    /// Entries freed by [`ActionTable::invalidate`].
+    pub invalidated: u64,
+    /// Entries freed by [`ActionTable::collect`] (no cache entry used them).
+    pub collected: u64,
+    /// Whole-table resets ([`ActionTable::clear`]).
+    pub clears: u64,
+}
+
+/// A worker's Action Table.
+#[derive(Debug, Default)]
+pub struct ActionTable {
+    slots: Vec<ActionEntry>,
+    free: Vec<u32>,
+    by_path: HashMap<Box<[PathStep]>, u32>,
+    /// Reverse index; lists may hold refs to freed entries (skipped).
+    by_dep: HashMap<Dep, Vec<ActionRef>>,
+    /// Slots with pending counts in the current batch.
+    dirty: Vec<u32>,
+    stats: ActionTableStats,
+}
+
+impl ActionTable {
+    /// An empty table.
+    pub fn new() -> ActionTable {
+        ActionTable::default()
+    }
+
+    /// Live entries.
+    pub fn len(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// Slots allocated (live or free): every [`ActionRef::slot`] is below.
+    pub fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when no entry is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ActionTableStats {
+        self.stats
+    }
+
+    /// The live entry `r` refers to, or `None` if it has been freed since.
+    #[inline]
+    pub fn get(&self, r: ActionRef) -> Option<&ActionEntry> {
+        let e = self.slots.get(r.slot() as usize)?;
+        (e.live && e.generation == r.generation()).then_some(e)
+    }
+
+    /// The entry for `res`'s path, interning it if new. `res` must come
+    /// from the pipeline version the caller currently reads (entries of
+    /// older versions were invalidated before this batch began).
+    pub fn intern(&mut self, res: &Resolution) -> ActionRef {
+        if let Some(&slot) = self.by_path.get(res.path.as_slice()) {
+            self.stats.shared += 1;
+            let e = &self.slots[slot as usize];
+            return ActionRef::new(slot, e.generation);
+        }
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                // More than 2^32 live decisions cannot fit in memory; the
+                // cast cannot truncate in practice.
+                self.slots.push(ActionEntry::default());
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let e = &mut self.slots[slot as usize];
+        e.live = true;
+        e.actions = res.actions.as_slice().into();
+        e.path = res.path.as_slice().into();
+        e.outcome = res.outcome;
+        e.pending_packets = 0;
+        e.pending_bytes = 0;
+        let r = ActionRef::new(slot, e.generation);
+        for dep in e.deps() {
+            self.by_dep.entry(dep).or_default().push(r);
+        }
+        self.by_path.insert(e.path.clone(), slot);
+        self.stats.interned += 1;
+        r
+    }
+
+    /// Add one packet of `bytes` to the entry's pending counts.
+    #[inline]
+    pub fn count(&mut self, r: ActionRef, bytes: u64) {
+        if let Some(e) = self.slots.get_mut(r.slot() as usize) {
+            if e.pending_packets == 0 {
+                self.dirty.push(r.slot());
+            }
+            e.pending_packets += 1;
+            e.pending_bytes += bytes;
+        }
+    }
+
+    /// Hand every pending `(path, miss_table, packets, bytes)` to `credit`
+    /// and zero them.
+    pub fn drain_counts(&mut self, mut credit: impl FnMut(&[PathStep], Option<u8>, u64, u64)) {
+        for slot in self.dirty.drain(..) {
+            let e = &mut self.slots[slot as usize];
+            if e.pending_packets != 0 {
+                credit(&e.path, e.miss_table(), e.pending_packets, e.pending_bytes);
+                e.pending_packets = 0;
+                e.pending_bytes = 0;
+            }
+        }
+    }
+
+    fn free_slot(&mut self, slot: u32) {
+        let e = &mut self.slots[slot as usize];
+        debug_assert!(e.live && e.pending_packets == 0);
+        e.live = false;
+        e.generation = e.generation.wrapping_add(1);
+        let path = std::mem::take(&mut e.path);
+        e.actions = Box::default();
+        self.by_path.remove(&path);
+        self.free.push(slot);
+    }
+
+    /// Free every entry that depends on `dep`; returns how many. Call only
+    /// between batches (pending counts drained).
+    pub fn invalidate(&mut self, dep: Dep) -> usize {
+        let Some(refs) = self.by_dep.remove(&dep) else {
+            return 0;
+        };
+        let mut n = 0;
+        for r in refs {
+            if self.get(r).is_some() {
+                self.free_slot(r.slot());
+                n += 1;
+            }
+        }
+        self.stats.invalidated += n as u64;
+        n
+    }
+
+    /// Free every entry not in `in_use` (slots referenced by the cache) and
+    /// drop stale refs from the reverse index. Call between batches.
+    pub fn collect(&mut self, in_use: impl Fn(u32) -> bool) -> usize {
+        let mut n = 0;
+        for slot in 0..self.slots.len() {
+            // Slot count fits u32 (see `intern`).
+            let s = slot as u32;
+            if self.slots[slot].live && !in_use(s) {
+                self.free_slot(s);
+                n += 1;
+            }
+        }
+        let slots = &self.slots;
+        self.by_dep.retain(|_, refs| {
+            refs.retain(|r| {
+                slots
+                    .get(r.slot() as usize)
+                    .is_some_and(|e| e.live && e.generation == r.generation())
+            });
+            !refs.is_empty()
+        });
+        self.stats.collected += n as u64;
+        n
+    }
+
+    /// Free every entry (generations move on, so every cached ref misses).
+    pub fn clear(&mut self) {
+        for slot in 0..self.slots.len() {
+            if self.slots[slot].live {
+                self.slots[slot].pending_packets = 0;
+                // Slot count fits u32 (see `intern`).
+                self.free_slot(slot as u32);
+            }
+        }
+        self.by_dep.clear();
+        self.dirty.clear();
+        self.stats.clears += 1;
+    }
+
+    /// Total refs held by the reverse index (memory diagnostics).
+    pub fn dep_refs(&self) -> usize {
+        self.by_dep.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(path: &[(u8, RuleId)], outcome: Outcome, port: u32) -> Resolution {
+        let mut r = Resolution::default();
+        r.path = path
+            .iter()
+            .map(|&(table_id, rule)| PathStep { table_id, rule })
+            .collect();
+        r.outcome = outcome;
+        r.actions = vec![Action::Output {
+            port: offlow_pipeline::PortNo(port),
+            max_len: 0,
+        }];
+        r
+    }
+
+    #[test]
+    fn interns_by_path_and_invalidates_by_dep() {
+        let mut t = ActionTable::new();
+        let a = t.intern(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
+        let b = t.intern(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
+        let c = t.intern(&res(&[(0, 2)], Outcome::Miss { table_id: 1 }, 3));
+        assert_eq!(a, b);
+        assert_ne!(a, c);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.invalidate(Dep::Rule(9)), 0);
+        assert_eq!(t.invalidate(Dep::Miss(1)), 1);
+        assert!(t.get(c).is_none() && t.get(a).is_some());
+        assert_eq!(t.invalidate(Dep::Rule(7)), 1);
+        assert!(t.get(a).is_none());
+        // The slot is reused with a new generation: old refs stay dead.
+        let d = t.intern(&res(&[(0, 3)], Outcome::Forward, 4));
+        assert!(t.get(a).is_none() && t.get(c).is_none());
+        assert_eq!(t.get(d).map(|e| e.path.len()), Some(1));
+        assert_eq!(t.invalidate(Dep::Rule(1)), 0, "already freed via rule 7");
+    }
+
+    #[test]
+    fn counts_drain_once_per_batch() {
+        let mut t = ActionTable::new();
+        let a = t.intern(&res(&[(0, 1)], Outcome::Forward, 2));
+        let m = t.intern(&res(&[], Outcome::Miss { table_id: 0 }, 2));
+        for _ in 0..3 {
+            t.count(a, 100);
+        }
+        t.count(m, 60);
+        let mut got = Vec::new();
+        t.drain_counts(|p, miss, n, b| got.push((p.to_vec(), miss, n, b)));
+        got.sort_by_key(|g| g.2);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].1, got[0].2, got[0].3), (Some(0), 1, 60));
+        assert_eq!((got[1].2, got[1].3), (3, 300));
+        let mut again = 0;
+        t.drain_counts(|_, _, _, _| again += 1);
+        assert_eq!(again, 0);
+    }
+
+    #[test]
+    fn collect_frees_unreferenced_and_prunes_index() {
+        let mut t = ActionTable::new();
+        let refs: Vec<_> = (0..10)
+            .map(|i| t.intern(&res(&[(0, i)], Outcome::Forward, 1)))
+            .collect();
+        let keep = refs[3].slot();
+        assert_eq!(t.collect(|s| s == keep), 9);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.dep_refs(), 1);
+        assert!(t.get(refs[3]).is_some());
+        t.clear();
+        assert!(t.get(refs[3]).is_none() && t.is_empty());
+    }
+}

@@ -1,0 +1,543 @@
+//! Workers and their control: the fast path with consistent updates.
+//!
+//! # Shape
+//! [`Control`] is the single writer. It owns a left-right
+//! [`Versioned`] pair of [`DatapathState`] (the pipeline plus an
+//! invalidation log). Flow-mods are applied to the inactive copy
+//! ([`Control::flow_mod`]); [`Control::commit`] appends one invalidation
+//! record for everything they changed and publishes. Each [`Worker`] holds a
+//! read handle, its own [`MicroflowCache`] and [`ActionTable`], and processes
+//! a batch inside one read section:
+//!
+//! ```text
+//! enter section (version v) ─► catch up: apply log records (seen, v] to the
+//!   Action Table ─► parse ─► cache lookup (batch, prefetched) ─► valid entry?
+//!   ─ yes ─► execute                  ─ no ─► pipeline lookup at v ─► intern,
+//!   insert into cache ─► execute ─► credit pending counts at v ─► leave
+//! ```
+//!
+//! # Why the quiescent wait is enough (design invariant 3)
+//! `commit` returns only after `Versioned::publish` has waited for every read
+//! section that began before the swap. A section that begins after it reads
+//! version `v' >= v` and, before its first lookup, frees every Action Table
+//! entry that depended on a rule changed by any record in `(seen, v']`. A
+//! decision made inside an older section was interned before that catch-up,
+//! in program order on the same thread, so it is freed by it too. Hence after
+//! `commit` returns, no packet is processed with an action that the
+//! committed changes modified or removed. A worker that fell so far behind
+//! that the log no longer holds its records clears its whole table instead.
+//!
+//! Additions: a new rule in table `t` can take keys from lower-priority
+//! overlapping rules ([`FlowModEffect::shadowed`], including the table-miss
+//! entry) and from keys that matched nothing in `t` ([`Dep::Miss`]); both
+//! are invalidated. A MODIFY invalidates the rule's own dependents, a
+//! DELETE the removed rules'.
+//!
+//! # Counters (design invariant 4)
+//! A cached packet credits the rules of its entry's path and the tables it
+//! visited, exactly as [`Pipeline::credit`] does for an uncached packet,
+//! summed per batch and credited inside the same read section (so at the
+//! version the packets were processed under). Counters read after a `commit`
+//! include every packet of every batch that had begun before it.
+//!
+//! # Invariants
+//! - No lock, allocation or syscall per packet on the hit path; a miss
+//!   allocates only when it interns a new decision (a new path).
+//! - Nothing panics on frame contents; every drop is counted by reason.
+//!
+//! # Thread-safety
+//! `Control` is the writer (one thread). A `Worker` is `Send`, owned by one
+//! thread; workers share nothing writable but the pipeline's relaxed atomic
+//! counters, which they touch once per distinct decision per batch.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use offlow_classifier::{Apply, ReadHandle, Versioned};
+use offlow_flow::{extract_into, FlowKey, Layout, ParseStats};
+use offlow_pipeline::{
+    FlowMod, FlowModEffect, Outcome, Pipeline, PipelineError, PipelineOp, Resolution,
+};
+
+use crate::action_table::{ActionRef, ActionTable, ActionTableStats, Dep};
+use crate::buf::PacketBuf;
+use crate::execute::{execute, ExecStats, OutputMeta, OutputSink, PortInfo, Verdict};
+use crate::microflow::{flow_hash, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
+
+/// Invalidation records kept; a worker more than this many versions behind
+/// clears its caches instead of catching up record by record.
+pub const LOG_RECORDS: usize = 1024;
+
+/// One published version's invalidations.
+#[derive(Debug, Clone)]
+struct Record {
+    version: u64,
+    deps: Arc<[Dep]>,
+}
+
+/// The recent invalidation records, oldest first.
+#[derive(Debug, Clone, Default)]
+struct InvalidationLog {
+    records: VecDeque<Record>,
+    /// Every record of a version `<= truncated` has been dropped.
+    truncated: u64,
+}
+
+/// What the workers read: the pipeline and the invalidation log, published
+/// together so a section sees a log that matches its pipeline.
+#[derive(Debug, Clone)]
+pub struct DatapathState {
+    /// The OpenFlow pipeline.
+    pub pipeline: Pipeline,
+    log: InvalidationLog,
+}
+
+/// A replicated update of [`DatapathState`].
+#[derive(Debug, Clone)]
+pub enum StateOp {
+    /// A pipeline change.
+    Pipeline(PipelineOp),
+    /// The invalidations of `version`.
+    Invalidate {
+        /// The version these changes become visible in.
+        version: u64,
+        /// What they changed.
+        deps: Arc<[Dep]>,
+    },
+}
+
+impl Apply<StateOp> for DatapathState {
+    fn apply(&mut self, op: &StateOp) {
+        match op {
+            StateOp::Pipeline(p) => self.pipeline.apply(p),
+            StateOp::Invalidate { version, deps } => {
+                let log = &mut self.log;
+                if log.records.len() == LOG_RECORDS {
+                    if let Some(old) = log.records.pop_front() {
+                        log.truncated = old.version;
+                    }
+                }
+                log.records.push_back(Record {
+                    version: *version,
+                    deps: deps.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// The writer side: flow-mods, commit (publish + quiescent wait).
+pub struct Control {
+    state: Versioned<DatapathState, StateOp>,
+    pending: Vec<Dep>,
+}
+
+impl Control {
+    /// Serve `pipeline` as version 0.
+    pub fn new(pipeline: Pipeline) -> Control {
+        Control {
+            state: Versioned::new(DatapathState {
+                pipeline,
+                log: InvalidationLog::default(),
+            }),
+            pending: Vec::new(),
+        }
+    }
+
+    /// A new worker reading this datapath.
+    pub fn worker(&self, config: WorkerConfig) -> Worker {
+        Worker::new(self.state.reader(), config)
+    }
+
+    /// The writer's pipeline: every flow-mod applied so far, committed or
+    /// not (for stats, dumps and preparing the next flow-mod).
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.state.writer_view().pipeline
+    }
+
+    /// The published version.
+    pub fn version(&self) -> u64 {
+        self.state.version()
+    }
+
+    /// Validate and apply `fm`; workers see it after [`commit`](Self::commit).
+    pub fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<FlowModEffect, PipelineError> {
+        let (op, effect) = self.pipeline().prepare(fm, now_ns)?;
+        self.note_effect(fm.table_id, &effect);
+        self.state.apply(StateOp::Pipeline(op));
+        Ok(effect)
+    }
+
+    /// Record what `effect` invalidates.
+    fn note_effect(&mut self, table_id: u8, effect: &FlowModEffect) {
+        let rules = effect
+            .modified
+            .iter()
+            .chain(&effect.shadowed)
+            .copied()
+            .chain(effect.removed.iter().map(|e| e.id));
+        self.pending.extend(rules.map(Dep::Rule));
+        if !effect.added.is_empty() {
+            self.pending.push(Dep::Miss(table_id));
+        }
+    }
+
+    /// Rebuild the tables' lookup accelerators (never changes an answer).
+    pub fn compile(&mut self) {
+        self.state.apply(StateOp::Pipeline(PipelineOp::Compile));
+    }
+
+    /// Publish every change since the last commit and wait until every
+    /// worker has passed a quiescent point: when this returns, no packet is
+    /// processed with an action those changes modified or removed (the
+    /// barrier reply may be sent). Returns the new version.
+    pub fn commit(&mut self) -> u64 {
+        if !self.pending.is_empty() {
+            let mut deps = std::mem::take(&mut self.pending);
+            deps.sort_unstable();
+            deps.dedup();
+            let version = self.state.version() + 1;
+            self.state.apply(StateOp::Invalidate {
+                version,
+                deps: deps.into(),
+            });
+        }
+        self.state.publish()
+    }
+}
+
+/// How a worker is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct WorkerConfig {
+    /// Use the microflow cache (off: every packet walks the pipeline).
+    pub cache: bool,
+    /// Microflow cache entries (rounded up to a power of two).
+    pub cache_capacity: usize,
+    /// Insertion policy.
+    pub policy: InsertPolicy,
+    /// Verify every cached decision against an uncached pipeline lookup at
+    /// the same version, counting disagreements in `stale` (tests and the
+    /// update bench; costs a pipeline lookup per packet).
+    pub check: bool,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            cache: true,
+            cache_capacity: 8192,
+            policy: InsertPolicy::default(),
+            check: false,
+        }
+    }
+}
+
+/// A worker's counters (summed across workers when read).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Frames received.
+    pub packets: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Batches (read sections).
+    pub batches: u64,
+    /// Packets served from the cache with a valid decision.
+    pub cache_hits: u64,
+    /// Cache hits whose decision had been invalidated (then re-resolved).
+    pub stale_hits: u64,
+    /// Packets resolved by the pipeline.
+    pub pipeline_lookups: u64,
+    /// Dropped: no rule matched in some table and it had no table-miss entry.
+    pub drop_table_miss: u64,
+    /// Dropped: the actions had no output.
+    pub drop_no_output: u64,
+    /// Dropped: TTL expired (IP or MPLS).
+    pub drop_ttl: u64,
+    /// Frames handed to ports or the controller.
+    pub outputs: u64,
+    /// Check mode: cached decisions that differed from the pipeline's.
+    pub stale: u64,
+    /// Invalidation records applied.
+    pub records_applied: u64,
+    /// Times the worker fell behind the log and cleared its caches.
+    pub log_overruns: u64,
+}
+
+/// One worker: parse → cache → pipeline → execute, a batch at a time.
+pub struct Worker {
+    reader: ReadHandle<DatapathState>,
+    config: WorkerConfig,
+    cache: MicroflowCache<ActionRef>,
+    actions: ActionTable,
+    seen: u64,
+    res: Resolution,
+    check_res: Resolution,
+    keys: Vec<FlowKey>,
+    hashes: Vec<u64>,
+    layouts: Vec<Layout>,
+    found: Vec<Option<ActionRef>>,
+    stats: WorkerStats,
+    parse: ParseStats,
+    exec: ExecStats,
+}
+
+impl Worker {
+    fn new(reader: ReadHandle<DatapathState>, config: WorkerConfig) -> Worker {
+        let capacity = if config.cache {
+            config.cache_capacity
+        } else {
+            WAYS_MIN
+        };
+        Worker {
+            reader,
+            config,
+            cache: MicroflowCache::new(capacity, config.policy),
+            actions: ActionTable::new(),
+            seen: 0,
+            res: Resolution::default(),
+            check_res: Resolution::default(),
+            keys: vec![FlowKey::ZERO; MAX_BATCH],
+            hashes: vec![0; MAX_BATCH],
+            layouts: vec![Layout::default(); MAX_BATCH],
+            found: vec![None; MAX_BATCH],
+            stats: WorkerStats::default(),
+            parse: ParseStats::default(),
+            exec: ExecStats::default(),
+        }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> WorkerStats {
+        self.stats
+    }
+
+    /// Parser anomaly counters.
+    pub fn parse_stats(&self) -> &ParseStats {
+        &self.parse
+    }
+
+    /// Action execution counters.
+    pub fn exec_stats(&self) -> &ExecStats {
+        &self.exec
+    }
+
+    /// Microflow cache counters.
+    pub fn cache_stats(&self) -> MicroflowStats {
+        self.cache.stats()
+    }
+
+    /// Action Table counters.
+    pub fn action_stats(&self) -> ActionTableStats {
+        self.actions.stats()
+    }
+
+    /// Live Action Table entries.
+    pub fn action_entries(&self) -> usize {
+        self.actions.len()
+    }
+
+    /// The version the last batch was processed under.
+    pub fn seen_version(&self) -> u64 {
+        self.seen
+    }
+
+    /// Zero every counter (the caches keep their contents).
+    pub fn reset_stats(&mut self) {
+        self.stats = WorkerStats::default();
+        self.parse = ParseStats::default();
+        self.exec = ExecStats::default();
+        self.cache.reset_stats();
+    }
+
+    /// Process `frames`, all received on `in_port`, in one read section:
+    /// each frame is parsed, resolved (cache or pipeline), counted and
+    /// executed in place; outputs go to `sink`.
+    pub fn process<S, O>(&mut self, frames: &mut [PacketBuf<S>], in_port: u32, sink: &mut O)
+    where
+        S: AsRef<[u8]> + AsMut<[u8]>,
+        O: OutputSink + ?Sized,
+    {
+        let Worker {
+            reader,
+            config,
+            cache,
+            actions,
+            seen,
+            res,
+            check_res,
+            keys,
+            hashes,
+            layouts,
+            found,
+            stats,
+            parse,
+            exec,
+        } = self;
+        let guard = reader.enter();
+        let version = guard.version();
+        let state: &DatapathState = &guard;
+        let pipeline = &state.pipeline;
+        if version != *seen {
+            catch_up(state, *seen, actions, cache, stats);
+            *seen = version;
+        }
+        maybe_collect(actions, cache);
+        stats.batches += 1;
+        for chunk in frames.chunks_mut(MAX_BATCH) {
+            let n = chunk.len();
+            for (i, buf) in chunk.iter().enumerate() {
+                layouts[i] = extract_into(buf.frame(), in_port, &mut keys[i], parse);
+                hashes[i] = flow_hash(&keys[i]);
+            }
+            if config.cache {
+                cache.lookup_batch(&keys[..n], &hashes[..n], &mut found[..n]);
+            }
+            for (i, buf) in chunk.iter_mut().enumerate() {
+                let bytes = buf.len() as u64;
+                stats.packets += 1;
+                stats.bytes += bytes;
+                let hit = if config.cache {
+                    found[i].filter(|&r| actions.get(r).is_some())
+                } else {
+                    None
+                };
+                let entry_ref = match hit {
+                    Some(r) => {
+                        stats.cache_hits += 1;
+                        if config.check {
+                            pipeline.lookup_into(&keys[i], check_res);
+                            if let Some(e) = actions.get(r) {
+                                if *e.actions != *check_res.actions || *e.path != *check_res.path {
+                                    stats.stale += 1;
+                                }
+                            }
+                        }
+                        Some(r)
+                    }
+                    None => {
+                        if found[i].is_some() && config.cache {
+                            stats.stale_hits += 1;
+                        }
+                        stats.pipeline_lookups += 1;
+                        pipeline.lookup_into(&keys[i], res);
+                        if config.cache {
+                            let r = actions.intern(res);
+                            cache.insert_hashed(&keys[i], hashes[i], r);
+                            Some(r)
+                        } else {
+                            pipeline.credit_resolution(res, 1, bytes);
+                            None
+                        }
+                    }
+                };
+                let (acts, outcome) = match entry_ref.and_then(|r| actions.get(r)) {
+                    Some(e) => (&*e.actions, e.outcome),
+                    None => (res.actions.as_slice(), res.outcome),
+                };
+                let done = execute(acts, buf, &mut layouts[i], in_port, sink, exec);
+                if let Some(r) = entry_ref {
+                    actions.count(r, bytes);
+                }
+                stats.outputs += u64::from(done.outputs);
+                match done.verdict {
+                    Verdict::TtlExpired | Verdict::MplsTtlExpired => stats.drop_ttl += 1,
+                    Verdict::Done if done.outputs == 0 => match outcome {
+                        Outcome::Miss { .. } => stats.drop_table_miss += 1,
+                        _ => stats.drop_no_output += 1,
+                    },
+                    Verdict::Done => {}
+                }
+            }
+        }
+        actions
+            .drain_counts(|path, miss, packets, bytes| pipeline.credit(path, miss, packets, bytes));
+        drop(guard);
+    }
+}
+
+/// Smallest cache a worker with the cache off allocates (it is never used).
+const WAYS_MIN: usize = crate::microflow::WAYS;
+
+/// Apply the log records after `seen` to the Action Table.
+fn catch_up(
+    state: &DatapathState,
+    seen: u64,
+    actions: &mut ActionTable,
+    cache: &mut MicroflowCache<ActionRef>,
+    stats: &mut WorkerStats,
+) {
+    let log = &state.log;
+    if seen < log.truncated {
+        // Records we never applied were dropped: start over.
+        actions.clear();
+        cache.clear();
+        stats.log_overruns += 1;
+        return;
+    }
+    for rec in log.records.iter().filter(|r| r.version > seen) {
+        for &dep in rec.deps.iter() {
+            actions.invalidate(dep);
+        }
+        stats.records_applied += 1;
+    }
+}
+
+/// Free Action Table entries no cache entry uses once they clearly
+/// outnumber the cache's entries (decisions of evicted microflows, or of
+/// skipped inserts). The check is O(1); a collection is O(cache capacity)
+/// and frees at least half the table, so its cost is amortised over at
+/// least as many interned decisions.
+#[inline]
+fn maybe_collect(actions: &mut ActionTable, cache: &MicroflowCache<ActionRef>) {
+    let limit = 2 * cache.len().max(4096);
+    if actions.len() <= limit {
+        return;
+    }
+    collect_unused(actions, cache);
+}
+
+#[cold]
+fn collect_unused(actions: &mut ActionTable, cache: &MicroflowCache<ActionRef>) {
+    let mut used = vec![false; actions.slot_count()];
+    for (_, r) in cache.iter() {
+        if let Some(u) = used.get_mut(r.slot() as usize) {
+            *u = true;
+        }
+    }
+    actions.collect(|s| used.get(s as usize).copied().unwrap_or(false));
+}
+
+/// A sink that counts outputs per port (benchmarks and tests): no copies.
+#[derive(Debug, Clone, Default)]
+pub struct CountingSink {
+    /// Ports for FLOOD/ALL.
+    pub ports: Vec<PortInfo>,
+    /// `(port, frames)` per output port seen, in first-seen order.
+    pub per_port: Vec<(u32, u64)>,
+    /// Packet-ins.
+    pub to_controller: u64,
+    /// Last output port (tests).
+    pub last_port: Option<u32>,
+}
+
+impl OutputSink for CountingSink {
+    fn output(&mut self, port: u32, _frame: &[u8], _meta: OutputMeta) {
+        self.last_port = Some(port);
+        match self.per_port.iter_mut().find(|(p, _)| *p == port) {
+            Some((_, n)) => *n += 1,
+            None => self.per_port.push((port, 1)),
+        }
+    }
+
+    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {
+        self.to_controller += 1;
+    }
+
+    fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    fn port_info(&self, index: usize) -> Option<PortInfo> {
+        self.ports.get(index).copied()
+    }
+}
