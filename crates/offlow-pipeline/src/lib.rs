@@ -35,6 +35,7 @@
 pub mod action;
 pub mod entry;
 pub mod error;
+mod index;
 pub mod pipeline;
 pub mod port;
 pub mod validate;

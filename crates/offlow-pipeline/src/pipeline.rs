@@ -19,8 +19,9 @@
 //! entries, so any number of workers can credit exactly, through either copy.
 //!
 //! Invariants: every table's classifier holds exactly the rules of its entry
-//! map (same ids); a rule id is unique in the whole pipeline; `index` maps
-//! every id to its table.
+//! map (same ids), and so does its [`MatchIndex`] (which answers identical-
+//! match and overlap questions without scanning); a rule id is unique in the
+//! whole pipeline; `index` maps every id to its table.
 //!
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
@@ -34,6 +35,7 @@ use offlow_flow::{present, Field, FlowKey, Match};
 use crate::action::{Action, ActionSet, Instruction};
 use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
 use crate::error::PipelineError;
+use crate::index::MatchIndex;
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
 use crate::validate::{validate_instructions, VID_PRESENT};
 
@@ -51,6 +53,8 @@ pub const MAX_TABLES: u16 = 255;
 struct FlowTable {
     classifier: TableClassifier,
     entries: HashMap<RuleId, Arc<FlowEntry>>,
+    /// Exact and overlap index over `entries`.
+    matches: MatchIndex,
     /// Shared by clones: table counters are credited through either copy.
     counters: Arc<TableCounters>,
 }
@@ -60,6 +64,7 @@ impl FlowTable {
         FlowTable {
             classifier: TableClassifier::default(),
             entries: HashMap::new(),
+            matches: MatchIndex::default(),
             counters: Arc::new(TableCounters::default()),
         }
     }
@@ -477,18 +482,14 @@ impl Pipeline {
         // and an existing entry of the same priority.
         if fm.flags.has(FlowModFlags::CHECK_OVERLAP)
             && table
-                .entries
-                .values()
-                .any(|e| e.priority == fm.priority && e.matcher.overlaps(&fm.matcher))
+                .matches
+                .any_overlapping(&fm.matcher, fm.priority, fm.priority)
         {
             return Err(PipelineError::Overlap);
         }
         // §6.4: an entry with identical match and priority is replaced;
         // counters are copied unless RESET_COUNTS.
-        let old = table
-            .entries
-            .values()
-            .find(|e| e.priority == fm.priority && e.matcher == fm.matcher);
+        let old = table.matches.find_identical(fm.priority, &fm.matcher);
         let mut effect = FlowModEffect::default();
         let (id, counters) = match old {
             Some(old) => {
@@ -505,13 +506,8 @@ impl Pipeline {
                 effect.added.push(id);
                 // Lower (or equal) priority entries that overlap may lose keys
                 // to the new entry.
-                effect.shadowed = table
-                    .entries
-                    .values()
-                    .filter(|e| e.priority <= fm.priority && e.matcher.overlaps(&fm.matcher))
-                    .map(|e| e.id)
-                    .collect();
-                effect.shadowed.sort_unstable();
+                // Exact (never over-approximated) and sorted.
+                effect.shadowed = table.matches.overlapping(&fm.matcher, 0, fm.priority);
                 (id, Arc::new(FlowCounters::default()))
             }
         };
@@ -565,11 +561,20 @@ impl Pipeline {
                 None => &[],
             }
         };
-        let mut out: Vec<&Arc<FlowEntry>> = tables
-            .iter()
-            .flat_map(|t| t.entries.values())
-            .filter(|e| f.selects(e))
-            .collect();
+        let mut out: Vec<&Arc<FlowEntry>> = if f.strict {
+            // At most one entry per table has this exact match and priority.
+            tables
+                .iter()
+                .filter_map(|t| t.matches.find_identical(f.priority, &f.matcher))
+                .filter(|e| f.selects(e))
+                .collect()
+        } else {
+            tables
+                .iter()
+                .flat_map(|t| t.entries.values())
+                .filter(|e| f.selects(e))
+                .collect()
+        };
         out.sort_unstable_by_key(|e| e.id);
         out
     }
@@ -641,7 +646,19 @@ impl Pipeline {
                     return;
                 };
                 t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
-                t.entries.insert(e.id, Arc::clone(e));
+                match t.entries.insert(e.id, Arc::clone(e)) {
+                    // Replacement (same id): its match and priority are
+                    // normally unchanged, but re-index to stay general.
+                    Some(old) => {
+                        t.matches.remove(&old);
+                        t.matches.insert(e);
+                    }
+                    None => {
+                        t.matches.insert(e);
+                        // A new rule: later ADDs are likely shaped alike.
+                        t.matches.prepare_for(&e.matcher, e.priority);
+                    }
+                }
                 self.index.insert(e.id, e.table_id);
                 if e.id >= self.next_id {
                     self.next_id = e.id.wrapping_add(1);
@@ -651,7 +668,8 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(*table_id as usize) else {
                     return;
                 };
-                if t.entries.remove(id).is_some() {
+                if let Some(old) = t.entries.remove(id) {
+                    t.matches.remove(&old);
                     t.classifier.remove(*id);
                     self.index.remove(id);
                 }
@@ -897,5 +915,13 @@ fn exec_on_key(k: &mut FlowKey, a: &Action, hidden: &mut [u16; VLAN_STACK], n_hi
         | Action::SetQueue(_)
         | Action::Group(_)
         | Action::Experimenter(_) => {}
+    }
+}
+
+impl Pipeline {
+    /// The counters of table `table_id` (shared by the copies of a
+    /// left-right pair), for callers that aggregate credits themselves.
+    pub fn table_counters(&self, table_id: u8) -> Option<&Arc<TableCounters>> {
+        self.tables.get(table_id as usize).map(|t| &t.counters)
     }
 }
