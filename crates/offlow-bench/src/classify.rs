@@ -633,7 +633,7 @@ struct PaddedCount(AtomicU64);
 /// Pin the calling thread to `cpu`. Returns false when that is not possible
 /// (fewer CPUs, a restricted cpuset, another OS); the measurement then runs
 /// unpinned.
-fn pin_to_cpu(cpu: usize) -> bool {
+pub fn pin_to_cpu(cpu: usize) -> bool {
     #[cfg(target_os = "linux")]
     {
         if cpu >= libc::CPU_SETSIZE as usize {
@@ -921,31 +921,7 @@ fn dpdk_runs(
     inputs: &dpdk::AclInputs,
     n_headers: usize,
 ) -> anyhow::Result<Vec<AclRun>> {
-    let mut runs = Vec::new();
-    let n = n_headers.max(1) as u64;
-    for alg in dpdk::available_algs() {
-        let run = match args.dpdk_iters {
-            Some(it) => inputs.timed_run(&args.dpdk_bin, alg, it.max(1))?,
-            None => {
-                // Calibrate on ~2M packets, then aim for about one second.
-                let it = (2_000_000 / n).max(1);
-                let first = inputs.timed_run(&args.dpdk_bin, alg, it)?;
-                let secs = first.packets as f64 / (first.mpps * 1e6).max(1.0);
-                if secs >= 0.5 {
-                    first
-                } else {
-                    let want = (first.mpps * 1e6 / n as f64).ceil() as u64;
-                    inputs.timed_run(&args.dpdk_bin, alg, want.max(it))?
-                }
-            }
-        };
-        eprintln!(
-            "dpdk-test-acl --alg={:<10} {:>8.2} Mpps  {:>7.1} cycles/pkt",
-            run.alg, run.mpps, run.cycles_per_pkt
-        );
-        runs.push(run);
-    }
-    Ok(runs)
+    dpdk::timed_runs(inputs, &args.dpdk_bin, args.dpdk_iters, n_headers)
 }
 
 /// Run the experiment without printing the result (progress goes to

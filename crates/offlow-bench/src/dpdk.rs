@@ -265,6 +265,42 @@ pub fn parse_answers(stdout: &str) -> anyhow::Result<Vec<Option<RuleId>>> {
     Ok(out)
 }
 
+/// Time every available algorithm on `inputs` (`iters` passes over the
+/// trace, or calibrated to about one second each when `None`), printing
+/// each result to stderr.
+pub fn timed_runs(
+    inputs: &AclInputs,
+    bin: &Path,
+    iters: Option<u64>,
+    n_headers: usize,
+) -> anyhow::Result<Vec<AclRun>> {
+    let mut runs = Vec::new();
+    let n = n_headers.max(1) as u64;
+    for alg in available_algs() {
+        let run = match iters {
+            Some(it) => inputs.timed_run(bin, alg, it.max(1))?,
+            None => {
+                // Calibrate on ~2M packets, then aim for about one second.
+                let it = (2_000_000 / n).max(1);
+                let first = inputs.timed_run(bin, alg, it)?;
+                let secs = first.packets as f64 / (first.mpps * 1e6).max(1.0);
+                if secs >= 0.5 {
+                    first
+                } else {
+                    let want = (first.mpps * 1e6 / n as f64).ceil() as u64;
+                    inputs.timed_run(bin, alg, want.max(it))?
+                }
+            }
+        };
+        eprintln!(
+            "dpdk-test-acl --alg={:<10} {:>8.2} Mpps  {:>7.1} cycles/pkt",
+            run.alg, run.mpps, run.cycles_per_pkt
+        );
+        runs.push(run);
+    }
+    Ok(runs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

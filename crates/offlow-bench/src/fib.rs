@@ -184,13 +184,13 @@ pub fn gen_addrs(table: &Table, n: usize, seed: u64, mix: AddrMix) -> Vec<u32> {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn tsc() -> u64 {
+pub(crate) fn tsc() -> u64 {
     // SAFETY: rdtsc has no preconditions on x86_64.
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn tsc() -> u64 {
+pub(crate) fn tsc() -> u64 {
     0
 }
 

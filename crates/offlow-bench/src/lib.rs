@@ -14,10 +14,13 @@
 
 pub mod classbench;
 pub mod classify;
+pub mod datapath;
 pub mod dpdk;
 pub mod dpdk_fib;
 pub mod fib;
 pub mod report;
+pub mod update;
+pub mod workload;
 
 use std::path::PathBuf;
 

@@ -43,7 +43,16 @@
 
 use std::collections::HashMap;
 
-use offlow_pipeline::{Action, Outcome, PathStep, Resolution, RuleId};
+use std::sync::Arc;
+
+use offlow_pipeline::{Action, FlowCounters, Outcome, PathStep, Resolution, RuleId};
+
+/// Where a cached packet's credit for one path step goes: the rule's
+/// counters (shared with the pipeline entry) and whether the rule counts
+/// packets and bytes (its `NO_PKT_COUNTS` / `NO_BYT_COUNTS` flags). `None`
+/// when the rule is unknown (it cannot be: the path comes from the same
+/// version).
+pub type RuleCredit = Option<(Arc<FlowCounters>, bool, bool)>;
 
 /// What an [`ActionEntry`] depends on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -87,6 +96,9 @@ pub struct ActionEntry {
     pub path: Box<[PathStep]>,
     /// How the pipeline ended.
     pub outcome: Outcome,
+    /// Per path step, where its credit goes (resolved once, at intern time,
+    /// so crediting a batch needs no lookup by rule id).
+    pub credits: Box<[RuleCredit]>,
     pending_packets: u64,
     pending_bytes: u64,
 }
@@ -169,10 +181,15 @@ impl ActionTable {
         (e.live && e.generation == r.generation()).then_some(e)
     }
 
-    /// The entry for `res`'s path, interning it if new. `res` must come
-    /// from the pipeline version the caller currently reads (entries of
-    /// older versions were invalidated before this batch began).
-    pub fn intern(&mut self, res: &Resolution) -> ActionRef {
+    /// The entry for `res`'s path, interning it if new; `credit_of` gives
+    /// each path step's [`RuleCredit`] (called only for a new entry). `res`
+    /// must come from the pipeline version the caller currently reads
+    /// (entries of older versions were invalidated before this batch began).
+    pub fn intern(
+        &mut self,
+        res: &Resolution,
+        credit_of: impl Fn(&PathStep) -> RuleCredit,
+    ) -> ActionRef {
         if let Some(&slot) = self.by_path.get(res.path.as_slice()) {
             self.stats.shared += 1;
             let e = &self.slots[slot as usize];
@@ -192,6 +209,7 @@ impl ActionTable {
         e.actions = res.actions.as_slice().into();
         e.path = res.path.as_slice().into();
         e.outcome = res.outcome;
+        e.credits = res.path.iter().map(credit_of).collect();
         e.pending_packets = 0;
         e.pending_bytes = 0;
         let r = ActionRef::new(slot, e.generation);
@@ -215,13 +233,13 @@ impl ActionTable {
         }
     }
 
-    /// Hand every pending `(path, miss_table, packets, bytes)` to `credit`
-    /// and zero them.
-    pub fn drain_counts(&mut self, mut credit: impl FnMut(&[PathStep], Option<u8>, u64, u64)) {
+    /// Hand every entry with pending counts to `credit` as
+    /// `(entry, packets, bytes)` and zero them.
+    pub fn drain_counts(&mut self, mut credit: impl FnMut(&ActionEntry, u64, u64)) {
         for slot in self.dirty.drain(..) {
             let e = &mut self.slots[slot as usize];
             if e.pending_packets != 0 {
-                credit(&e.path, e.miss_table(), e.pending_packets, e.pending_bytes);
+                credit(e, e.pending_packets, e.pending_bytes);
                 e.pending_packets = 0;
                 e.pending_bytes = 0;
             }
@@ -235,6 +253,7 @@ impl ActionTable {
         e.generation = e.generation.wrapping_add(1);
         let path = std::mem::take(&mut e.path);
         e.actions = Box::default();
+        e.credits = Box::default();
         self.by_path.remove(&path);
         self.free.push(slot);
     }
@@ -319,12 +338,18 @@ mod tests {
         r
     }
 
+    impl ActionTable {
+        fn intern_plain(&mut self, r: &Resolution) -> ActionRef {
+            self.intern(r, |_| None)
+        }
+    }
+
     #[test]
     fn interns_by_path_and_invalidates_by_dep() {
         let mut t = ActionTable::new();
-        let a = t.intern(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
-        let b = t.intern(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
-        let c = t.intern(&res(&[(0, 2)], Outcome::Miss { table_id: 1 }, 3));
+        let a = t.intern_plain(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
+        let b = t.intern_plain(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
+        let c = t.intern_plain(&res(&[(0, 2)], Outcome::Miss { table_id: 1 }, 3));
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(t.len(), 2);
@@ -334,7 +359,7 @@ mod tests {
         assert_eq!(t.invalidate(Dep::Rule(7)), 1);
         assert!(t.get(a).is_none());
         // The slot is reused with a new generation: old refs stay dead.
-        let d = t.intern(&res(&[(0, 3)], Outcome::Forward, 4));
+        let d = t.intern_plain(&res(&[(0, 3)], Outcome::Forward, 4));
         assert!(t.get(a).is_none() && t.get(c).is_none());
         assert_eq!(t.get(d).map(|e| e.path.len()), Some(1));
         assert_eq!(t.invalidate(Dep::Rule(1)), 0, "already freed via rule 7");
@@ -343,20 +368,20 @@ mod tests {
     #[test]
     fn counts_drain_once_per_batch() {
         let mut t = ActionTable::new();
-        let a = t.intern(&res(&[(0, 1)], Outcome::Forward, 2));
-        let m = t.intern(&res(&[], Outcome::Miss { table_id: 0 }, 2));
+        let a = t.intern_plain(&res(&[(0, 1)], Outcome::Forward, 2));
+        let m = t.intern_plain(&res(&[], Outcome::Miss { table_id: 0 }, 2));
         for _ in 0..3 {
             t.count(a, 100);
         }
         t.count(m, 60);
         let mut got = Vec::new();
-        t.drain_counts(|p, miss, n, b| got.push((p.to_vec(), miss, n, b)));
+        t.drain_counts(|e, n, b| got.push((e.path.to_vec(), e.miss_table(), n, b)));
         got.sort_by_key(|g| g.2);
         assert_eq!(got.len(), 2);
         assert_eq!((got[0].1, got[0].2, got[0].3), (Some(0), 1, 60));
         assert_eq!((got[1].2, got[1].3), (3, 300));
         let mut again = 0;
-        t.drain_counts(|_, _, _, _| again += 1);
+        t.drain_counts(|_, _, _| again += 1);
         assert_eq!(again, 0);
     }
 
@@ -364,7 +389,7 @@ mod tests {
     fn collect_frees_unreferenced_and_prunes_index() {
         let mut t = ActionTable::new();
         let refs: Vec<_> = (0..10)
-            .map(|i| t.intern(&res(&[(0, i)], Outcome::Forward, 1)))
+            .map(|i| t.intern_plain(&res(&[(0, i)], Outcome::Forward, 1)))
             .collect();
         let keep = refs[3].slot();
         assert_eq!(t.collect(|s| s == keep), 9);

@@ -53,7 +53,7 @@ pub mod execute;
 pub mod microflow;
 pub mod worker;
 
-pub use action_table::{ActionEntry, ActionRef, ActionTable, ActionTableStats, Dep};
+pub use action_table::{ActionEntry, ActionRef, ActionTable, ActionTableStats, Dep, RuleCredit};
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
     crc32c, execute, sctp_checksum, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo,

@@ -56,7 +56,7 @@ use std::sync::Arc;
 use offlow_classifier::{Apply, ReadHandle, Versioned};
 use offlow_flow::{extract_into, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
-    FlowMod, FlowModEffect, Outcome, Pipeline, PipelineError, PipelineOp, Resolution,
+    FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError, PipelineOp, Resolution,
 };
 
 use crate::action_table::{ActionRef, ActionTable, ActionTableStats, Dep};
@@ -279,6 +279,43 @@ pub struct Worker {
     stats: WorkerStats,
     parse: ParseStats,
     exec: ExecStats,
+    table_credit: TableCredit,
+}
+
+/// Per-batch sums of table counter credits: `(lookups, matched)` per table
+/// and the tables touched.
+#[derive(Debug)]
+struct TableCredit {
+    sums: Vec<(u64, u64)>,
+    touched: Vec<u8>,
+}
+
+impl TableCredit {
+    fn new() -> TableCredit {
+        TableCredit {
+            sums: vec![(0, 0); 256],
+            touched: Vec::with_capacity(256),
+        }
+    }
+
+    #[inline]
+    fn add(&mut self, table: u8, lookups: u64, matched: u64) {
+        let s = &mut self.sums[table as usize];
+        if *s == (0, 0) {
+            self.touched.push(table);
+        }
+        s.0 += lookups;
+        s.1 += matched;
+    }
+
+    fn flush(&mut self, pipeline: &Pipeline) {
+        for t in self.touched.drain(..) {
+            let s = std::mem::take(&mut self.sums[t as usize]);
+            if let Some(c) = pipeline.table_counters(t) {
+                c.add(s.0, s.1);
+            }
+        }
+    }
 }
 
 impl Worker {
@@ -303,6 +340,7 @@ impl Worker {
             stats: WorkerStats::default(),
             parse: ParseStats::default(),
             exec: ExecStats::default(),
+            table_credit: TableCredit::new(),
         }
     }
 
@@ -372,6 +410,7 @@ impl Worker {
             stats,
             parse,
             exec,
+            table_credit,
         } = self;
         let guard = reader.enter();
         let version = guard.version();
@@ -421,7 +460,15 @@ impl Worker {
                         stats.pipeline_lookups += 1;
                         pipeline.lookup_into(&keys[i], res);
                         if config.cache {
-                            let r = actions.intern(res);
+                            let r = actions.intern(res, |step| {
+                                pipeline.entry(step.rule).map(|e| {
+                                    (
+                                        e.counters.clone(),
+                                        !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
+                                        !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
+                                    )
+                                })
+                            });
                             cache.insert_hashed(&keys[i], hashes[i], r);
                             Some(r)
                         } else {
@@ -449,8 +496,23 @@ impl Worker {
                 }
             }
         }
-        actions
-            .drain_counts(|path, miss, packets, bytes| pipeline.credit(path, miss, packets, bytes));
+        // Rule counters: one atomic add per distinct decision of the batch.
+        // Table counters: summed per table first, one add per table.
+        actions.drain_counts(|e, packets, bytes| {
+            for (step, credit) in e.path.iter().zip(e.credits.iter()) {
+                if let Some((c, count_packets, count_bytes)) = credit {
+                    c.add(
+                        if *count_packets { packets } else { 0 },
+                        if *count_bytes { bytes } else { 0 },
+                    );
+                }
+                table_credit.add(step.table_id, packets, packets);
+            }
+            if let Some(t) = e.miss_table() {
+                table_credit.add(t, packets, 0);
+            }
+        });
+        table_credit.flush(pipeline);
         drop(guard);
     }
 }

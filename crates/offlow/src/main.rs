@@ -22,6 +22,12 @@ enum Bench {
     Classify(offlow_bench::classify::ClassifyArgs),
     /// FIB lookup rate on a BGP table, vs dpdk-test-fib.
     Fib(offlow_bench::fib::FibArgs),
+    /// The whole datapath on real frames (parse, microflow cache, pipeline,
+    /// actions), cache on and off, vs dpdk-test-acl: the FlowShadow experiment.
+    Datapath(offlow_bench::datapath::DatapathArgs),
+    /// Lookups while a stream of flow-mods is applied on the other core:
+    /// idle vs updating rate, updates/s, stale packets after the barrier.
+    Update(offlow_bench::update::UpdateArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -29,5 +35,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(Bench::Classify(a)) => offlow_bench::classify::main(&a),
         Command::Bench(Bench::Fib(a)) => offlow_bench::fib::main(&a),
+        Command::Bench(Bench::Datapath(a)) => offlow_bench::datapath::main(&a),
+        Command::Bench(Bench::Update(a)) => offlow_bench::update::main(&a),
     }
 }
