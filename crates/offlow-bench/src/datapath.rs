@@ -43,13 +43,14 @@
 //! Thread-safety: single-threaded measurement (the worker's `Control` lives
 //! on the same thread and publishes once, before the worker starts).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
 use offlow_datapath::{Control, CountingSink, PacketBuf, Worker, WorkerConfig, WorkerStats};
 use offlow_flow::{extract, ParseStats};
-use offlow_pipeline::{FlowMod, Instruction, Pipeline, RuleId};
+use offlow_pipeline::{FlowFilter, FlowMod, Instruction, Pipeline, RuleId};
 use serde_json::json;
 
 use crate::classbench::{self, Header, RuleSet, Trace};
@@ -403,13 +404,54 @@ fn verify(
     let mut bufs = make_bufs(batch, args.frame_size);
     let mut sink = CountingSink::default();
     let mut pos = 0usize;
-    for _ in 0..t.sequence.len().div_ceil(batch) {
+    let all = FlowFilter::all();
+    let counted = |p: &Pipeline| -> HashMap<RuleId, (u64, u64)> {
+        p.dump(&all)
+            .into_iter()
+            .map(|s| (s.id, (s.packets, s.bytes)))
+            .collect()
+    };
+    let before = counted(control.pipeline());
+    let n_batches = t.sequence.len().div_ceil(batch);
+    for _ in 0..n_batches {
         fill(&mut bufs, t, &mut pos);
         worker.process(&mut bufs, IN_PORT, &mut sink);
     }
+    worker.flush_counters();
     let s = worker.stats();
     let mut checked = s.cache_hits;
     let mut bad = s.stale;
+
+    // Rule counters: exactly what an uncached pipeline would have credited
+    // for the packets just processed (the measurement workers are gone and
+    // flushed their counts when dropped).
+    let after = counted(control.pipeline());
+    let mut occurrences = vec![0u64; t.frames.len()];
+    for k in 0..n_batches * batch {
+        occurrences[t.sequence[k % t.sequence.len()] as usize] += 1;
+    }
+    let mut want: HashMap<RuleId, (u64, u64)> = HashMap::new();
+    let mut ps = ParseStats::default();
+    for (flow, frame) in t.frames.iter().enumerate() {
+        let key = extract(frame, IN_PORT, &mut ps).key;
+        for step in control.pipeline().lookup(&key).path {
+            let w = want.entry(step.rule).or_default();
+            w.0 += occurrences[flow];
+            w.1 += occurrences[flow] * frame.len() as u64;
+        }
+    }
+    for (id, &(p1, b1)) in &after {
+        let (p0, b0) = before.get(id).copied().unwrap_or_default();
+        let got = (p1 - p0, b1 - b0);
+        let expect = want.get(id).copied().unwrap_or_default();
+        checked += 1;
+        if got != expect {
+            if bad < 10 {
+                eprintln!("verify: rule {id} counted {got:?}, expected {expect:?}");
+            }
+            bad += 1;
+        }
+    }
 
     // Table 0 against an independent reference, per flow.
     let pipeline = control.pipeline();

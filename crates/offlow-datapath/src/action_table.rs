@@ -26,8 +26,8 @@
 //! would have. Crediting shared atomics per packet would put shared writes on
 //! the hot path, so [`ActionTable::count`] accumulates per entry, worker
 //! locally, and [`ActionTable::drain_counts`] hands the sums to the caller
-//! once per batch (inside the same read section, so at the same pipeline
-//! version the packets were processed under).
+//! in bulk (the worker decides when; see `worker`). The credit targets are
+//! resolved at intern time, so a flush never looks anything up.
 //!
 //! # Invariants
 //! - A live slot's generation equals the generation in every `ActionRef`
@@ -36,7 +36,8 @@
 //! - `by_path` maps exactly the live entries' paths to their slots.
 //! - A live entry is listed under every dep it has in `by_dep` (lists may
 //!   also hold refs to since-freed entries; they are skipped by generation).
-//! - Pending counts are zero on every entry outside a batch.
+//! - An entry is freed only with zero pending counts (callers drain first;
+//!   checked in debug builds).
 //!
 //! # Thread-safety
 //! Owned by one worker (`Send`, not shared); no atomics inside.

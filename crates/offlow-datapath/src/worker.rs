@@ -35,10 +35,17 @@
 //!
 //! # Counters (design invariant 4)
 //! A cached packet credits the rules of its entry's path and the tables it
-//! visited, exactly as [`Pipeline::credit`] does for an uncached packet,
-//! summed per batch and credited inside the same read section (so at the
-//! version the packets were processed under). Counters read after a `commit`
-//! include every packet of every batch that had begun before it.
+//! visited, exactly as [`Pipeline::credit`] does for an uncached packet. The
+//! credit targets (the rules' shared counters, their NO_*_COUNTS flags) are
+//! resolved once, when the decision is interned, so crediting needs no
+//! lookup. Counts are summed per Action Table entry, worker-locally, and
+//! credited with one atomic add per rule per distinct decision: every
+//! [`FLUSH_EVERY_BATCHES`] batches, before any entry is freed (invalidation,
+//! collection), and whenever [`Control::sync_counters`] asks, which waits for
+//! every worker's acknowledgement. So counters read after `sync_counters`
+//! returns true are exact; in between they lag by at most
+//! `FLUSH_EVERY_BATCHES` batches per worker. Uncached packets (cache off)
+//! are credited at once.
 //!
 //! # Invariants
 //! - No lock, allocation or syscall per packet on the hit path; a miss
@@ -51,7 +58,9 @@
 //! counters, which they touch once per distinct decision per batch.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use offlow_classifier::{Apply, ReadHandle, Versioned};
 use offlow_flow::{extract_into, FlowKey, Layout, ParseStats};
@@ -126,10 +135,29 @@ impl Apply<StateOp> for DatapathState {
     }
 }
 
+/// Batches a worker may keep counts pending before it credits them.
+pub const FLUSH_EVERY_BATCHES: u32 = 64;
+
+/// One worker's acknowledgement of counter-sync requests.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+struct AckSlot(AtomicU64);
+
+/// Counter-sync requests from the control side and the workers' acks.
+#[derive(Debug, Default)]
+struct CounterSync {
+    /// Latest request; its own cache line, written only by `sync_counters`.
+    requested: AckSlot,
+    /// Registered workers' ack slots (locked on registration and by
+    /// `sync_counters`, never by a worker's batch).
+    acks: Mutex<Vec<Weak<AckSlot>>>,
+}
+
 /// The writer side: flow-mods, commit (publish + quiescent wait).
 pub struct Control {
     state: Versioned<DatapathState, StateOp>,
     pending: Vec<Dep>,
+    sync: Arc<CounterSync>,
 }
 
 impl Control {
@@ -141,12 +169,44 @@ impl Control {
                 log: InvalidationLog::default(),
             }),
             pending: Vec::new(),
+            sync: Arc::new(CounterSync::default()),
         }
     }
 
     /// A new worker reading this datapath.
     pub fn worker(&self, config: WorkerConfig) -> Worker {
-        Worker::new(self.state.reader(), config)
+        let ack = Arc::new(AckSlot(AtomicU64::new(
+            self.sync.requested.0.load(Ordering::Relaxed),
+        )));
+        lock(&self.sync.acks).push(Arc::downgrade(&ack));
+        Worker::new(self.state.reader(), config, self.sync.clone(), ack)
+    }
+
+    /// Make every worker credit its pending counts, and wait (at most
+    /// `timeout`) until each live worker has done so. Returns true when all
+    /// did: the rule and table counters then include every packet those
+    /// workers had finished processing when this was called. Workers
+    /// acknowledge at their next batch or [`Worker::poll`]; a worker that
+    /// neither processes nor polls makes this time out (false).
+    pub fn sync_counters(&self, timeout: Duration) -> bool {
+        let epoch = self.sync.requested.0.fetch_add(1, Ordering::AcqRel) + 1;
+        let deadline = Instant::now() + timeout;
+        let acks: Vec<Arc<AckSlot>> = {
+            let mut list = lock(&self.sync.acks);
+            list.retain(|w| w.strong_count() > 0);
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for ack in acks {
+            // Acquire pairs with the worker's Release store after its
+            // flush: its credits happen-before our return.
+            while ack.0.load(Ordering::Acquire) < epoch {
+                if Instant::now() >= deadline {
+                    return false;
+                }
+                std::thread::yield_now();
+            }
+        }
+        true
     }
 
     /// The writer's pipeline: every flow-mod applied so far, committed or
@@ -280,6 +340,16 @@ pub struct Worker {
     parse: ParseStats,
     exec: ExecStats,
     table_credit: TableCredit,
+    sync: Arc<CounterSync>,
+    ack: Arc<AckSlot>,
+    acked: u64,
+    unflushed_batches: u32,
+}
+
+/// Lock a mutex whose data (a list of weak slots) a panic cannot leave
+/// inconsistent, so poisoning is ignored.
+fn lock<U>(m: &Mutex<U>) -> std::sync::MutexGuard<'_, U> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Per-batch sums of table counter credits: `(lookups, matched)` per table
@@ -319,7 +389,13 @@ impl TableCredit {
 }
 
 impl Worker {
-    fn new(reader: ReadHandle<DatapathState>, config: WorkerConfig) -> Worker {
+    fn new(
+        reader: ReadHandle<DatapathState>,
+        config: WorkerConfig,
+        sync: Arc<CounterSync>,
+        ack: Arc<AckSlot>,
+    ) -> Worker {
+        let acked = ack.0.load(Ordering::Relaxed);
         let capacity = if config.cache {
             config.cache_capacity
         } else {
@@ -341,6 +417,10 @@ impl Worker {
             parse: ParseStats::default(),
             exec: ExecStats::default(),
             table_credit: TableCredit::new(),
+            sync,
+            ack,
+            acked,
+            unflushed_batches: 0,
         }
     }
 
@@ -387,6 +467,21 @@ impl Worker {
         self.cache.reset_stats();
     }
 
+    /// What an idle worker calls instead of [`process`](Self::process):
+    /// catches up with published changes and answers counter-sync requests
+    /// (crediting every pending count).
+    pub fn poll(&mut self) {
+        let mut none: [PacketBuf<[u8; 0]>; 0] = [];
+        self.process(&mut none, 0, &mut NullSink);
+    }
+
+    /// Credit every pending count now.
+    pub fn flush_counters(&mut self) {
+        let guard = self.reader.enter();
+        flush(&mut self.actions, &mut self.table_credit, &guard.pipeline);
+        self.unflushed_batches = 0;
+    }
+
     /// Process `frames`, all received on `in_port`, in one read section:
     /// each frame is parsed, resolved (cache or pipeline), counted and
     /// executed in place; outputs go to `sink`.
@@ -411,16 +506,23 @@ impl Worker {
             parse,
             exec,
             table_credit,
+            sync,
+            ack,
+            acked,
+            unflushed_batches,
         } = self;
         let guard = reader.enter();
         let version = guard.version();
         let state: &DatapathState = &guard;
         let pipeline = &state.pipeline;
         if version != *seen {
+            // Entries about to be freed must not hold uncredited packets.
+            flush(actions, table_credit, pipeline);
+            *unflushed_batches = 0;
             catch_up(state, *seen, actions, cache, stats);
             *seen = version;
         }
-        maybe_collect(actions, cache);
+        maybe_collect(actions, cache, table_credit, pipeline);
         stats.batches += 1;
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
@@ -496,29 +598,67 @@ impl Worker {
                 }
             }
         }
-        // Rule counters: one atomic add per distinct decision of the batch.
-        // Table counters: summed per table first, one add per table.
-        actions.drain_counts(|e, packets, bytes| {
-            for (step, credit) in e.path.iter().zip(e.credits.iter()) {
-                if let Some((c, count_packets, count_bytes)) = credit {
-                    c.add(
-                        if *count_packets { packets } else { 0 },
-                        if *count_bytes { bytes } else { 0 },
-                    );
-                }
-                table_credit.add(step.table_id, packets, packets);
+        // Counts stay pending for a few batches (one atomic add per distinct
+        // decision per flush, not per batch), and are credited at once when
+        // the control side asks (`sync_counters`).
+        *unflushed_batches += 1;
+        let requested = sync.requested.0.load(Ordering::Relaxed);
+        if *unflushed_batches >= FLUSH_EVERY_BATCHES || requested != *acked {
+            flush(actions, table_credit, pipeline);
+            *unflushed_batches = 0;
+            if requested != *acked {
+                *acked = requested;
+                // Release: the credits above happen-before the ack.
+                ack.0.store(requested, Ordering::Release);
             }
-            if let Some(t) = e.miss_table() {
-                table_credit.add(t, packets, 0);
-            }
-        });
-        table_credit.flush(pipeline);
+        }
         drop(guard);
+    }
+}
+
+impl Drop for Worker {
+    /// Credit what is pending: counts are never lost with a worker.
+    fn drop(&mut self) {
+        self.flush_counters();
     }
 }
 
 /// Smallest cache a worker with the cache off allocates (it is never used).
 const WAYS_MIN: usize = crate::microflow::WAYS;
+
+/// Credit every pending count: one atomic add per rule (packets and bytes)
+/// per distinct decision, table counters summed per table first.
+fn flush(actions: &mut ActionTable, table_credit: &mut TableCredit, pipeline: &Pipeline) {
+    actions.drain_counts(|e, packets, bytes| {
+        for (step, credit) in e.path.iter().zip(e.credits.iter()) {
+            if let Some((c, count_packets, count_bytes)) = credit {
+                c.add(
+                    if *count_packets { packets } else { 0 },
+                    if *count_bytes { bytes } else { 0 },
+                );
+            }
+            table_credit.add(step.table_id, packets, packets);
+        }
+        if let Some(t) = e.miss_table() {
+            table_credit.add(t, packets, 0);
+        }
+    });
+    table_credit.flush(pipeline);
+}
+
+/// A sink for [`Worker::poll`] (no frames, no outputs).
+struct NullSink;
+
+impl OutputSink for NullSink {
+    fn output(&mut self, _port: u32, _frame: &[u8], _meta: OutputMeta) {}
+    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {}
+    fn port_count(&self) -> usize {
+        0
+    }
+    fn port_info(&self, _index: usize) -> Option<PortInfo> {
+        None
+    }
+}
 
 /// Apply the log records after `seen` to the Action Table.
 fn catch_up(
@@ -550,16 +690,28 @@ fn catch_up(
 /// and frees at least half the table, so its cost is amortised over at
 /// least as many interned decisions.
 #[inline]
-fn maybe_collect(actions: &mut ActionTable, cache: &MicroflowCache<ActionRef>) {
+fn maybe_collect(
+    actions: &mut ActionTable,
+    cache: &MicroflowCache<ActionRef>,
+    table_credit: &mut TableCredit,
+    pipeline: &Pipeline,
+) {
     let limit = 2 * cache.len().max(4096);
     if actions.len() <= limit {
         return;
     }
-    collect_unused(actions, cache);
+    collect_unused(actions, cache, table_credit, pipeline);
 }
 
 #[cold]
-fn collect_unused(actions: &mut ActionTable, cache: &MicroflowCache<ActionRef>) {
+fn collect_unused(
+    actions: &mut ActionTable,
+    cache: &MicroflowCache<ActionRef>,
+    table_credit: &mut TableCredit,
+    pipeline: &Pipeline,
+) {
+    // Freed entries must not hold uncredited packets.
+    flush(actions, table_credit, pipeline);
     let mut used = vec![false; actions.slot_count()];
     for (_, r) in cache.iter() {
         if let Some(u) = used.get_mut(r.slot() as usize) {

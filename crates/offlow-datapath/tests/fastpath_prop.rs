@@ -241,6 +241,7 @@ proptest! {
         }
         prop_assert_eq!(worker.stats().stale, 0, "check mode found a stale decision");
         // Counters: every rule and table as the reference counted them.
+        worker.flush_counters();
         control.commit();
         for fm in uncommitted.drain(..) {
             let _ = reference.flow_mod(&fm, 0);
