@@ -86,6 +86,29 @@ impl ActionRef {
     }
 }
 
+/// The common action lists, recognised once so the worker can skip the
+/// general executor for them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Shape {
+    /// Anything else: run the executor.
+    #[default]
+    General,
+    /// No action: the packet is dropped.
+    Drop,
+    /// One Output to this physical port, nothing else.
+    Output(u32),
+}
+
+impl Shape {
+    fn of(actions: &[Action]) -> Shape {
+        match actions {
+            [] => Shape::Drop,
+            [Action::Output { port, .. }] if port.is_physical() => Shape::Output(port.0),
+            _ => Shape::General,
+        }
+    }
+}
+
 /// One interned decision.
 #[derive(Debug, Clone, Default)]
 pub struct ActionEntry {
@@ -93,6 +116,10 @@ pub struct ActionEntry {
     live: bool,
     /// The final action list (Apply-Actions in order, then the action set).
     pub actions: Box<[Action]>,
+    /// [`crate::last_frame_write`] of `actions`, computed once.
+    pub last_write: Option<usize>,
+    /// What kind of list `actions` is.
+    pub shape: Shape,
     /// The rules matched, table by table.
     pub path: Box<[PathStep]>,
     /// How the pipeline ended.
@@ -208,6 +235,8 @@ impl ActionTable {
         let e = &mut self.slots[slot as usize];
         e.live = true;
         e.actions = res.actions.as_slice().into();
+        e.last_write = crate::execute::last_frame_write(&e.actions);
+        e.shape = Shape::of(&e.actions);
         e.path = res.path.as_slice().into();
         e.outcome = res.outcome;
         e.credits = res.path.iter().map(credit_of).collect();
@@ -222,16 +251,31 @@ impl ActionTable {
         r
     }
 
-    /// Add one packet of `bytes` to the entry's pending counts.
+    /// If `r` still refers to a live entry, add one packet of `bytes` to its
+    /// pending counts and return true (the hit path: one slot access both
+    /// validates and counts).
     #[inline]
-    pub fn count(&mut self, r: ActionRef, bytes: u64) {
-        if let Some(e) = self.slots.get_mut(r.slot() as usize) {
-            if e.pending_packets == 0 {
-                self.dirty.push(r.slot());
-            }
-            e.pending_packets += 1;
-            e.pending_bytes += bytes;
+    pub fn count_live(&mut self, r: ActionRef, bytes: u64) -> bool {
+        let Some(e) = self.slots.get_mut(r.slot() as usize) else {
+            return false;
+        };
+        if !e.live || e.generation != r.generation() {
+            return false;
         }
+        if e.pending_packets == 0 {
+            self.dirty.push(r.slot());
+        }
+        e.pending_packets += 1;
+        e.pending_bytes += bytes;
+        true
+    }
+
+    /// The entry in `r`'s slot without the liveness check: for a ref just
+    /// validated by [`count_live`](Self::count_live) or returned by
+    /// [`intern`](Self::intern). `None` only for a slot never allocated.
+    #[inline]
+    pub fn entry(&self, r: ActionRef) -> Option<&ActionEntry> {
+        self.slots.get(r.slot() as usize)
     }
 
     /// Hand every entry with pending counts to `credit` as
@@ -372,9 +416,9 @@ mod tests {
         let a = t.intern_plain(&res(&[(0, 1)], Outcome::Forward, 2));
         let m = t.intern_plain(&res(&[], Outcome::Miss { table_id: 0 }, 2));
         for _ in 0..3 {
-            t.count(a, 100);
+            assert!(t.count_live(a, 100));
         }
-        t.count(m, 60);
+        assert!(t.count_live(m, 60));
         let mut got = Vec::new();
         t.drain_counts(|e, n, b| got.push((e.path.to_vec(), e.miss_table(), n, b)));
         got.sort_by_key(|g| g.2);

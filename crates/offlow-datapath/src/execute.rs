@@ -336,9 +336,35 @@ where
     S: AsRef<[u8]> + AsMut<[u8]>,
     O: OutputSink + ?Sized,
 {
-    // Index of the last action that may change the frame: outputs after it
-    // see the final bytes (OutputMeta::final_view).
-    let last_write = actions.iter().rposition(modifies_frame);
+    let last_write = last_frame_write(actions);
+    execute_prepared(actions, last_write, buf, layout, in_port, out, stats)
+}
+
+/// Index of the last action of `actions` that may change the frame (outputs
+/// after it see the final bytes, [`OutputMeta::final_view`]); a property of
+/// the list alone, so callers that execute one list many times (the Action
+/// Table) compute it once.
+pub fn last_frame_write(actions: &[Action]) -> Option<usize> {
+    actions.iter().rposition(modifies_frame)
+}
+
+/// [`execute`] with `last_write` = [`last_frame_write`]`(actions)` given by
+/// the caller. A wrong `last_write` only mislabels `final_view` on outputs.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub fn execute_prepared<S, O>(
+    actions: &[Action],
+    last_write: Option<usize>,
+    buf: &mut PacketBuf<S>,
+    layout: &mut Layout,
+    in_port: u32,
+    out: &mut O,
+    stats: &mut ExecStats,
+) -> ExecOutcome
+where
+    S: AsRef<[u8]> + AsMut<[u8]>,
+    O: OutputSink + ?Sized,
+{
     let mut cx = Ctx {
         lay: layout,
         stats,

@@ -53,11 +53,13 @@ pub mod execute;
 pub mod microflow;
 pub mod worker;
 
-pub use action_table::{ActionEntry, ActionRef, ActionTable, ActionTableStats, Dep, RuleCredit};
+pub use action_table::{
+    ActionEntry, ActionRef, ActionTable, ActionTableStats, Dep, RuleCredit, Shape,
+};
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
-    crc32c, execute, sctp_checksum, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo,
-    Verdict,
+    crc32c, execute, execute_prepared, last_frame_write, sctp_checksum, ExecOutcome, ExecStats,
+    OutputMeta, OutputSink, PortInfo, Verdict,
 };
 pub use microflow::{
     flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,

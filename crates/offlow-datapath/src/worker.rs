@@ -63,14 +63,16 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use offlow_classifier::{Apply, ReadHandle, Versioned};
-use offlow_flow::{extract_into, FlowKey, Layout, ParseStats};
+use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError, PipelineOp, Resolution,
 };
 
-use crate::action_table::{ActionRef, ActionTable, ActionTableStats, Dep};
+use crate::action_table::{ActionRef, ActionTable, ActionTableStats, Dep, Shape};
 use crate::buf::PacketBuf;
-use crate::execute::{execute, ExecStats, OutputMeta, OutputSink, PortInfo, Verdict};
+use crate::execute::{
+    execute, execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Verdict,
+};
 use crate::microflow::{flow_hash, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
 
 /// Invalidation records kept; a worker more than this many versions behind
@@ -527,7 +529,7 @@ impl Worker {
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
             for (i, buf) in chunk.iter().enumerate() {
-                layouts[i] = extract_into(buf.frame(), in_port, &mut keys[i], parse);
+                extract_to(buf.frame(), in_port, &mut keys[i], &mut layouts[i], parse);
                 hashes[i] = flow_hash(&keys[i]);
             }
             if config.cache {
@@ -537,23 +539,20 @@ impl Worker {
                 let bytes = buf.len() as u64;
                 stats.packets += 1;
                 stats.bytes += bytes;
-                let hit = if config.cache {
-                    found[i].filter(|&r| actions.get(r).is_some())
-                } else {
-                    None
-                };
-                let entry_ref = match hit {
+                // Hit: one access validates the entry and counts the packet.
+                let cached = found[i].filter(|&r| config.cache && actions.count_live(r, bytes));
+                let r = match cached {
                     Some(r) => {
                         stats.cache_hits += 1;
                         if config.check {
                             pipeline.lookup_into(&keys[i], check_res);
-                            if let Some(e) = actions.get(r) {
+                            if let Some(e) = actions.entry(r) {
                                 if *e.actions != *check_res.actions || *e.path != *check_res.path {
                                     stats.stale += 1;
                                 }
                             }
                         }
-                        Some(r)
+                        r
                     }
                     None => {
                         if found[i].is_some() && config.cache {
@@ -561,40 +560,57 @@ impl Worker {
                         }
                         stats.pipeline_lookups += 1;
                         pipeline.lookup_into(&keys[i], res);
-                        if config.cache {
-                            let r = actions.intern(res, |step| {
-                                pipeline.entry(step.rule).map(|e| {
-                                    (
-                                        e.counters.clone(),
-                                        !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
-                                        !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
-                                    )
-                                })
-                            });
-                            cache.insert_hashed(&keys[i], hashes[i], r);
-                            Some(r)
-                        } else {
+                        if !config.cache {
                             pipeline.credit_resolution(res, 1, bytes);
-                            None
+                            let done =
+                                execute(&res.actions, buf, &mut layouts[i], in_port, sink, exec);
+                            account(stats, done, res.outcome);
+                            continue;
                         }
+                        let r = actions.intern(res, |step| {
+                            pipeline.entry(step.rule).map(|e| {
+                                (
+                                    e.counters.clone(),
+                                    !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
+                                    !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
+                                )
+                            })
+                        });
+                        cache.insert_hashed(&keys[i], hashes[i], r);
+                        actions.count_live(r, bytes);
+                        r
                     }
                 };
-                let (acts, outcome) = match entry_ref.and_then(|r| actions.get(r)) {
-                    Some(e) => (&*e.actions, e.outcome),
-                    None => (res.actions.as_slice(), res.outcome),
-                };
-                let done = execute(acts, buf, &mut layouts[i], in_port, sink, exec);
-                if let Some(r) = entry_ref {
-                    actions.count(r, bytes);
-                }
-                stats.outputs += u64::from(done.outputs);
-                match done.verdict {
-                    Verdict::TtlExpired | Verdict::MplsTtlExpired => stats.drop_ttl += 1,
-                    Verdict::Done if done.outputs == 0 => match outcome {
-                        Outcome::Miss { .. } => stats.drop_table_miss += 1,
-                        _ => stats.drop_no_output += 1,
-                    },
-                    Verdict::Done => {}
+                // Always `Some`: `r` was validated or interned just above.
+                if let Some(e) = actions.entry(r) {
+                    // The two commonest lists skip the executor; what they
+                    // do is exactly what it would do (see `Shape`).
+                    match e.shape {
+                        Shape::Drop => {
+                            account(stats, ExecOutcome::default(), e.outcome);
+                            continue;
+                        }
+                        Shape::Output(port) if port != in_port => {
+                            let meta = OutputMeta {
+                                queue: None,
+                                final_view: true,
+                            };
+                            sink.output(port, buf.frame(), meta);
+                            stats.outputs += 1;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                    let done = execute_prepared(
+                        &e.actions,
+                        e.last_write,
+                        buf,
+                        &mut layouts[i],
+                        in_port,
+                        sink,
+                        exec,
+                    );
+                    account(stats, done, e.outcome);
                 }
             }
         }
@@ -625,6 +641,20 @@ impl Drop for Worker {
 
 /// Smallest cache a worker with the cache off allocates (it is never used).
 const WAYS_MIN: usize = crate::microflow::WAYS;
+
+/// Count how a packet's execution ended.
+#[inline(always)]
+fn account(stats: &mut WorkerStats, done: ExecOutcome, outcome: Outcome) {
+    stats.outputs += u64::from(done.outputs);
+    match done.verdict {
+        Verdict::TtlExpired | Verdict::MplsTtlExpired => stats.drop_ttl += 1,
+        Verdict::Done if done.outputs == 0 => match outcome {
+            Outcome::Miss { .. } => stats.drop_table_miss += 1,
+            _ => stats.drop_no_output += 1,
+        },
+        Verdict::Done => {}
+    }
+}
 
 /// Credit every pending count: one atomic add per rule (packets and bytes)
 /// per distinct decision, table counters summed per table first.
@@ -721,25 +751,45 @@ fn collect_unused(
     actions.collect(|s| used.get(s as usize).copied().unwrap_or(false));
 }
 
+/// Ports below this number are counted in a direct-indexed table by
+/// [`CountingSink`] (as a transmit path indexes its per-port queues).
+pub const COUNTING_SINK_PORTS: usize = 1024;
+
 /// A sink that counts outputs per port (benchmarks and tests): no copies.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct CountingSink {
     /// Ports for FLOOD/ALL.
     pub ports: Vec<PortInfo>,
-    /// `(port, frames)` per output port seen, in first-seen order.
-    pub per_port: Vec<(u32, u64)>,
+    /// Frames per output port, indexed by port number (ports below
+    /// [`COUNTING_SINK_PORTS`]).
+    pub per_port: Vec<u64>,
+    /// Frames to ports at or above [`COUNTING_SINK_PORTS`] (LOCAL, ...).
+    pub other_ports: u64,
     /// Packet-ins.
     pub to_controller: u64,
     /// Last output port (tests).
     pub last_port: Option<u32>,
 }
 
+impl Default for CountingSink {
+    fn default() -> Self {
+        CountingSink {
+            ports: Vec::new(),
+            per_port: vec![0; COUNTING_SINK_PORTS],
+            other_ports: 0,
+            to_controller: 0,
+            last_port: None,
+        }
+    }
+}
+
 impl OutputSink for CountingSink {
+    #[inline]
     fn output(&mut self, port: u32, _frame: &[u8], _meta: OutputMeta) {
         self.last_port = Some(port);
-        match self.per_port.iter_mut().find(|(p, _)| *p == port) {
-            Some((_, n)) => *n += 1,
-            None => self.per_port.push((port, 1)),
+        match self.per_port.get_mut(port as usize) {
+            Some(n) => *n += 1,
+            None => self.other_ports += 1,
         }
     }
 

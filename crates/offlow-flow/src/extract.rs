@@ -364,16 +364,32 @@ pub fn extract_into(
     key: &mut FlowKey,
     stats: &mut ParseStats,
 ) -> Layout {
+    let mut lay = Layout::default();
+    extract_to(frame, in_port, key, &mut lay, stats);
+    lay
+}
+
+/// Like [`extract_into`], also writing the layout in place (fully
+/// overwritten): a worker keeps keys and layouts in batch arrays, and
+/// returning a layout by value costs a stack round trip per packet.
+#[inline]
+pub fn extract_to(
+    frame: &[u8],
+    in_port: u32,
+    key: &mut FlowKey,
+    lay: &mut Layout,
+    stats: &mut ParseStats,
+) {
     *key = FlowKey::ZERO;
     key.set(Field::InPort, in_port as u128);
     key.set(Field::InPhyPort, in_port as u128);
-    let mut lay = Layout::default();
+    *lay = Layout::default();
 
     let eth = match ethernet::Frame::new_checked(frame) {
         Ok(e) => e,
         Err(_) => {
             stats.runt += 1;
-            return lay;
+            return;
         }
     };
     key.set(Field::EthDst, mac(eth.dst_addr()));
@@ -392,7 +408,7 @@ pub fn extract_into(
             Ok(t) => t,
             Err(_) => {
                 stats.truncated_vlan += 1;
-                return lay;
+                return;
             }
         };
         if lay.vlan_count == 0 {
@@ -408,14 +424,14 @@ pub fn extract_into(
     key.set(Field::EthType, etype as u128);
     lay.eth_type = off16(type_off);
     if lay.vlan_count == 2 && vlan::is_tpid(etype) {
-        return lay; // third tag, counted above
+        return; // third tag, counted above
     }
 
     let l3 = type_off + 2;
     match etype {
-        ethertype::IPV4 => parse_ipv4(frame, l3, key, &mut lay, stats),
-        ethertype::IPV6 => parse_ipv6(frame, l3, key, &mut lay, stats),
-        ethertype::ARP => parse_arp(frame, l3, key, &mut lay, stats),
+        ethertype::IPV4 => parse_ipv4(frame, l3, key, lay, stats),
+        ethertype::IPV6 => parse_ipv6(frame, l3, key, lay, stats),
+        ethertype::ARP => parse_arp(frame, l3, key, lay, stats),
         ethertype::MPLS_UNICAST | ethertype::MPLS_MULTICAST => {
             match mpls::Lse::new_checked(tail(frame, l3)) {
                 Ok(lse) => {
@@ -435,7 +451,6 @@ pub fn extract_into(
         },
         _ => {}
     }
-    lay
 }
 
 /// `frame[at..]`, or empty when `at` is past the end (never panics).

@@ -14,5 +14,7 @@
 pub mod extract;
 pub mod key;
 
-pub use extract::{extract, extract_into, L3Kind, L4Kind, Layout, ParseStats, Parsed, TunnelKind};
+pub use extract::{
+    extract, extract_into, extract_to, L3Kind, L4Kind, Layout, ParseStats, Parsed, TunnelKind,
+};
 pub use key::{present, Field, FieldLoc, FlowKey, FlowMask, Match, KEY_WORDS};
