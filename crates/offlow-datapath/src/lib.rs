@@ -24,6 +24,8 @@
 //!   distinct path through the tables), referenced from the cache by
 //!   generation-checked [`ActionRef`]s and freed precisely by the rules (or
 //!   table misses) they depended on.
+//! - [`TxBatches`]: per-port transmit queues of reused buffers, the sink a
+//!   worker's outputs go to before the port layer sends them in batches.
 //! - [`Control`] and [`Worker`]: the single writer publishes flow-mods
 //!   (left-right, readers never block) with an invalidation record per
 //!   version; a worker processes a batch in one read section, catching up on
@@ -51,6 +53,7 @@ pub mod action_table;
 pub mod buf;
 pub mod execute;
 pub mod microflow;
+pub mod tx;
 pub mod worker;
 
 pub use action_table::{
@@ -64,6 +67,7 @@ pub use execute::{
 pub use microflow::{
     flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,
 };
+pub use tx::{TxBatches, TxQueue};
 pub use worker::{
     Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats, LOG_RECORDS,
 };

@@ -1,0 +1,217 @@
+//! Per-port transmit batches: the [`OutputSink`] a worker hands to the
+//! executor when its output goes to real ports.
+//!
+//! What: [`TxBatches`] keeps one bounded queue of frame buffers per output
+//! port (and one for packet-ins). Each output copies the frame into the
+//! next free buffer of its port's queue; the port layer then drains every
+//! queue with one batched send per port (a `sendmmsg`, an AF_XDP TX ring
+//! fill). Buffers are allocated when a port is added and reused forever:
+//! no allocation per packet. A full queue drops the frame and counts it
+//! (`dropped`), as a NIC with a full TX ring does.
+//!
+//! Why copy: the frame lives in the receive buffer, which the worker reuses
+//! for the next batch; a copy of a 64-byte frame costs less than holding
+//! receive buffers hostage until the port has sent them.
+//!
+//! Invariants: a queue never holds more than its capacity; `len` frames are
+//! valid in `bufs[..len]`; port lookup is O(1) for port numbers below
+//! [`DIRECT_PORTS`] (others scan the list of configured ports).
+//!
+//! Thread-safety: one `TxBatches` per worker (`Send`, not shared).
+
+use crate::buf::PacketBuf;
+use crate::execute::{OutputMeta, OutputSink, PortInfo};
+
+/// Port numbers below this are looked up by direct index.
+pub const DIRECT_PORTS: usize = 4096;
+
+/// One port's queue.
+#[derive(Debug)]
+pub struct TxQueue {
+    /// The port.
+    pub port: u32,
+    bufs: Vec<PacketBuf>,
+    len: usize,
+    /// Frames dropped because the queue was full.
+    pub dropped: u64,
+    /// Frames too long for the buffers (dropped and counted).
+    pub too_long: u64,
+}
+
+impl TxQueue {
+    fn new(port: u32, capacity: usize, max_frame: usize) -> TxQueue {
+        TxQueue {
+            port,
+            bufs: (0..capacity)
+                .map(|_| PacketBuf::new(0, max_frame))
+                .collect(),
+            len: 0,
+            dropped: 0,
+            too_long: 0,
+        }
+    }
+
+    fn push(&mut self, frame: &[u8]) {
+        let Some(buf) = self.bufs.get_mut(self.len) else {
+            self.dropped += 1;
+            return;
+        };
+        match buf.load(frame) {
+            Ok(()) => self.len += 1,
+            Err(_) => self.too_long += 1,
+        }
+    }
+
+    /// Frames queued.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The queued frames, oldest first.
+    pub fn frames(&self) -> impl Iterator<Item = &[u8]> + '_ {
+        self.bufs[..self.len].iter().map(PacketBuf::frame)
+    }
+
+    /// Forget the queued frames (after the port sent them); buffers stay.
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+}
+
+/// Per-port transmit queues; see the module documentation.
+#[derive(Debug)]
+pub struct TxBatches {
+    queues: Vec<TxQueue>,
+    /// Port number → queue index + 1 (0 = none), for small port numbers.
+    direct: Vec<u16>,
+    ports: Vec<PortInfo>,
+    controller: TxQueue,
+    /// Outputs to a port with no queue (not configured), dropped.
+    pub unknown_port: u64,
+}
+
+impl TxBatches {
+    /// Queues of `capacity` frames of at most `max_frame` bytes for each
+    /// of `ports` (also the FLOOD/ALL set), plus one for packet-ins.
+    pub fn new(ports: &[PortInfo], capacity: usize, max_frame: usize) -> TxBatches {
+        let mut direct = vec![0u16; DIRECT_PORTS];
+        let mut queues = Vec::with_capacity(ports.len());
+        for p in ports.iter().take(usize::from(u16::MAX) - 1) {
+            if let Some(d) = direct.get_mut(p.port as usize) {
+                // At most u16::MAX - 1 queues (take above), so this fits.
+                *d = (queues.len() + 1) as u16;
+            }
+            queues.push(TxQueue::new(p.port, capacity, max_frame));
+        }
+        TxBatches {
+            queues,
+            direct,
+            ports: ports.to_vec(),
+            controller: TxQueue::new(u32::MAX, capacity, max_frame),
+            unknown_port: 0,
+        }
+    }
+
+    fn queue_of(&mut self, port: u32) -> Option<&mut TxQueue> {
+        let i = match self.direct.get(port as usize) {
+            Some(&0) => return None,
+            Some(&d) => usize::from(d) - 1,
+            None => self.queues.iter().position(|q| q.port == port)?,
+        };
+        self.queues.get_mut(i)
+    }
+
+    /// Every port queue.
+    pub fn queues(&mut self) -> &mut [TxQueue] {
+        &mut self.queues
+    }
+
+    /// The packet-in queue (frames already cut to the action's max_len).
+    pub fn packet_ins(&mut self) -> &mut TxQueue {
+        &mut self.controller
+    }
+}
+
+impl OutputSink for TxBatches {
+    #[inline]
+    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
+        match self.queue_of(port) {
+            Some(q) => q.push(frame),
+            None => self.unknown_port += 1,
+        }
+    }
+
+    fn controller(&mut self, frame: &[u8], _total_len: usize, _meta: OutputMeta) {
+        self.controller.push(frame);
+    }
+
+    fn port_count(&self) -> usize {
+        self.ports.len()
+    }
+
+    fn port_info(&self, index: usize) -> Option<PortInfo> {
+        self.ports.get(index).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn port(port: u32) -> PortInfo {
+        PortInfo {
+            port,
+            no_fwd: false,
+            no_flood: false,
+        }
+    }
+
+    const META: OutputMeta = OutputMeta {
+        queue: None,
+        final_view: true,
+    };
+
+    #[test]
+    fn frames_land_in_their_port_queue_in_order() {
+        let mut tx = TxBatches::new(&[port(1), port(7), port(100_000)], 2, 128);
+        tx.output(7, b"a", META);
+        tx.output(1, b"b", META);
+        tx.output(7, b"c", META);
+        tx.output(100_000, b"d", META);
+        tx.output(7, b"e", META); // queue of 2: dropped
+        tx.output(3, b"f", META); // no such port
+        OutputSink::controller(&mut tx, b"g", 10, META);
+        let q: Vec<(u32, Vec<Vec<u8>>, u64)> = tx
+            .queues()
+            .iter()
+            .map(|q| (q.port, q.frames().map(<[u8]>::to_vec).collect(), q.dropped))
+            .collect();
+        assert_eq!(
+            q,
+            vec![
+                (1, vec![b"b".to_vec()], 0),
+                (7, vec![b"a".to_vec(), b"c".to_vec()], 1),
+                (100_000, vec![b"d".to_vec()], 0),
+            ]
+        );
+        assert_eq!(tx.unknown_port, 1);
+        assert_eq!(tx.packet_ins().len(), 1);
+        for q in tx.queues() {
+            q.clear();
+        }
+        tx.output(7, b"h", META);
+        assert_eq!(tx.queues()[1].frames().next(), Some(&b"h"[..]));
+    }
+
+    #[test]
+    fn oversized_frames_are_counted_not_queued() {
+        let mut tx = TxBatches::new(&[port(1)], 4, 64);
+        tx.output(1, &[0u8; 65], META);
+        assert_eq!((tx.queues()[0].len(), tx.queues()[0].too_long), (0, 1));
+    }
+}
