@@ -34,7 +34,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use offlow_datapath::{Control, CountingSink, WorkerConfig, WorkerStats};
+use offlow_datapath::{Control, WorkerConfig, WorkerStats};
 use offlow_pipeline::{Action, FlowMod, FlowModCommand, Instruction, PortNo};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -237,7 +237,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         let reader = s.spawn(|| {
             pin_to_cpu(1);
             let mut bufs = datapath::make_bufs(batch, 60);
-            let mut sink = CountingSink::default();
+            let mut sink = datapath::tx_batches(batch, 60);
             let mut pos = 0usize;
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -247,6 +247,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
                 } else {
                     worker.process(&mut bufs, IN_PORT, &mut sink);
                 }
+                datapath::transmit(&mut sink);
                 n += bufs.len() as u64;
                 // Relaxed: a statistic sampled at phase boundaries.
                 count.0.store(n, Ordering::Relaxed);
