@@ -97,6 +97,8 @@ pub struct UpdateReport {
     pub updating_mpps: Vec<f64>,
     /// Updates per second per updating phase.
     pub updates_per_s: Vec<f64>,
+    /// Updates applied in the updating phases.
+    pub updates_total: u64,
     /// Commits (barrier waits) over all updating phases.
     pub commits: u64,
     /// Mean commit (publish + wait) time, µs.
@@ -259,6 +261,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         let mut idle = Vec::new();
         let mut updating = Vec::new();
         let mut rates = Vec::new();
+        let mut total = 0u64;
         let mut commits = 0u64;
         let mut commit_time = Duration::ZERO;
         let mut run_updates = |control: &mut Control, len: Duration| -> u64 {
@@ -304,23 +307,41 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
             let secs = t0.elapsed().as_secs_f64();
             updating.push((count.0.load(Ordering::Relaxed) - c0) as f64 / secs / 1e6);
             rates.push(done as f64 / secs);
+            total += done;
         }
         phase.store(PHASE_CHECK, Ordering::Relaxed);
         let check_updates = run_updates(&mut control, Duration::from_secs_f64(args.check_seconds));
         stop.store(true, Ordering::Relaxed);
         let (reader_stats, check_stats) = reader.join().expect("reader thread");
         (
-            (idle, updating, rates, commits, commit_time, check_updates),
+            (
+                idle,
+                updating,
+                rates,
+                total,
+                commits,
+                commit_time,
+                check_updates,
+            ),
             (reader_stats, check_stats),
         )
     });
-    let (idle_mpps, updating_mpps, updates_per_s, commits, commit_time, check_updates) = writer_out;
+    let (
+        idle_mpps,
+        updating_mpps,
+        updates_per_s,
+        updates_total,
+        commits,
+        commit_time,
+        check_updates,
+    ) = writer_out;
     let (reader, check) = reader_out;
     Ok(UpdateReport {
         rules,
         idle_mpps,
         updating_mpps,
         updates_per_s,
+        updates_total,
         commits,
         commit_us: commit_time.as_secs_f64() * 1e6 / commits.max(1) as f64,
         checked: check.cache_hits,
@@ -375,8 +396,9 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
         r.commits, r.commit_us
     );
     let s = r.reader;
+    let per_update = s.stale_hits as f64 / r.updates_total.max(1) as f64;
     println!(
-        "reader: {} packets, {} cache hits, {} pipeline lookups ({} after invalidation), {} invalidation records applied",
+        "reader: {} packets, {} cache hits, {} pipeline lookups ({} after invalidation: {per_update:.2} per update), {} invalidation records applied",
         s.packets, s.cache_hits, s.pipeline_lookups, s.stale_hits, s.records_applied
     );
     println!(
@@ -392,6 +414,7 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
             "round_ratios": ratios,
             "updates_per_s": rate,
             "stale_packets": r.stale,
+            "reresolved_per_update": per_update,
             "checked_packets": r.checked,
             "commit_every": args.commit_every,
             "commit_us": r.commit_us,
