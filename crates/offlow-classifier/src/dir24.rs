@@ -257,6 +257,24 @@ impl Dir24 {
         Some(old)
     }
 
+    /// Start loading the `tbl24` line an update of `addr/len` will write
+    /// first, so that its cache (and TLB) miss overlaps the RIB walk that
+    /// precedes the write. Only a hint: it changes nothing.
+    #[inline]
+    pub fn prefetch_update(&self, addr: u32) {
+        let p: *const u32 = &self.tbl24.as_ref()[(addr >> 8) as usize];
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch is a hint that never faults, whatever the
+        // address (this one is in bounds anyway), and SSE, which provides
+        // it, is part of the x86_64 baseline.
+        #[allow(unused_unsafe)]
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = p;
+    }
+
     /// Longest-prefix match for `addr`.
     #[inline]
     pub fn lookup(&self, addr: u32) -> Option<u32> {

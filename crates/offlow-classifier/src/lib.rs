@@ -19,6 +19,8 @@
 
 pub mod adaptive;
 pub mod dir24;
+pub mod idmap;
+pub mod idtable;
 pub mod linear;
 mod linevec;
 pub mod lpm;
@@ -29,6 +31,8 @@ pub mod versioned;
 
 pub use adaptive::{Classifier, ClassifierConfig, Compiled};
 pub use dir24::{Dir24, FibError};
+pub use idmap::{IdBuildHasher, IdHasher, IdMap};
+pub use idtable::IdTable;
 pub use linear::LinearClassifier;
 pub use lpm::{BinaryTrie, FibClassifier, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};

@@ -1,14 +1,12 @@
 //! The oracle: a linear scan over every rule. Obviously correct, slow.
 
-use std::collections::HashMap;
-
-use crate::{Classify, FlowKey, Rule, RuleId};
+use crate::{Classify, FlowKey, IdMap, Rule, RuleId};
 
 /// A classifier that checks every rule on every lookup.
 #[derive(Debug, Default, Clone)]
 pub struct LinearClassifier {
     rules: Vec<Rule>,
-    index: HashMap<RuleId, usize>,
+    index: IdMap<RuleId, usize>,
 }
 
 impl LinearClassifier {

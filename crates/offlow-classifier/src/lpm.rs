@@ -32,11 +32,10 @@
 //!
 //! Thread-safety: plain single-writer structures; lookups take `&self`.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use crate::dir24::{Dir24, FibError, MAX_NEXT_HOP, NO_ROUTE};
-use crate::{Classify, Field, FlowKey, LinearClassifier, Match, Rule, RuleId};
+use crate::{Classify, Field, FlowKey, IdTable, LinearClassifier, Match, Rule, RuleId};
 
 /// Mask of the leading `len` bits of an IPv4 address (`len` ≤ 32).
 #[inline]
@@ -70,12 +69,31 @@ fn bit(addr: u32, depth: u8) -> usize {
     ((addr >> (31 - u32::from(depth))) & 1) as usize
 }
 
+/// Depth of the trie's jump table: walks for prefixes at least this long
+/// start at depth 16 instead of the root.
+const JUMP_DEPTH: u8 = 16;
+const JUMP_LEN: usize = 1 << JUMP_DEPTH;
+
 /// A binary trie of IPv4 prefixes mapping to next hops: the LPM oracle.
+///
+/// Updates and exact-prefix searches of prefixes of length >= 16 (nearly
+/// every route) skip the top 16 levels through a jump table: `jump[i]` is
+/// the node at depth 16 for the /16 `i` (or none), and `jump_inh[i]` the
+/// next hop of the longest held prefix shorter than 16 covering it. A walk
+/// is a chain of dependent loads, one per level, so this removes 16 of
+/// them from every update of a big FIB. [`BinaryTrie::lookup`],
+/// `covering` and `for_each_inside` still walk from the root, so the
+/// oracle answers do not depend on the jump table.
 #[derive(Debug, Clone)]
 pub struct BinaryTrie {
     nodes: Vec<Node>,
     free: Vec<u32>,
     len: usize,
+    /// Node at depth 16 per /16 (`NONE` when absent).
+    jump: Vec<u32>,
+    /// Next hop of the longest held prefix of length < 16 covering each
+    /// /16 ([`NO_ROUTE`] when none).
+    jump_inh: Vec<u32>,
 }
 
 impl Default for BinaryTrie {
@@ -91,6 +109,8 @@ impl BinaryTrie {
             nodes: vec![Node::EMPTY],
             free: Vec::new(),
             len: 0,
+            jump: vec![NONE; JUMP_LEN],
+            jump_inh: vec![NO_ROUTE; JUMP_LEN],
         }
     }
 
@@ -123,8 +143,13 @@ impl BinaryTrie {
     pub fn insert(&mut self, addr: u32, len: u8, nh: u32) -> Result<Option<u32>, FibError> {
         check(len, nh)?;
         let addr = addr & prefix_mask(len);
-        let mut n = 0u32;
-        for d in 0..len {
+        let j = (addr >> 16) as usize;
+        let (mut n, start) = if len >= JUMP_DEPTH && self.jump[j] != NONE {
+            (self.jump[j], JUMP_DEPTH)
+        } else {
+            (0u32, 0)
+        };
+        for d in start..len {
             let b = bit(addr, d);
             let c = self.nodes[n as usize].child[b];
             n = if c == NONE {
@@ -134,8 +159,14 @@ impl BinaryTrie {
             } else {
                 c
             };
+            if d + 1 == JUMP_DEPTH {
+                self.jump[j] = n;
+            }
         }
         let old = std::mem::replace(&mut self.nodes[n as usize].nh, nh);
+        if len < JUMP_DEPTH && old != nh {
+            self.refresh_jump(addr, len);
+        }
         if old == NO_ROUTE {
             self.len += 1;
             Ok(None)
@@ -150,9 +181,18 @@ impl BinaryTrie {
             return None;
         }
         let addr = addr & prefix_mask(len);
+        let j = (addr >> 16) as usize;
         let mut path = [0u32; 33];
-        let mut n = 0u32;
-        for d in 0..len {
+        let (mut n, start) = if len >= JUMP_DEPTH {
+            if self.jump[j] == NONE {
+                return None;
+            }
+            (self.jump[j], JUMP_DEPTH)
+        } else {
+            (0u32, 0)
+        };
+        // `path[..start]` is filled below only if pruning climbs that high.
+        for d in start..len {
             path[d as usize] = n;
             n = self.nodes[n as usize].child[bit(addr, d)];
             if n == NONE {
@@ -171,11 +211,26 @@ impl BinaryTrie {
             if node.nh != NO_ROUTE || node.child != [NONE, NONE] {
                 break;
             }
+            if d == start && start > 0 {
+                // The walk began at the jump node, which is now empty:
+                // fetch the path above it (rare: a whole /16 emptied).
+                let mut m = 0u32;
+                for k in 0..start {
+                    path[k as usize] = m;
+                    m = self.nodes[m as usize].child[bit(addr, k)];
+                }
+            }
+            if d == JUMP_DEPTH {
+                self.jump[j] = NONE;
+            }
             d -= 1;
             let parent = path[d as usize];
             self.nodes[parent as usize].child[bit(addr, d)] = NONE;
             self.free.push(n);
             n = parent;
+        }
+        if len < JUMP_DEPTH {
+            self.refresh_jump(addr, len);
         }
         Some(old)
     }
@@ -259,12 +314,100 @@ impl BinaryTrie {
         }
     }
 
+    /// Recompute `jump_inh` for the /16s inside `addr/len` (`len` < 16)
+    /// after the prefix there changed: the same walk `Dir24` does to
+    /// rewrite its table, at /16 granularity.
+    fn refresh_jump(&mut self, addr: u32, len: u8) {
+        // Root walk (the jump table covers only depths >= 16).
+        let mut n = Some(0u32);
+        let mut inherited = NO_ROUTE;
+        for d in 0..len {
+            let Some(m) = n else { break };
+            let nh = self.nodes[m as usize].nh;
+            if nh != NO_ROUTE {
+                inherited = nh;
+            }
+            let c = self.nodes[m as usize].child[bit(addr, d)];
+            n = (c != NONE).then_some(c);
+        }
+        self.fill_jump(n, addr, len, inherited);
+    }
+
+    /// Set `jump_inh` for the /16s inside `addr/len`, whose node is `node`,
+    /// given the next hop `inherited` from strictly shorter prefixes.
+    fn fill_jump(&mut self, node: Option<u32>, addr: u32, len: u8, inherited: u32) {
+        if len >= JUMP_DEPTH {
+            self.jump_inh[(addr >> 16) as usize] = inherited;
+            return;
+        }
+        let (eff, kids) = match node {
+            Some(n) => {
+                let nh = self.nodes[n as usize].nh;
+                (
+                    if nh != NO_ROUTE { nh } else { inherited },
+                    self.children(n),
+                )
+            }
+            None => (inherited, [None, None]),
+        };
+        if kids == [None, None] {
+            let first = (addr >> 16) as usize;
+            let count = 1usize << (JUMP_DEPTH - len);
+            self.jump_inh[first..first + count].fill(eff);
+            return;
+        }
+        for (b, kid) in kids.into_iter().enumerate() {
+            self.fill_jump(
+                kid,
+                addr | ((b as u32) << (31 - u32::from(len))),
+                len + 1,
+                eff,
+            );
+        }
+    }
+
+    /// Call `f(nh)` for the topmost held prefixes strictly below node `n`
+    /// (the first node carrying a next hop on each branch; nothing under
+    /// such a node is visited) until `f` returns false. Returns false if
+    /// `f` stopped the walk. Recursion depth is at most 32.
+    pub(crate) fn for_each_topmost_below(&self, n: u32, f: &mut impl FnMut(u32) -> bool) -> bool {
+        for c in self.nodes[n as usize].child {
+            if c == NONE {
+                continue;
+            }
+            let nh = self.nodes[c as usize].nh;
+            let go_on = if nh != NO_ROUTE {
+                f(nh)
+            } else {
+                self.for_each_topmost_below(c, f)
+            };
+            if !go_on {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Walk to `addr/len` (already masked): the node there, if any, and the
     /// next hop inherited from strictly shorter prefixes on the way.
     pub(crate) fn find(&self, addr: u32, len: u8) -> Found {
-        let mut n = 0u32;
-        let mut inherited = NO_ROUTE;
-        for d in 0..len.min(32) {
+        let len = len.min(32);
+        let (mut n, mut inherited, start) = if len >= JUMP_DEPTH {
+            let j = (addr >> 16) as usize;
+            if self.jump[j] == NONE {
+                // No node at depth 16 on this path: the walk from the root
+                // would stop above it, having inherited exactly the longest
+                // covering prefix shorter than 16.
+                return Found {
+                    node: None,
+                    inherited: self.jump_inh[j],
+                };
+            }
+            (self.jump[j], self.jump_inh[j], JUMP_DEPTH)
+        } else {
+            (0u32, NO_ROUTE, 0)
+        };
+        for d in start..len {
             let nh = self.nodes[n as usize].nh;
             if nh != NO_ROUTE {
                 inherited = nh;
@@ -362,8 +505,9 @@ pub struct FibClassifier {
     /// Next hop → rule; next hops are dense slot numbers.
     slots: Vec<Option<Rule>>,
     free_slots: Vec<u32>,
-    /// Rule id → its next hop (rules served by the FIB).
-    by_id: HashMap<RuleId, u32>,
+    /// Rule id → its next hop and prefix (rules served by the FIB). The
+    /// prefix is kept here so a removal need not read the rule's slot.
+    by_id: IdTable<Served>,
     /// Rules refused by the FIB; lookups merge their answer.
     overflow: LinearClassifier,
 }
@@ -372,6 +516,14 @@ impl Default for FibClassifier {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// Where a FIB-served rule lives: its next hop (slot) and its prefix.
+#[derive(Debug, Clone, Copy)]
+struct Served {
+    nh: u32,
+    addr: u32,
+    len: u8,
 }
 
 /// The canonical match of an accepted rule.
@@ -389,7 +541,7 @@ impl FibClassifier {
             fib: Dir24::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
-            by_id: HashMap::new(),
+            by_id: IdTable::new(),
             overflow: LinearClassifier::new(),
         }
     }
@@ -439,52 +591,124 @@ impl FibClassifier {
     /// Insert `rule` into the FIB, or refuse it (nothing changes then). A
     /// rule with the same id is replaced first; on refusal it stays removed.
     pub fn try_insert(&mut self, rule: Rule) -> Result<Option<Rule>, FibRuleError> {
-        let old = self.remove(rule.id);
-        let (addr, len) = Self::prefix_of(&rule).ok_or(FibRuleError::Shape)?;
-        let rib = self.fib.rib();
-        for (_, l, nh) in rib.covering(addr, len) {
-            let other = self.rule_at(nh);
-            if l == len {
-                return Err(FibRuleError::SamePrefix { other: other.id });
-            }
-            if other.priority >= rule.priority {
-                return Err(FibRuleError::PriorityOrder { other: other.id });
+        self.insert_or_return(rule).map_err(|(e, _)| e)
+    }
+
+    /// [`FibClassifier::try_insert`], handing a refused rule back (so the
+    /// caller can place it elsewhere without having cloned it first).
+    // The Ok side already carries a Rule; boxing the refused one would add
+    // an allocation to every refusal to save a move.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn insert_or_return(
+        &mut self,
+        rule: Rule,
+    ) -> Result<Option<Rule>, (FibRuleError, Rule)> {
+        // Re-inserting the identical rule (a MODIFY of the entry's
+        // instructions, which the classifier does not see) changes nothing:
+        // skip the remove + rewrite of the FIB.
+        if let Some(&Served { nh, .. }) = self.by_id.get(rule.id.into()) {
+            if self.slots[nh as usize].as_ref() == Some(&rule) {
+                return Ok(Some(rule));
             }
         }
-        let mut conflict = None;
-        rib.for_each_inside(addr, len, |_, _, nh| {
-            let other = self.rule_at(nh);
-            if conflict.is_none() && other.priority <= rule.priority {
-                conflict = Some(other.id);
-            }
-        });
-        if let Some(other) = conflict {
-            return Err(FibRuleError::PriorityOrder { other });
+        let old = self.remove(rule.id);
+        let Some((addr, len)) = Self::prefix_of(&rule) else {
+            return Err((FibRuleError::Shape, rule));
+        };
+        self.fib.prefetch_update(addr);
+        if let Err(e) = self.check_order(&rule, addr, len) {
+            return Err((e, rule));
         }
         let nh = match self.free_slots.pop() {
             Some(s) => s,
             None => {
-                let s = u32::try_from(self.slots.len())
+                let s = match u32::try_from(self.slots.len())
                     .ok()
                     .filter(|&s| s <= MAX_NEXT_HOP)
-                    .ok_or(FibRuleError::Fib(FibError::BadNextHop(u32::MAX)))?;
+                {
+                    Some(s) => s,
+                    None => return Err((FibRuleError::Fib(FibError::BadNextHop(u32::MAX)), rule)),
+                };
                 self.slots.push(None);
                 s
             }
         };
         if let Err(e) = self.fib.insert(addr, len, nh) {
             self.free_slots.push(nh);
-            return Err(FibRuleError::Fib(e));
+            return Err((FibRuleError::Fib(e), rule));
         }
-        self.by_id.insert(rule.id, nh);
+        self.by_id.insert(rule.id.into(), Served { nh, addr, len });
         self.slots[nh as usize] = Some(rule);
         Ok(old)
+    }
+
+    /// Hint: start loading the id-index slot of rule `id`. Changes nothing.
+    #[inline]
+    pub fn prefetch(&self, id: RuleId) {
+        self.by_id.prefetch(id.into());
+    }
+
+    /// Remove the rule with `id` without handing it back; true if it was
+    /// held. Unlike [`Classify::remove`] it does not read the rule's slot
+    /// (a cache miss per update in a big table): the prefix is on record.
+    pub fn discard(&mut self, id: RuleId) -> bool {
+        if let Some(Served { nh, addr, len }) = self.by_id.remove(id.into()) {
+            self.fib.prefetch_update(addr);
+            self.slots[nh as usize] = None;
+            self.fib.remove(addr, len);
+            self.free_slots.push(nh);
+            return true;
+        }
+        self.overflow.remove(id).is_some()
+    }
+
+    /// Would `rule` (prefix `addr/len`) keep LPM order equal to priority
+    /// order? The held rules already satisfy it (priorities rise strictly
+    /// with nesting), so the highest priority among the covering prefixes
+    /// is the nearest one's, and the lowest among the prefixes inside
+    /// `addr/len` is that of one of the topmost ones: a single walk down,
+    /// plus a walk of the subtree that stops at the first held prefix on
+    /// each branch, instead of visiting every covering and inner prefix.
+    fn check_order(&self, rule: &Rule, addr: u32, len: u8) -> Result<(), FibRuleError> {
+        let rib = self.fib.rib();
+        let found = rib.find(addr, len);
+        if let Some(n) = found.node {
+            let nh = rib.nh_at(n);
+            if nh != NO_ROUTE {
+                return Err(FibRuleError::SamePrefix {
+                    other: self.rule_at(nh).id,
+                });
+            }
+        }
+        if found.inherited != NO_ROUTE {
+            let other = self.rule_at(found.inherited);
+            if other.priority >= rule.priority {
+                return Err(FibRuleError::PriorityOrder { other: other.id });
+            }
+        }
+        let Some(n) = found.node else {
+            return Ok(());
+        };
+        let mut conflict = None;
+        rib.for_each_topmost_below(n, &mut |nh| {
+            let other = self.rule_at(nh);
+            if other.priority <= rule.priority {
+                conflict = Some(other.id);
+                false
+            } else {
+                true
+            }
+        });
+        match conflict {
+            Some(other) => Err(FibRuleError::PriorityOrder { other }),
+            None => Ok(()),
+        }
     }
 }
 
 impl Classify for FibClassifier {
     fn insert(&mut self, rule: Rule) {
-        if let Err(_refused) = self.try_insert(rule.clone()) {
+        if let Err((_refused, rule)) = self.insert_or_return(rule) {
             // Correctness never depends on the FIB accepting: the overflow
             // answer is merged on every lookup.
             self.overflow.insert(rule);
@@ -492,11 +716,9 @@ impl Classify for FibClassifier {
     }
 
     fn remove(&mut self, id: RuleId) -> Option<Rule> {
-        if let Some(nh) = self.by_id.remove(&id) {
+        if let Some(Served { nh, addr, len }) = self.by_id.remove(id.into()) {
             let rule = self.slots[nh as usize].take();
-            if let Some((addr, len)) = rule.as_ref().and_then(Self::prefix_of) {
-                self.fib.remove(addr, len);
-            }
+            self.fib.remove(addr, len);
             self.free_slots.push(nh);
             return rule;
         }
@@ -540,8 +762,8 @@ impl Classify for FibClassifier {
     }
 
     fn get(&self, id: RuleId) -> Option<&Rule> {
-        match self.by_id.get(&id) {
-            Some(&nh) => self.slots[nh as usize].as_ref(),
+        match self.by_id.get(id.into()) {
+            Some(&Served { nh, .. }) => self.slots[nh as usize].as_ref(),
             None => self.overflow.get(id),
         }
     }
@@ -570,5 +792,115 @@ mod tests {
         assert_eq!(t.lookup(0xffff_ffff), Some(7));
         assert_eq!(t.insert(1, 33, 7), Err(FibError::BadLength(33)));
         assert_eq!(t.len(), 2);
+    }
+
+    /// The order check of the old implementation: every covering prefix
+    /// and every prefix inside, no shortcut.
+    fn brute_force_order(c: &FibClassifier, rule: &Rule) -> Result<(), FibRuleError> {
+        let (addr, len) = FibClassifier::prefix_of(rule).ok_or(FibRuleError::Shape)?;
+        let rib = c.fib.rib();
+        for (_, l, nh) in rib.covering(addr, len) {
+            let other = c.rule_at(nh);
+            if l == len {
+                return Err(FibRuleError::SamePrefix { other: other.id });
+            }
+            if other.priority >= rule.priority {
+                return Err(FibRuleError::PriorityOrder { other: other.id });
+            }
+        }
+        let mut bad = false;
+        rib.for_each_inside(addr, len, |_, _, nh| {
+            bad |= c.rule_at(nh).priority <= rule.priority;
+        });
+        if bad {
+            // Which conflicting rule is reported may differ; only the
+            // verdict is compared.
+            return Err(FibRuleError::PriorityOrder { other: 0 });
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        // Few cases, many ops each: every case maps a fresh 64 MiB tbl24.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(12))]
+
+        /// The shortcut order check (nearest covering prefix, topmost
+        /// inner prefixes) accepts and refuses exactly what the full check
+        /// does, whatever the held set (itself built through the check).
+        #[test]
+        fn order_check_equals_brute_force(
+            ops in proptest::collection::vec((0u32..16, 0u8..=6, 0u32..12), 1..200)
+        ) {
+            let mut c = FibClassifier::new();
+            for (i, (a, len, prio)) in ops.into_iter().enumerate() {
+                // Addresses in the top 4 bits so prefixes nest often.
+                let addr = (a << 28) & prefix_mask(len);
+                let rule = Rule::new(i as RuleId + 1, prio, canonical(addr, len));
+                let want = brute_force_order(&c, &rule);
+                let got = c.check_order(&rule, addr, len);
+                proptest::prop_assert_eq!(got.is_ok(), want.is_ok(), "{:?} vs {:?}", got, want);
+                if let (Err(FibRuleError::SamePrefix { other: g }), Err(FibRuleError::SamePrefix { other: w })) = (&got, &want) {
+                    proptest::prop_assert_eq!(g, w);
+                }
+                // Grow the held set through the real path.
+                let _ = c.try_insert(rule);
+            }
+        }
+    }
+
+    /// `find` (which starts at the jump table for lengths >= 16) against
+    /// answers computed by root walks, and the jump table against its
+    /// definition, after random inserts and removes around depth 16.
+    #[test]
+    fn jump_table_agrees_with_root_walks() {
+        use proptest::prelude::*;
+        let len = prop_oneof![Just(0u8), Just(8), 12u8..=20, Just(24), Just(32)];
+        let op = (any::<bool>(), 0u32..4, any::<u32>(), len, 1u32..9);
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(48));
+        runner
+            .run(&prop::collection::vec(op, 1..150), |ops| {
+                let mut t = BinaryTrie::new();
+                // Two /16s (and their neighbourhood) so paths share nodes.
+                let place = |hi: u32, lo: u32, len: u8| {
+                    ((0x0a00_0000 | (hi & 1) << 16 | (hi >> 1) << 23) ^ (lo & 0xffff))
+                        & prefix_mask(len)
+                };
+                let mut probes = Vec::new();
+                for (ins, hi, lo, len, nh) in ops {
+                    let a = place(hi, lo, len);
+                    probes.push((a, len));
+                    if ins {
+                        t.insert(a, len, nh).expect("valid");
+                    } else {
+                        t.remove(a, len);
+                    }
+                    for &(pa, pl) in &probes {
+                        let f = t.find(pa, pl);
+                        let want_inh = t
+                            .covering(pa, pl)
+                            .into_iter()
+                            .rfind(|&(_, l, _)| l < pl)
+                            .map_or(NO_ROUTE, |(_, _, nh)| nh);
+                        prop_assert_eq!(f.inherited, want_inh, "inherited {:#x}/{}", pa, pl);
+                        // The root node is never pruned.
+                        let mut inside = pl == 0 || t.get(pa, pl).is_some();
+                        t.for_each_inside(pa, pl, |_, _, _| inside = true);
+                        prop_assert_eq!(f.node.is_some(), inside, "node {:#x}/{}", pa, pl);
+                        let j = (pa >> 16) as usize;
+                        let base = (j as u32) << 16;
+                        let want_j = t
+                            .covering(base, 16)
+                            .into_iter()
+                            .rfind(|&(_, l, _)| l < 16)
+                            .map_or(NO_ROUTE, |(_, _, nh)| nh);
+                        prop_assert_eq!(t.jump_inh[j], want_j);
+                        let mut below = t.get(base, 16).is_some();
+                        t.for_each_inside(base, 16, |_, _, _| below = true);
+                        prop_assert_eq!(t.jump[j] != NONE, below);
+                    }
+                }
+                Ok(())
+            })
+            .expect("jump table consistent");
     }
 }

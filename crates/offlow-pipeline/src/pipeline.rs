@@ -11,6 +11,22 @@
 //! returned by `prepare` lists what changed, for cache invalidation and
 //! flow-removed messages.
 //!
+//! ## What an update costs
+//! A left-right pair pays `prepare` once and `apply` twice per flow-mod, so
+//! both are kept to a few cache misses in big tables:
+//! - strict commands resolve through the match index with one bucket probe
+//!   (no scan, no allocation beyond the effect) and a single entry becomes
+//!   a plain [`PipelineOp::Insert`] / [`PipelineOp::Remove`], not a batch;
+//! - an `Insert` replacing an entry with the same match and priority (a
+//!   MODIFY, or an ADD of an identical rule) leaves the classifier alone
+//!   (its rule is unchanged, and a compiled snapshot survives) and only
+//!   swaps entry pointers in the match index;
+//! - id-keyed maps are [`IdTable`]s (one miss per probe), prefetched at the
+//!   start of `apply` together with the classifier's own id slot, so their
+//!   misses overlap;
+//! - entry allocations (cache-line aligned, hence slow in the system
+//!   allocator) are recycled through the pipeline's `EntryPool`.
+//!
 //! # Lookup
 //! [`Pipeline::lookup`] is `&self` and never writes: it walks table 0 and
 //! the goto-table chain on a working copy of the key, returning a
@@ -26,13 +42,12 @@
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
-use offlow_classifier::{Apply, Classifier, Classify, PortRange, Priority, RuleId};
+use offlow_classifier::{Apply, Classifier, Classify, IdTable, PortRange, Priority, RuleId};
 use offlow_flow::{present, Field, FlowKey, Match};
 
-use crate::action::{Action, ActionSet, Instruction};
+use crate::action::{Action, ActionSet, Instruction, Program};
 use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
 use crate::error::PipelineError;
 use crate::index::MatchIndex;
@@ -52,7 +67,10 @@ pub const MAX_TABLES: u16 = 255;
 #[derive(Debug, Clone)]
 struct FlowTable {
     classifier: TableClassifier,
-    entries: HashMap<RuleId, Arc<FlowEntry>>,
+    /// Id -> entry. An [`IdTable`]: one cache miss per probe (key and
+    /// value share a slot) and prefetchable, where a std `HashMap` costs
+    /// two misses per update in a big table.
+    entries: IdTable<Arc<FlowEntry>>,
     /// Exact and overlap index over `entries`.
     matches: MatchIndex,
     /// Shared by clones: table counters are credited through either copy.
@@ -63,7 +81,7 @@ impl FlowTable {
     fn new() -> FlowTable {
         FlowTable {
             classifier: TableClassifier::default(),
-            entries: HashMap::new(),
+            entries: IdTable::new(),
             matches: MatchIndex::default(),
             counters: Arc::new(TableCounters::default()),
         }
@@ -205,15 +223,19 @@ impl FlowFilter {
     }
 
     fn selects(&self, e: &FlowEntry) -> bool {
-        if self.cookie & self.cookie_mask != e.cookie & self.cookie_mask {
-            return false;
-        }
         let m = if self.strict {
             e.priority == self.priority && e.matcher == self.matcher
         } else {
             e.matcher.is_subset_of(&self.matcher)
         };
-        m && (self.out_port == PortNo::ANY || e.program.outputs_to(self.out_port))
+        m && self.passes_filters(e)
+    }
+
+    /// The cookie, out_port and out_group filters (the match is checked
+    /// elsewhere).
+    fn passes_filters(&self, e: &FlowEntry) -> bool {
+        self.cookie & self.cookie_mask == e.cookie & self.cookie_mask
+            && (self.out_port == PortNo::ANY || e.program.outputs_to(self.out_port))
             && (self.out_group == GROUP_ANY || e.program.uses_group(self.out_group))
     }
 }
@@ -375,9 +397,57 @@ pub struct TableStats {
 pub struct Pipeline {
     tables: Vec<FlowTable>,
     /// Rule id to table id.
-    index: HashMap<RuleId, u8>,
+    index: IdTable<u8>,
     /// Next id to try; ids are allocated in `prepare` and committed by `apply`.
     next_id: RuleId,
+    /// Entry allocations to reuse; shared by clones (see [`EntryPool`]).
+    pool: Arc<EntryPool>,
+}
+
+/// Most spare entry allocations an [`EntryPool`] keeps.
+const POOL_CAP: usize = 1024;
+
+/// Recycled `Arc<FlowEntry>` allocations.
+///
+/// Why: a `FlowEntry` embeds cache-line-aligned flow keys, so every
+/// `Arc::new` is an aligned allocation (`posix_memalign` in the system
+/// allocator), which was measured as the largest single cost of a MODIFY
+/// and a fifth of a FIB update's time (slow path in glibc, heap
+/// fragmentation, page faults). Every update of a left-right pair creates
+/// one entry and, once both copies have dropped it, frees one: reusing the
+/// freed allocation makes the steady state allocation-free for entries.
+///
+/// An entry is recycled only when the pipeline held its last reference
+/// (`Arc::get_mut` succeeds, so nobody else can observe the reuse).
+/// Thread-safety: a mutex, taken by the single writer only (prepare and
+/// apply), never by lookups; a poisoned or busy lock just means allocating.
+#[derive(Debug, Default)]
+struct EntryPool(std::sync::Mutex<Vec<Arc<FlowEntry>>>);
+
+impl EntryPool {
+    /// `e` behind an `Arc`, reusing a spare allocation if there is one.
+    fn make(&self, e: FlowEntry) -> Arc<FlowEntry> {
+        let spare = self.0.try_lock().ok().and_then(|mut v| v.pop());
+        if let Some(mut a) = spare {
+            if let Some(slot) = Arc::get_mut(&mut a) {
+                *slot = e;
+                return a;
+            }
+        }
+        Arc::new(e)
+    }
+
+    /// Keep `e`'s allocation if this was its last reference.
+    fn recycle(&self, mut e: Arc<FlowEntry>) {
+        if Arc::get_mut(&mut e).is_none() {
+            return;
+        }
+        if let Ok(mut v) = self.0.try_lock() {
+            if v.len() < POOL_CAP {
+                v.push(e);
+            }
+        }
+    }
 }
 
 /// Lets a [`Pipeline`] be one copy of a left-right
@@ -399,8 +469,9 @@ impl Pipeline {
         let n = n_tables.clamp(1, MAX_TABLES);
         Pipeline {
             tables: (0..n).map(|_| FlowTable::new()).collect(),
-            index: HashMap::new(),
+            index: IdTable::new(),
             next_id: 1,
+            pool: Arc::default(),
         }
     }
 
@@ -422,8 +493,15 @@ impl Pipeline {
 
     /// The entry with `id`.
     pub fn entry(&self, id: RuleId) -> Option<&Arc<FlowEntry>> {
-        let t = *self.index.get(&id)?;
-        self.tables.get(t as usize)?.entries.get(&id)
+        let t = *self.index.get(id.into())?;
+        self.tables.get(t as usize)?.entries.get(id.into())
+    }
+
+    /// The entry with `id` in table `table_id`: one probe, where
+    /// [`Pipeline::entry`] needs two (id -> table, then the table). For
+    /// callers that know the table, such as a [`PathStep`].
+    pub fn entry_in(&self, table_id: u8, id: RuleId) -> Option<&Arc<FlowEntry>> {
+        self.tables.get(table_id as usize)?.entries.get(id.into())
     }
 
     fn table(&self, table_id: u8) -> Result<&FlowTable, PipelineError> {
@@ -458,7 +536,7 @@ impl Pipeline {
         // kept free as a sentinel for callers).
         let mut id = self.next_id;
         for _ in 0..=self.index.len() {
-            if id != 0 && !self.index.contains_key(&id) {
+            if id != 0 && !self.index.contains_key(id.into()) {
                 return Ok(id);
             }
             id = id.wrapping_add(1);
@@ -525,7 +603,7 @@ impl Pipeline {
             program,
             counters,
         };
-        Ok((PipelineOp::Insert(Arc::new(entry)), effect))
+        Ok((PipelineOp::Insert(self.pool.make(entry)), effect))
     }
 
     fn filter_of(fm: &FlowMod) -> FlowFilter {
@@ -566,7 +644,7 @@ impl Pipeline {
             tables
                 .iter()
                 .filter_map(|t| t.matches.find_identical(f.priority, &f.matcher))
-                .filter(|e| f.selects(e))
+                .filter(|e| f.passes_filters(e))
                 .collect()
         } else {
             tables
@@ -577,6 +655,57 @@ impl Pipeline {
         };
         out.sort_unstable_by_key(|e| e.id);
         out
+    }
+
+    /// The single entry a strict request on one table selects (no
+    /// allocation: the common MODIFY_STRICT / DELETE_STRICT path).
+    fn select_strict_one(&self, f: &FlowFilter) -> Option<&Arc<FlowEntry>> {
+        self.tables
+            .get(f.table_id as usize)?
+            .matches
+            .find_identical(f.priority, &f.matcher)
+            .filter(|e| f.passes_filters(e))
+    }
+
+    /// `ops` as one op: a lone op is returned as itself, so a strict
+    /// command replays without a batch.
+    fn one_op(mut ops: Vec<PipelineOp>) -> PipelineOp {
+        if ops.len() == 1 {
+            if let Some(op) = ops.pop() {
+                return op;
+            }
+        }
+        PipelineOp::Batch(ops)
+    }
+
+    /// The new version of `old` carrying the instructions of a MODIFY.
+    fn modified_entry(
+        &self,
+        old: &FlowEntry,
+        fm: &FlowMod,
+        instructions: &[Instruction],
+        program: Program,
+    ) -> Arc<FlowEntry> {
+        let counters = if fm.flags.has(FlowModFlags::RESET_COUNTS) {
+            Arc::new(FlowCounters::default())
+        } else {
+            Arc::clone(&old.counters)
+        };
+        // Cookie, timeouts, flags and duration are left unchanged.
+        self.pool.make(FlowEntry {
+            id: old.id,
+            table_id: old.table_id,
+            priority: old.priority,
+            matcher: old.matcher,
+            cookie: old.cookie,
+            flags: old.flags,
+            idle_timeout: old.idle_timeout,
+            hard_timeout: old.hard_timeout,
+            installed_at_ns: old.installed_at_ns,
+            instructions: instructions.to_vec(),
+            program,
+            counters,
+        })
     }
 
     fn prepare_modify(&self, fm: &FlowMod) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
@@ -591,49 +720,60 @@ impl Pipeline {
             &fm.instructions,
         )?;
         let mut effect = FlowModEffect::default();
-        let mut ops = Vec::new();
+        let filter = Self::filter_of(fm);
         // §6.4: "If no flow entry currently resides in any table that matches,
         // no error is recorded, and no flow table modification occurs."
-        for old in self.select(&Self::filter_of(fm)) {
-            let counters = if fm.flags.has(FlowModFlags::RESET_COUNTS) {
-                Arc::new(FlowCounters::default())
-            } else {
-                Arc::clone(&old.counters)
+        if filter.strict {
+            // `table` succeeded, so this is one table: at most one entry.
+            let op = match self.select_strict_one(&filter) {
+                Some(old) => {
+                    effect.modified.push(old.id);
+                    PipelineOp::Insert(self.modified_entry(old, fm, &fm.instructions, program))
+                }
+                None => PipelineOp::Batch(Vec::new()),
             };
-            // Cookie, timeouts, flags and duration are left unchanged.
-            let e = FlowEntry {
-                id: old.id,
-                table_id: old.table_id,
-                priority: old.priority,
-                matcher: old.matcher,
-                cookie: old.cookie,
-                flags: old.flags,
-                idle_timeout: old.idle_timeout,
-                hard_timeout: old.hard_timeout,
-                installed_at_ns: old.installed_at_ns,
-                instructions: fm.instructions.clone(),
-                program: program.clone(),
-                counters,
-            };
-            effect.modified.push(old.id);
-            ops.push(PipelineOp::Insert(Arc::new(e)));
+            return Ok((op, effect));
         }
-        Ok((PipelineOp::Batch(ops), effect))
+        let mut ops = Vec::new();
+        for old in self.select(&filter) {
+            effect.modified.push(old.id);
+            ops.push(PipelineOp::Insert(self.modified_entry(
+                old,
+                fm,
+                &fm.instructions,
+                program.clone(),
+            )));
+        }
+        Ok((Self::one_op(ops), effect))
     }
 
     fn prepare_delete(&self, fm: &FlowMod) -> (PipelineOp, FlowModEffect) {
         let mut effect = FlowModEffect::default();
+        let filter = Self::filter_of(fm);
+        if filter.strict && filter.table_id != TABLE_ALL {
+            let op = match self.select_strict_one(&filter) {
+                Some(e) => {
+                    effect.removed.push(Arc::clone(e));
+                    PipelineOp::Remove {
+                        table_id: e.table_id,
+                        id: e.id,
+                    }
+                }
+                None => PipelineOp::Batch(Vec::new()),
+            };
+            return (op, effect);
+        }
         let mut ops = Vec::new();
         // A delete on a table that does not exist selects nothing (not an
         // error: nothing matched).
-        for e in self.select(&Self::filter_of(fm)) {
+        for e in self.select(&filter) {
             ops.push(PipelineOp::Remove {
                 table_id: e.table_id,
                 id: e.id,
             });
             effect.removed.push(Arc::clone(e));
         }
-        (PipelineOp::Batch(ops), effect)
+        (Self::one_op(ops), effect)
     }
 
     /// Perform a prepared op. Must be applied to a pipeline in the state it
@@ -645,21 +785,34 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(e.table_id as usize) else {
                     return;
                 };
-                t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
-                match t.entries.insert(e.id, Arc::clone(e)) {
-                    // Replacement (same id): its match and priority are
-                    // normally unchanged, but re-index to stay general.
+                // In a big table each structure below costs a cache miss;
+                // start them all now so they overlap (hints only).
+                t.entries.prefetch(e.id.into());
+                t.classifier.prefetch(e.id);
+                self.index.prefetch(e.id.into());
+                match t.entries.insert(e.id.into(), Arc::clone(e)) {
+                    // A MODIFY, or an ADD replacing an identical entry: the
+                    // classifier's rule (match, priority, id) is unchanged,
+                    // so only the entry pointers are swapped. Leaving the
+                    // classifier alone also keeps its compiled snapshot.
+                    Some(old) if old.priority == e.priority && old.matcher == e.matcher => {
+                        t.matches.replace(&old, e);
+                        self.pool.recycle(old);
+                    }
+                    // Same id, new match or priority: re-index in general.
                     Some(old) => {
+                        t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
                         t.matches.remove(&old);
                         t.matches.insert(e);
                     }
                     None => {
+                        t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
                         t.matches.insert(e);
                         // A new rule: later ADDs are likely shaped alike.
                         t.matches.prepare_for(&e.matcher, e.priority);
+                        self.index.insert(e.id.into(), e.table_id);
                     }
                 }
-                self.index.insert(e.id, e.table_id);
                 if e.id >= self.next_id {
                     self.next_id = e.id.wrapping_add(1);
                 }
@@ -668,10 +821,15 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(*table_id as usize) else {
                     return;
                 };
-                if let Some(old) = t.entries.remove(id) {
+                // As for inserts: overlap the misses of every structure.
+                t.entries.prefetch((*id).into());
+                t.classifier.prefetch(*id);
+                self.index.prefetch((*id).into());
+                if let Some(old) = t.entries.remove(u64::from(*id)) {
                     t.matches.remove(&old);
-                    t.classifier.remove(*id);
-                    self.index.remove(id);
+                    t.classifier.discard(*id);
+                    self.index.remove(u64::from(*id));
+                    self.pool.recycle(old);
                 }
             }
             PipelineOp::Batch(ops) => {
@@ -727,7 +885,7 @@ impl Pipeline {
             let entry = table
                 .classifier
                 .lookup(&k)
-                .and_then(|id| table.entries.get(&id));
+                .and_then(|id| table.entries.get(id.into()));
             let Some(e) = entry else {
                 res.outcome = Outcome::Miss { table_id };
                 res.set.clear();
@@ -777,7 +935,7 @@ impl Pipeline {
         for step in path {
             if let Some(t) = self.tables.get(step.table_id as usize) {
                 t.counters.add(packets, packets);
-                if let Some(e) = t.entries.get(&step.rule) {
+                if let Some(e) = t.entries.get(step.rule.into()) {
                     let pk = if e.flags.has(FlowModFlags::NO_PKT_COUNTS) {
                         0
                     } else {
