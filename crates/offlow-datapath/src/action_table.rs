@@ -42,10 +42,9 @@
 //! # Thread-safety
 //! Owned by one worker (`Send`, not shared); no atomics inside.
 
-use std::collections::HashMap;
-
 use std::sync::Arc;
 
+use offlow_classifier::IdMap;
 use offlow_pipeline::{Action, FlowCounters, Outcome, PathStep, Resolution, RuleId};
 
 /// Where a cached packet's credit for one path step goes: the rule's
@@ -168,9 +167,11 @@ pub struct ActionTableStats {
 pub struct ActionTable {
     slots: Vec<ActionEntry>,
     free: Vec<u32>,
-    by_path: HashMap<Box<[PathStep]>, u32>,
+    // Keys are paths the pipeline produced (rule ids it allocated), not
+    // values a peer chooses: a fast unseeded hash is enough (see IdMap).
+    by_path: IdMap<Box<[PathStep]>, u32>,
     /// Reverse index; lists may hold refs to freed entries (skipped).
-    by_dep: HashMap<Dep, Vec<ActionRef>>,
+    by_dep: IdMap<Dep, Vec<ActionRef>>,
     /// Slots with pending counts in the current batch.
     dirty: Vec<u32>,
     stats: ActionTableStats,

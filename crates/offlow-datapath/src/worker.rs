@@ -568,7 +568,7 @@ impl Worker {
                             continue;
                         }
                         let r = actions.intern(res, |step| {
-                            pipeline.entry(step.rule).map(|e| {
+                            pipeline.entry_in(step.table_id, step.rule).map(|e| {
                                 (
                                     e.counters.clone(),
                                     !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
