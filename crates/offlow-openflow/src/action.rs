@@ -1,0 +1,520 @@
+//! Actions (`struct ofp_action_*`, OpenFlow 1.3.5 §7.2.5) and instructions
+//! (`struct ofp_instruction_*`, §7.2.4) on the wire, and their conversion to
+//! the pipeline's [`offlow_pipeline::Action`] / [`offlow_pipeline::Instruction`].
+//!
+//! The codec keeps its own [`Action`] / [`Instruction`] enums because the
+//! wire carries more than the pipeline models: PUSH_PBB / POP_PBB and the
+//! bytes of experimenter actions and instructions. Conversion to the pipeline
+//! fails with the error the switch should report for what it cannot execute.
+//!
+//! Validation: every action and instruction length must be at least 8, a
+//! multiple of 8 and fit in its container; fixed-size types must have exactly
+//! their size. Errors are `OFPBAC_BAD_LEN` / `OFPBIC_BAD_LEN`, unknown types
+//! `OFPBAC_BAD_TYPE` / `OFPBIC_UNKNOWN_INST`. Set-field: a non-basic OXM class
+//! or unknown field is `OFPBAC_BAD_SET_TYPE`, a wrong OXM length
+//! `OFPBAC_BAD_SET_LEN`, a mask (§7.2.5: set-field OXMs carry no mask) or a value wider than the field `OFPBAC_BAD_SET_ARGUMENT`.
+//!
+//! Thread-safety: plain data.
+
+use offlow_flow::Field;
+use offlow_pipeline::{
+    Action as PAction, BadActionCode as AC, BadInstructionCode as IC, Instruction as PInstr, PortNo,
+};
+
+use crate::error::{DecodeError, EncodeError, OfError};
+use crate::oxm::{oxm_size, Oxm, OXM_CLASS_BASIC};
+use crate::reader::{round8, Put, Reader};
+
+/// `enum ofp_action_type` wire values.
+#[allow(missing_docs)]
+pub mod action_type {
+    pub const OUTPUT: u16 = 0;
+    pub const COPY_TTL_OUT: u16 = 11;
+    pub const COPY_TTL_IN: u16 = 12;
+    pub const SET_MPLS_TTL: u16 = 15;
+    pub const DEC_MPLS_TTL: u16 = 16;
+    pub const PUSH_VLAN: u16 = 17;
+    pub const POP_VLAN: u16 = 18;
+    pub const PUSH_MPLS: u16 = 19;
+    pub const POP_MPLS: u16 = 20;
+    pub const SET_QUEUE: u16 = 21;
+    pub const GROUP: u16 = 22;
+    pub const SET_NW_TTL: u16 = 23;
+    pub const DEC_NW_TTL: u16 = 24;
+    pub const SET_FIELD: u16 = 25;
+    pub const PUSH_PBB: u16 = 26;
+    pub const POP_PBB: u16 = 27;
+    pub const EXPERIMENTER: u16 = 0xffff;
+}
+
+/// `enum ofp_instruction_type` wire values.
+#[allow(missing_docs)]
+pub mod instruction_type {
+    pub const GOTO_TABLE: u16 = 1;
+    pub const WRITE_METADATA: u16 = 2;
+    pub const WRITE_ACTIONS: u16 = 3;
+    pub const APPLY_ACTIONS: u16 = 4;
+    pub const CLEAR_ACTIONS: u16 = 5;
+    pub const METER: u16 = 6;
+    pub const EXPERIMENTER: u16 = 0xffff;
+}
+
+/// An OpenFlow 1.3 action as it appears on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Action {
+    /// `OFPAT_OUTPUT`.
+    Output {
+        /// Output port (`ofp_port_no`).
+        port: u32,
+        /// Bytes to send to the controller.
+        max_len: u16,
+    },
+    /// `OFPAT_COPY_TTL_OUT`.
+    CopyTtlOut,
+    /// `OFPAT_COPY_TTL_IN`.
+    CopyTtlIn,
+    /// `OFPAT_SET_MPLS_TTL`.
+    SetMplsTtl(u8),
+    /// `OFPAT_DEC_MPLS_TTL`.
+    DecMplsTtl,
+    /// `OFPAT_PUSH_VLAN` (ethertype).
+    PushVlan(u16),
+    /// `OFPAT_POP_VLAN`.
+    PopVlan,
+    /// `OFPAT_PUSH_MPLS` (ethertype).
+    PushMpls(u16),
+    /// `OFPAT_POP_MPLS` (ethertype of the payload).
+    PopMpls(u16),
+    /// `OFPAT_SET_QUEUE`.
+    SetQueue(u32),
+    /// `OFPAT_GROUP`.
+    Group(u32),
+    /// `OFPAT_SET_NW_TTL`.
+    SetNwTtl(u8),
+    /// `OFPAT_DEC_NW_TTL`.
+    DecNwTtl,
+    /// `OFPAT_SET_FIELD`: one unmasked basic OXM, value right-aligned.
+    SetField(Field, u128),
+    /// `OFPAT_PUSH_PBB` (ethertype).
+    PushPbb(u16),
+    /// `OFPAT_POP_PBB`.
+    PopPbb,
+    /// `OFPAT_EXPERIMENTER`: id and the bytes after it (length a multiple
+    /// of 8 for the action to be encodable).
+    Experimenter {
+        /// Experimenter id.
+        experimenter: u32,
+        /// Experimenter-defined bytes.
+        data: Vec<u8>,
+    },
+}
+
+impl Action {
+    /// Bytes on the wire.
+    pub fn wire_len(&self) -> usize {
+        match self {
+            Action::Output { .. } => 16,
+            Action::SetField(f, _) => round8(8 + oxm_size(*f)),
+            Action::Experimenter { data, .. } => 8 + data.len(),
+            _ => 8,
+        }
+    }
+
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        use action_type as T;
+        let start = out.len();
+        let (ty, len) = match self {
+            Action::Output { .. } => (T::OUTPUT, 16),
+            Action::CopyTtlOut => (T::COPY_TTL_OUT, 8),
+            Action::CopyTtlIn => (T::COPY_TTL_IN, 8),
+            Action::SetMplsTtl(_) => (T::SET_MPLS_TTL, 8),
+            Action::DecMplsTtl => (T::DEC_MPLS_TTL, 8),
+            Action::PushVlan(_) => (T::PUSH_VLAN, 8),
+            Action::PopVlan => (T::POP_VLAN, 8),
+            Action::PushMpls(_) => (T::PUSH_MPLS, 8),
+            Action::PopMpls(_) => (T::POP_MPLS, 8),
+            Action::SetQueue(_) => (T::SET_QUEUE, 8),
+            Action::Group(_) => (T::GROUP, 8),
+            Action::SetNwTtl(_) => (T::SET_NW_TTL, 8),
+            Action::DecNwTtl => (T::DEC_NW_TTL, 8),
+            Action::SetField(..) => (T::SET_FIELD, self.wire_len()),
+            Action::PushPbb(_) => (T::PUSH_PBB, 8),
+            Action::PopPbb => (T::POP_PBB, 8),
+            Action::Experimenter { data, .. } => {
+                if data.len() % 8 != 0 {
+                    return Err(EncodeError::Misaligned("experimenter action"));
+                }
+                (T::EXPERIMENTER, 8 + data.len())
+            }
+        };
+        out.put_u16(ty);
+        // Anything longer than a u16 makes the whole message too long, which
+        // `encode` refuses; the clamp only keeps this cast honest.
+        out.put_u16(len.min(0xffff) as u16);
+        match self {
+            Action::Output { port, max_len } => {
+                out.put_u32(*port);
+                out.put_u16(*max_len);
+            }
+            Action::SetMplsTtl(t) | Action::SetNwTtl(t) => out.put_u8(*t),
+            Action::PushVlan(e) | Action::PushMpls(e) | Action::PopMpls(e) | Action::PushPbb(e) => {
+                out.put_u16(*e)
+            }
+            Action::SetQueue(v) | Action::Group(v) => out.put_u32(*v),
+            Action::SetField(f, v) => {
+                if *v & !f.full_mask() != 0 {
+                    return Err(EncodeError::Invalid("set-field value wider than field"));
+                }
+                Oxm::exact(*f, *v).emit(out);
+            }
+            Action::Experimenter { experimenter, data } => {
+                out.put_u32(*experimenter);
+                out.extend_from_slice(data);
+            }
+            _ => {}
+        }
+        // Pad to the declared length (zero padding).
+        let written = out.len() - start;
+        out.put_zeros(len.saturating_sub(written));
+        Ok(())
+    }
+
+    /// Parse one action; `r` is positioned at its header.
+    pub(crate) fn parse(r: &mut Reader<'_>) -> Result<Action, DecodeError> {
+        use action_type as T;
+        let bad_len = DecodeError::action(AC::BadLen, "action length");
+        let len = usize::from(r.peek_u16(2).map_err(|_| bad_len)?);
+        if len < 8 || len % 8 != 0 || len > r.remaining() {
+            return Err(bad_len);
+        }
+        let mut a = r.sub(len, bad_len)?;
+        let ty = a.u16()?;
+        a.skip(2)?;
+        let fixed = |want: usize| if len == want { Ok(()) } else { Err(bad_len) };
+        let act = match ty {
+            T::OUTPUT => {
+                fixed(16)?;
+                Action::Output {
+                    port: a.u32()?,
+                    max_len: a.u16()?,
+                }
+            }
+            T::COPY_TTL_OUT => fixed(8).map(|_| Action::CopyTtlOut)?,
+            T::COPY_TTL_IN => fixed(8).map(|_| Action::CopyTtlIn)?,
+            T::SET_MPLS_TTL => fixed(8).and_then(|_| a.u8().map(Action::SetMplsTtl))?,
+            T::DEC_MPLS_TTL => fixed(8).map(|_| Action::DecMplsTtl)?,
+            T::PUSH_VLAN => fixed(8).and_then(|_| a.u16().map(Action::PushVlan))?,
+            T::POP_VLAN => fixed(8).map(|_| Action::PopVlan)?,
+            T::PUSH_MPLS => fixed(8).and_then(|_| a.u16().map(Action::PushMpls))?,
+            T::POP_MPLS => fixed(8).and_then(|_| a.u16().map(Action::PopMpls))?,
+            T::SET_QUEUE => fixed(8).and_then(|_| a.u32().map(Action::SetQueue))?,
+            T::GROUP => fixed(8).and_then(|_| a.u32().map(Action::Group))?,
+            T::SET_NW_TTL => fixed(8).and_then(|_| a.u8().map(Action::SetNwTtl))?,
+            T::DEC_NW_TTL => fixed(8).map(|_| Action::DecNwTtl)?,
+            T::PUSH_PBB => fixed(8).and_then(|_| a.u16().map(Action::PushPbb))?,
+            T::POP_PBB => fixed(8).map(|_| Action::PopPbb)?,
+            T::SET_FIELD => parse_set_field(&mut a, len)?,
+            T::EXPERIMENTER => Action::Experimenter {
+                experimenter: a.u32()?,
+                data: a.rest().to_vec(),
+            },
+            _ => return Err(DecodeError::action(AC::BadType, "unknown action type")),
+        };
+        Ok(act)
+    }
+
+    /// The pipeline's action, or the error the switch reports for an action
+    /// the pipeline does not model (PBB: `OFPBAC_BAD_TYPE`, i.e. unsupported).
+    pub fn to_pipeline(&self) -> Result<PAction, OfError> {
+        Ok(match *self {
+            Action::Output { port, max_len } => PAction::Output {
+                port: PortNo(port),
+                max_len,
+            },
+            Action::CopyTtlOut => PAction::CopyTtlOut,
+            Action::CopyTtlIn => PAction::CopyTtlIn,
+            Action::SetMplsTtl(t) => PAction::SetMplsTtl(t),
+            Action::DecMplsTtl => PAction::DecMplsTtl,
+            Action::PushVlan(e) => PAction::PushVlan(e),
+            Action::PopVlan => PAction::PopVlan,
+            Action::PushMpls(e) => PAction::PushMpls(e),
+            Action::PopMpls(e) => PAction::PopMpls(e),
+            Action::SetQueue(q) => PAction::SetQueue(q),
+            Action::Group(g) => PAction::Group(g),
+            Action::SetNwTtl(t) => PAction::SetNwTtl(t),
+            Action::DecNwTtl => PAction::DecNwTtl,
+            Action::SetField(f, v) => PAction::SetField(f, v),
+            Action::PushPbb(_) | Action::PopPbb => return Err(OfError::BadAction(AC::BadType)),
+            Action::Experimenter { experimenter, .. } => PAction::Experimenter(experimenter),
+        })
+    }
+}
+
+impl From<&PAction> for Action {
+    fn from(a: &PAction) -> Self {
+        match *a {
+            PAction::Output { port, max_len } => Action::Output {
+                port: port.0,
+                max_len,
+            },
+            PAction::SetField(f, v) => Action::SetField(f, v),
+            PAction::SetNwTtl(t) => Action::SetNwTtl(t),
+            PAction::DecNwTtl => Action::DecNwTtl,
+            PAction::CopyTtlOut => Action::CopyTtlOut,
+            PAction::CopyTtlIn => Action::CopyTtlIn,
+            PAction::PushVlan(e) => Action::PushVlan(e),
+            PAction::PopVlan => Action::PopVlan,
+            PAction::PushMpls(e) => Action::PushMpls(e),
+            PAction::PopMpls(e) => Action::PopMpls(e),
+            PAction::SetMplsTtl(t) => Action::SetMplsTtl(t),
+            PAction::DecMplsTtl => Action::DecMplsTtl,
+            PAction::SetQueue(q) => Action::SetQueue(q),
+            PAction::Group(g) => Action::Group(g),
+            PAction::Experimenter(e) => Action::Experimenter {
+                experimenter: e,
+                data: Vec::new(),
+            },
+        }
+    }
+}
+
+fn parse_set_field(a: &mut Reader<'_>, len: usize) -> Result<Action, DecodeError> {
+    let set_len = DecodeError::action(AC::BadSetLen, "set-field OXM length");
+    let class = a.u16().map_err(|_| set_len)?;
+    let fh = a.u8().map_err(|_| set_len)?;
+    let olen = usize::from(a.u8().map_err(|_| set_len)?);
+    if class != OXM_CLASS_BASIC {
+        return Err(DecodeError::action(AC::BadSetType, "set-field OXM class"));
+    }
+    let field = Field::from_oxm(fh >> 1).ok_or(DecodeError::action(
+        AC::BadSetType,
+        "set-field unknown field",
+    ))?;
+    if fh & 1 == 1 {
+        return Err(DecodeError::action(
+            AC::BadSetArgument,
+            "set-field with a mask",
+        ));
+    }
+    let n = oxm_size(field);
+    // §7.2.5: the action is padded to the smallest multiple of 8 holding it.
+    if olen != n || len != round8(8 + n) {
+        return Err(set_len);
+    }
+    let value = a
+        .bytes(n)
+        .map_err(|_| set_len)?
+        .iter()
+        .fold(0u128, |acc, &x| (acc << 8) | u128::from(x));
+    if value & !field.full_mask() != 0 {
+        return Err(DecodeError::action(
+            AC::BadSetArgument,
+            "set-field value wider than field",
+        ));
+    }
+    Ok(Action::SetField(field, value))
+}
+
+/// Parse a list of actions filling `buf` exactly.
+pub(crate) fn parse_actions(buf: &[u8]) -> Result<Vec<Action>, DecodeError> {
+    let mut r = Reader::new(buf, DecodeError::action(AC::BadLen, "action length"));
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        out.push(Action::parse(&mut r)?);
+    }
+    Ok(out)
+}
+
+/// Append a list of actions.
+pub(crate) fn emit_actions(actions: &[Action], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    actions.iter().try_for_each(|a| a.emit(out))
+}
+
+/// An OpenFlow 1.3 instruction as it appears on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Instruction {
+    /// `OFPIT_GOTO_TABLE`.
+    GotoTable(u8),
+    /// `OFPIT_WRITE_METADATA`.
+    WriteMetadata {
+        /// Metadata value.
+        value: u64,
+        /// Which bits to write.
+        mask: u64,
+    },
+    /// `OFPIT_WRITE_ACTIONS`.
+    WriteActions(Vec<Action>),
+    /// `OFPIT_APPLY_ACTIONS`.
+    ApplyActions(Vec<Action>),
+    /// `OFPIT_CLEAR_ACTIONS`.
+    ClearActions,
+    /// `OFPIT_METER`.
+    Meter(u32),
+    /// `OFPIT_EXPERIMENTER`.
+    Experimenter {
+        /// Experimenter id.
+        experimenter: u32,
+        /// Experimenter-defined bytes (length a multiple of 8 to encode).
+        data: Vec<u8>,
+    },
+}
+
+impl Instruction {
+    pub(crate) fn emit(&self, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        use instruction_type as T;
+        let start = out.len();
+        let ty = match self {
+            Instruction::GotoTable(_) => T::GOTO_TABLE,
+            Instruction::WriteMetadata { .. } => T::WRITE_METADATA,
+            Instruction::WriteActions(_) => T::WRITE_ACTIONS,
+            Instruction::ApplyActions(_) => T::APPLY_ACTIONS,
+            Instruction::ClearActions => T::CLEAR_ACTIONS,
+            Instruction::Meter(_) => T::METER,
+            Instruction::Experimenter { .. } => T::EXPERIMENTER,
+        };
+        out.put_u16(ty);
+        out.put_u16(0); // length, patched below
+        match self {
+            Instruction::GotoTable(t) => {
+                out.put_u8(*t);
+                out.put_zeros(3);
+            }
+            Instruction::WriteMetadata { value, mask } => {
+                out.put_zeros(4);
+                out.put_u64(*value);
+                out.put_u64(*mask);
+            }
+            Instruction::WriteActions(a) | Instruction::ApplyActions(a) => {
+                out.put_zeros(4);
+                emit_actions(a, out)?;
+            }
+            Instruction::ClearActions => out.put_zeros(4),
+            Instruction::Meter(m) => out.put_u32(*m),
+            Instruction::Experimenter { experimenter, data } => {
+                if data.len() % 8 != 0 {
+                    return Err(EncodeError::Misaligned("experimenter instruction"));
+                }
+                out.put_u32(*experimenter);
+                out.extend_from_slice(data);
+            }
+        }
+        let len = out.len() - start;
+        if len > 0xffff {
+            return Err(EncodeError::TooLong(len));
+        }
+        out.patch_u16(start + 2, len as u16);
+        Ok(())
+    }
+
+    pub(crate) fn parse(r: &mut Reader<'_>) -> Result<Instruction, DecodeError> {
+        use instruction_type as T;
+        let bad_len = DecodeError::instruction(IC::BadLen, "instruction length");
+        let len = usize::from(r.peek_u16(2).map_err(|_| bad_len)?);
+        if len < 8 || len % 8 != 0 || len > r.remaining() {
+            return Err(bad_len);
+        }
+        let mut i = r.sub(len, bad_len)?;
+        let ty = i.u16()?;
+        i.skip(2)?;
+        let fixed = |want: usize| if len == want { Ok(()) } else { Err(bad_len) };
+        Ok(match ty {
+            T::GOTO_TABLE => {
+                fixed(8)?;
+                Instruction::GotoTable(i.u8()?)
+            }
+            T::WRITE_METADATA => {
+                fixed(24)?;
+                i.skip(4)?;
+                Instruction::WriteMetadata {
+                    value: i.u64()?,
+                    mask: i.u64()?,
+                }
+            }
+            T::WRITE_ACTIONS | T::APPLY_ACTIONS => {
+                i.skip(4)?;
+                let acts = parse_actions(i.rest())?;
+                if ty == T::WRITE_ACTIONS {
+                    Instruction::WriteActions(acts)
+                } else {
+                    Instruction::ApplyActions(acts)
+                }
+            }
+            T::CLEAR_ACTIONS => fixed(8).map(|_| Instruction::ClearActions)?,
+            T::METER => fixed(8).and_then(|_| i.u32().map(Instruction::Meter))?,
+            T::EXPERIMENTER => Instruction::Experimenter {
+                experimenter: i.u32()?,
+                data: i.rest().to_vec(),
+            },
+            _ => {
+                return Err(DecodeError::instruction(
+                    IC::UnknownInst,
+                    "unknown instruction type",
+                ))
+            }
+        })
+    }
+
+    /// The pipeline's instruction; fails with the first action's error when
+    /// an action list holds one the pipeline does not model.
+    pub fn to_pipeline(&self) -> Result<PInstr, OfError> {
+        let list = |a: &[Action]| {
+            a.iter()
+                .map(Action::to_pipeline)
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(match self {
+            Instruction::GotoTable(t) => PInstr::GotoTable(*t),
+            Instruction::WriteMetadata { value, mask } => PInstr::WriteMetadata {
+                value: *value,
+                mask: *mask,
+            },
+            Instruction::WriteActions(a) => PInstr::WriteActions(list(a)?),
+            Instruction::ApplyActions(a) => PInstr::ApplyActions(list(a)?),
+            Instruction::ClearActions => PInstr::ClearActions,
+            Instruction::Meter(m) => PInstr::Meter(*m),
+            Instruction::Experimenter { experimenter, .. } => PInstr::Experimenter(*experimenter),
+        })
+    }
+}
+
+impl From<&PInstr> for Instruction {
+    fn from(i: &PInstr) -> Self {
+        let list = |a: &[PAction]| a.iter().map(Action::from).collect();
+        match i {
+            PInstr::GotoTable(t) => Instruction::GotoTable(*t),
+            PInstr::WriteMetadata { value, mask } => Instruction::WriteMetadata {
+                value: *value,
+                mask: *mask,
+            },
+            PInstr::ApplyActions(a) => Instruction::ApplyActions(list(a)),
+            PInstr::WriteActions(a) => Instruction::WriteActions(list(a)),
+            PInstr::ClearActions => Instruction::ClearActions,
+            PInstr::Meter(m) => Instruction::Meter(*m),
+            PInstr::Experimenter(e) => Instruction::Experimenter {
+                experimenter: *e,
+                data: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Parse a list of instructions filling `buf` exactly.
+pub(crate) fn parse_instructions(buf: &[u8]) -> Result<Vec<Instruction>, DecodeError> {
+    let mut r = Reader::new(
+        buf,
+        DecodeError::instruction(IC::BadLen, "instruction length"),
+    );
+    let mut out = Vec::new();
+    while !r.is_empty() {
+        out.push(Instruction::parse(&mut r)?);
+    }
+    Ok(out)
+}
+
+/// Append a list of instructions.
+pub(crate) fn emit_instructions(
+    instrs: &[Instruction],
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    instrs.iter().try_for_each(|i| i.emit(out))
+}
