@@ -7,7 +7,9 @@
 //! [`Instruction`]) convert to and from the pipeline's. A message that fails
 //! to decode yields a [`DecodeError`] carrying the OpenFlow error the switch
 //! must answer with ([`error_for`], [`error_reply`]). No sockets, threads or
-//! clocks: the connection state machine and the tokio loop sit on top.
+//! clocks. [`conn`] holds the sans-IO connection state machine
+//! ([`Connection`]) that answers a controller through the [`Switch`] trait;
+//! the tokio loop sits on top.
 //!
 //! # Coverage
 //!
@@ -42,6 +44,7 @@
 #![warn(missing_docs)]
 
 pub mod action;
+pub mod conn;
 pub mod error;
 pub mod message;
 pub mod multipart;
@@ -49,6 +52,10 @@ pub mod oxm;
 mod reader;
 
 pub use action::{Action, Instruction};
+pub use conn::{
+    AsyncOutcome, CloseReason, ConnConfig, ConnId, ConnStats, Connection, ControllerRole, Roles,
+    Switch, DEFAULT_ASYNC, DEFAULT_MISS_SEND_LEN,
+};
 pub use error::{
     error_for, error_reply, BadRequestCode, DecodeError, EncodeError, GroupModFailedCode,
     HelloFailedCode, MeterModFailedCode, OfError, PortModFailedCode, QueueOpFailedCode,
