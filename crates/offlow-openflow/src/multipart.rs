@@ -41,6 +41,19 @@ pub fn is_raw_type(t: u16) -> bool {
     (mp_type::GROUP..=mp_type::METER_FEATURES).contains(&t)
 }
 
+/// The body of a multipart type kept raw ([`is_raw_type`]); any other type
+/// we do not know is refused with `OFPBRC_BAD_MULTIPART`.
+fn raw_body(t: u16, r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
+    if is_raw_type(t) {
+        Ok(r.rest().to_vec())
+    } else {
+        Err(DecodeError::req(
+            BadRequestCode::BadMultipart,
+            "unknown multipart type",
+        ))
+    }
+}
+
 /// `OFPMPF_REQ_MORE` / `OFPMPF_REPLY_MORE`.
 pub const OFPMPF_MORE: u16 = 1;
 
@@ -263,16 +276,10 @@ impl MultipartRequest {
             T::TABLE_FEATURES => B::TableFeatures(TableFeatures::parse_list(r)?),
             T::PORT_DESC => B::PortDesc,
             T::EXPERIMENTER => B::Experimenter(parse_experimenter(r)?),
-            t if is_raw_type(t) => B::Raw {
+            t => B::Raw {
                 mp_type: t,
-                body: r.rest().to_vec(),
+                body: raw_body(t, r)?,
             },
-            _ => {
-                return Err(DecodeError::req(
-                    BadRequestCode::BadMultipart,
-                    "unknown multipart type",
-                ))
-            }
         };
         Ok(MultipartRequest { flags, body })
     }
@@ -581,16 +588,10 @@ impl MultipartReply {
             T::TABLE_FEATURES => B::TableFeatures(TableFeatures::parse_list(r)?),
             T::PORT_DESC => B::PortDesc(fixed_records(r, Port::LEN, Port::parse)?),
             T::EXPERIMENTER => B::Experimenter(parse_experimenter(r)?),
-            t if is_raw_type(t) => B::Raw {
+            t => B::Raw {
                 mp_type: t,
-                body: r.rest().to_vec(),
+                body: raw_body(t, r)?,
             },
-            _ => {
-                return Err(DecodeError::req(
-                    BadRequestCode::BadMultipart,
-                    "unknown multipart type",
-                ))
-            }
         };
         Ok(MultipartReply { flags, body })
     }
