@@ -181,7 +181,9 @@ impl Control {
             self.sync.requested.0.load(Ordering::Relaxed),
         )));
         lock(&self.sync.acks).push(Arc::downgrade(&ack));
-        Worker::new(self.state.reader(), config, self.sync.clone(), ack)
+        // A new worker has nothing cached: records up to now concern it not.
+        let seen = self.state.version();
+        Worker::new(self.state.reader(), config, self.sync.clone(), ack, seen)
     }
 
     /// Make every worker credit its pending counts, and wait (at most
@@ -396,6 +398,7 @@ impl Worker {
         config: WorkerConfig,
         sync: Arc<CounterSync>,
         ack: Arc<AckSlot>,
+        seen: u64,
     ) -> Worker {
         let acked = ack.0.load(Ordering::Relaxed);
         let capacity = if config.cache {
@@ -408,7 +411,7 @@ impl Worker {
             config,
             cache: MicroflowCache::new(capacity, config.policy),
             actions: ActionTable::new(),
-            seen: 0,
+            seen,
             res: Resolution::default(),
             check_res: Resolution::default(),
             keys: vec![FlowKey::ZERO; MAX_BATCH],
