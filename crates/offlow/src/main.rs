@@ -2,6 +2,8 @@
 
 use clap::{Parser, Subcommand};
 
+mod run;
+
 #[derive(Parser)]
 #[command(name = "offlow", version, about = "An OpenFlow 1.3 software switch")]
 struct Cli {
@@ -11,6 +13,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the switch: serve OpenFlow 1.3 controllers (no data ports yet).
+    Run(run::RunArgs),
     /// Measurement kit: reproduce the source papers' experiments.
     #[command(subcommand)]
     Bench(Bench),
@@ -33,6 +37,7 @@ enum Bench {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Run(a) => run::main(&a),
         Command::Bench(Bench::Classify(a)) => offlow_bench::classify::main(&a),
         Command::Bench(Bench::Fib(a)) => offlow_bench::fib::main(&a),
         Command::Bench(Bench::Datapath(a)) => offlow_bench::datapath::main(&a),

@@ -1,0 +1,594 @@
+//! The switch as OpenFlow connections see it: [`DatapathSwitch`] implements
+//! [`offlow_openflow::Switch`] over the datapath's [`Control`] handle.
+//!
+//! What it maps:
+//! - FEATURES: the configured datapath id, no packet buffers, the
+//!   pipeline's table count, FLOW_STATS | TABLE_STATS | PORT_STATS.
+//! - FLOW_MOD → [`Control::flow_mod`]; a refused flow-mod's
+//!   [`offlow_pipeline::PipelineError`] becomes the OpenFlow error it maps
+//!   onto. Changes become visible to packet workers at the next
+//!   [`DatapathSwitch::commit_pending`] (the daemon calls it after every
+//!   batch of received messages) or BARRIER ([`Control::commit`], whose
+//!   return is the barrier guarantee).
+//! - MULTIPART: DESC, FLOW and AGGREGATE (non-strict selection by table,
+//!   out_port, out_group, cookie/mask and match, as §7.3.5.2 asks), TABLE,
+//!   TABLE_FEATURES (a minimal description per table; setting features is
+//!   refused with OFPTFFC_EPERM), and the port and queue requests (empty:
+//!   this switch has no ports yet).
+//! - PACKET_OUT: the actions run on the frame through the datapath's
+//!   executor; an Output:TABLE submits the rewritten frame to table 0
+//!   through a control-side [`Worker`] (cache off). With no ports, every
+//!   output to a port (and to CONTROLLER/LOCAL, not yet wired) is dropped
+//!   and counted in [`PacketOutStats`].
+//!
+//! Counters: the only worker is the control-side one, owned here and never
+//! inside a read section between calls, so flushing its pending counts
+//! before a stats reply makes the counters exact; `sync_counters` is not
+//! used (it would wait for this very worker). Packet workers, when ports
+//! arrive, must be polled or `sync_counters` called with a timeout.
+//!
+//! Thread-safety: single-threaded (the control loop owns it); `Control` is
+//! the pipeline's single writer.
+
+use offlow_datapath::{
+    execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
+};
+use offlow_flow::{Field, ParseStats};
+use offlow_openflow::multipart::{
+    Desc, FlowStats, FlowStatsRequest, MultipartReplyBody, MultipartRequestBody, TableFeatureProp,
+    TableFeatures, TableStats,
+};
+use offlow_openflow::oxm;
+use offlow_openflow::{
+    BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, PacketOut, SwitchFeatures,
+    TableFeaturesFailedCode,
+};
+use offlow_pipeline::{BadActionCode, FlowFilter, FlowMatch, FlowMod, Pipeline, PortNo, TABLE_ALL};
+
+/// `OFPC_FLOW_STATS | OFPC_TABLE_STATS | OFPC_PORT_STATS` (§7.3.1).
+pub const CAPABILITIES: u32 = 1 | 2 | 4;
+
+/// What packet-outs did with their frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketOutStats {
+    /// PACKET_OUT messages executed.
+    pub packets: u64,
+    /// Frames submitted to the pipeline by Output:TABLE.
+    pub to_table: u64,
+    /// Outputs dropped: the port does not exist (no ports yet).
+    pub drop_unknown_port: u64,
+    /// Outputs to CONTROLLER dropped (packet-in from packet-out not wired).
+    pub drop_to_controller: u64,
+}
+
+/// The sink of a switch with zero ports: every output is a counted drop.
+#[derive(Debug, Default)]
+struct NoPortsSink {
+    drop_unknown_port: u64,
+    drop_to_controller: u64,
+}
+
+impl OutputSink for NoPortsSink {
+    fn output(&mut self, _port: u32, _frame: &[u8], _meta: OutputMeta) {
+        self.drop_unknown_port += 1;
+    }
+    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {
+        self.drop_to_controller += 1;
+    }
+    fn port_count(&self) -> usize {
+        0
+    }
+    fn port_info(&self, _index: usize) -> Option<PortInfo> {
+        None
+    }
+}
+
+/// The datapath behind the OpenFlow connections.
+pub struct DatapathSwitch {
+    control: Control,
+    /// Runs packet-outs that go to the pipeline (Output:TABLE).
+    worker: Worker,
+    dpid: u64,
+    /// Flow-mods applied since the last commit.
+    dirty: bool,
+    parse: ParseStats,
+    exec: ExecStats,
+    packet_out: PacketOutStats,
+}
+
+impl DatapathSwitch {
+    /// A switch with `n_tables` empty tables and datapath id `dpid`.
+    pub fn new(dpid: u64, n_tables: u16) -> DatapathSwitch {
+        let control = Control::new(Pipeline::new(n_tables));
+        let worker = control.worker(WorkerConfig {
+            cache: false,
+            ..WorkerConfig::default()
+        });
+        DatapathSwitch {
+            control,
+            worker,
+            dpid,
+            dirty: false,
+            parse: ParseStats::default(),
+            exec: ExecStats::default(),
+            packet_out: PacketOutStats::default(),
+        }
+    }
+
+    /// Publish flow-mods applied since the last commit (after each batch of
+    /// received messages, so changes take effect without a barrier).
+    pub fn commit_pending(&mut self) {
+        if self.dirty {
+            self.control.commit();
+            self.dirty = false;
+        }
+    }
+
+    /// The writer's pipeline (every applied flow-mod, committed or not).
+    pub fn pipeline(&self) -> &Pipeline {
+        self.control.pipeline()
+    }
+
+    /// Packet-out counters.
+    pub fn packet_out_stats(&self) -> PacketOutStats {
+        self.packet_out
+    }
+
+    fn n_tables(&self) -> u16 {
+        self.control.pipeline().n_tables()
+    }
+
+    /// The pipeline filter for a flow/aggregate stats request (§7.3.5.2:
+    /// non-strict match; table, out_port, out_group and cookie filters).
+    fn filter(&self, r: &FlowStatsRequest) -> Result<FlowFilter, OfError> {
+        if r.table_id != TABLE_ALL && u16::from(r.table_id) >= self.n_tables() {
+            return Err(OfError::BadRequest(BadRequestCode::BadTableId));
+        }
+        Ok(FlowFilter {
+            table_id: r.table_id,
+            strict: false,
+            priority: 0,
+            matcher: FlowMatch::new(r.matcher.to_match()),
+            cookie: r.cookie,
+            cookie_mask: r.cookie_mask,
+            out_port: PortNo(r.out_port),
+            out_group: r.out_group,
+        })
+    }
+
+    fn flow_stats(&mut self, r: &FlowStatsRequest, now_ns: u64) -> Result<Vec<FlowStats>, OfError> {
+        let filter = self.filter(r)?;
+        self.worker.flush_counters();
+        let out = self
+            .control
+            .pipeline()
+            .dump(&filter)
+            .into_iter()
+            .map(|f| {
+                let age = now_ns.saturating_sub(f.installed_at_ns);
+                FlowStats {
+                    table_id: f.table_id,
+                    // Seconds of a u64 ns count fit u32 for 136 years.
+                    duration_sec: (age / 1_000_000_000).min(u64::from(u32::MAX)) as u32,
+                    // Below 1e9.
+                    duration_nsec: (age % 1_000_000_000) as u32,
+                    // OpenFlow rules carry 16-bit priorities; the pipeline's
+                    // wider ones only come from ClassBench loaders.
+                    priority: f.priority.min(u32::from(u16::MAX)) as u16,
+                    idle_timeout: f.idle_timeout,
+                    hard_timeout: f.hard_timeout,
+                    flags: f.flags.0,
+                    cookie: f.cookie,
+                    packet_count: f.packets,
+                    byte_count: f.bytes,
+                    matcher: OxmMatch::from_match(&f.matcher.matcher),
+                    instructions: f.instructions.iter().map(Instruction::from).collect(),
+                }
+            })
+            .collect();
+        Ok(out)
+    }
+
+    fn table_features(&self) -> Vec<TableFeatures> {
+        let n = self.n_tables();
+        let common = feature_props();
+        (0..n)
+            .map(|t| {
+                // At most 255 tables (MAX_TABLES), so ids fit u8.
+                let id = t as u8;
+                let mut props = common.clone();
+                // OFPTFPT_NEXT_TABLES: goto-table only goes forward.
+                props.insert(
+                    1,
+                    TableFeatureProp {
+                        prop_type: tfpt::NEXT_TABLES,
+                        data: (t + 1..n).map(|x| x as u8).collect(),
+                    },
+                );
+                TableFeatures {
+                    table_id: id,
+                    name: FixedStr::new(&format!("table{id}")),
+                    metadata_match: u64::MAX,
+                    metadata_write: u64::MAX,
+                    config: 0,
+                    max_entries: u32::MAX,
+                    properties: props,
+                }
+            })
+            .collect()
+    }
+}
+
+/// `enum ofp_table_feature_prop_type` values used here (§7.3.5.18.2).
+mod tfpt {
+    pub const INSTRUCTIONS: u16 = 0;
+    pub const NEXT_TABLES: u16 = 2;
+    pub const WRITE_ACTIONS: u16 = 4;
+    pub const APPLY_ACTIONS: u16 = 6;
+    pub const MATCH: u16 = 8;
+    pub const WILDCARDS: u16 = 10;
+    pub const WRITE_SETFIELD: u16 = 12;
+    pub const APPLY_SETFIELD: u16 = 14;
+}
+
+/// `OFPAT_*` the executor implements: output, copy-TTL out/in, set/dec
+/// MPLS TTL, push/pop VLAN, push/pop MPLS, set-queue, set/dec NW TTL,
+/// set-field (groups are not supported).
+const ACTION_TYPES: [u16; 13] = [0, 11, 12, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25];
+
+/// An OXM header (class OPENFLOW_BASIC) for `f`, with the mask bit and
+/// doubled length when `masked`.
+fn oxm_header(f: Field, masked: bool) -> [u8; 4] {
+    let size = oxm::oxm_size(f) * if masked { 2 } else { 1 };
+    let [c0, c1] = oxm::OXM_CLASS_BASIC.to_be_bytes();
+    // Field numbers are below 128 and sizes at most 32: both fit a byte.
+    [c0, c1, ((f as u8) << 1) | u8::from(masked), size as u8]
+}
+
+/// The table-feature properties every table shares, in type order (Open
+/// vSwitch refuses a reply lacking any of the eight non-miss properties).
+fn feature_props() -> Vec<TableFeatureProp> {
+    let headers4 = |types: &mut dyn Iterator<Item = u16>| {
+        types
+            .flat_map(|t| {
+                let [a, b] = t.to_be_bytes();
+                [a, b, 0, 4]
+            })
+            .collect::<Vec<u8>>()
+    };
+    let oxms = |fields: &mut dyn Iterator<Item = (Field, bool)>| {
+        fields
+            .flat_map(|(f, m)| oxm_header(f, m))
+            .collect::<Vec<u8>>()
+    };
+    let actions = headers4(&mut ACTION_TYPES.into_iter());
+    let settable = oxms(
+        &mut Field::ALL
+            .into_iter()
+            .filter(|&f| offlow_pipeline::is_settable(f))
+            .map(|f| (f, false)),
+    );
+    vec![
+        TableFeatureProp {
+            prop_type: tfpt::INSTRUCTIONS,
+            // goto-table, write-metadata, write/apply/clear-actions.
+            data: headers4(&mut (1u16..=5)),
+        },
+        TableFeatureProp {
+            prop_type: tfpt::WRITE_ACTIONS,
+            data: actions.clone(),
+        },
+        TableFeatureProp {
+            prop_type: tfpt::APPLY_ACTIONS,
+            data: actions,
+        },
+        TableFeatureProp {
+            prop_type: tfpt::MATCH,
+            data: oxms(&mut Field::ALL.into_iter().map(|f| (f, oxm::oxm_maskable(f)))),
+        },
+        TableFeatureProp {
+            prop_type: tfpt::WILDCARDS,
+            data: oxms(&mut Field::ALL.into_iter().map(|f| (f, false))),
+        },
+        TableFeatureProp {
+            prop_type: tfpt::WRITE_SETFIELD,
+            data: settable.clone(),
+        },
+        TableFeatureProp {
+            prop_type: tfpt::APPLY_SETFIELD,
+            data: settable,
+        },
+    ]
+}
+
+impl offlow_openflow::Switch for DatapathSwitch {
+    fn features(&self) -> SwitchFeatures {
+        SwitchFeatures {
+            datapath_id: self.dpid,
+            n_buffers: 0,
+            // MAX_TABLES is 255.
+            n_tables: self.n_tables().min(255) as u8,
+            auxiliary_id: 0,
+            capabilities: CAPABILITIES,
+            reserved: 0,
+        }
+    }
+
+    fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
+        self.control
+            .flow_mod(fm, now_ns)
+            .map_err(|e| OfError::from(e.of_error()))?;
+        self.dirty = true;
+        Ok(())
+    }
+
+    fn barrier(&mut self) {
+        // Commit even when clean: a no-op publish returns at once.
+        self.control.commit();
+        self.dirty = false;
+    }
+
+    fn multipart(
+        &mut self,
+        req: &MultipartRequestBody,
+        now_ns: u64,
+    ) -> Result<MultipartReplyBody, OfError> {
+        use MultipartRequestBody as R;
+        Ok(match req {
+            R::Desc => MultipartReplyBody::Desc(Box::new(Desc {
+                mfr_desc: FixedStr::new("offlow"),
+                hw_desc: FixedStr::new("offlow software switch"),
+                sw_desc: FixedStr::new(concat!("offlow ", env!("CARGO_PKG_VERSION"))),
+                serial_num: FixedStr::new("none"),
+                dp_desc: FixedStr::new(&format!("offlow dpid {:#018x}", self.dpid)),
+            })),
+            R::Flow(r) => MultipartReplyBody::Flow(self.flow_stats(r, now_ns)?),
+            R::Aggregate(r) => {
+                let filter = self.filter(r)?;
+                self.worker.flush_counters();
+                let flows = self.control.pipeline().dump(&filter);
+                MultipartReplyBody::Aggregate {
+                    packet_count: flows.iter().map(|f| f.packets).sum(),
+                    byte_count: flows.iter().map(|f| f.bytes).sum(),
+                    // A pipeline holds fewer than 2^32 rules (u32 ids).
+                    flow_count: flows.len() as u32,
+                }
+            }
+            R::Table => {
+                self.worker.flush_counters();
+                MultipartReplyBody::Table(
+                    self.control
+                        .pipeline()
+                        .table_stats()
+                        .into_iter()
+                        .map(|t| TableStats {
+                            table_id: t.table_id,
+                            active_count: t.active_count,
+                            lookup_count: t.lookup_count,
+                            matched_count: t.matched_count,
+                        })
+                        .collect(),
+                )
+            }
+            R::TableFeatures(set) if set.is_empty() => {
+                MultipartReplyBody::TableFeatures(self.table_features())
+            }
+            // §7.3.5.18: a switch that cannot reconfigure its tables
+            // refuses the request.
+            R::TableFeatures(_) => {
+                return Err(OfError::TableFeaturesFailed(TableFeaturesFailedCode::Eperm))
+            }
+            // No ports, hence no port or queue statistics.
+            R::PortStats(_) => MultipartReplyBody::PortStats(Vec::new()),
+            R::PortDesc => MultipartReplyBody::PortDesc(Vec::new()),
+            R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
+            // Groups and meters (raw bodies) and experimenter requests.
+            R::Raw { .. } | R::Experimenter(_) => {
+                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
+            }
+        })
+    }
+
+    fn packet_out(&mut self, po: &PacketOut) -> Result<(), OfError> {
+        // §7.3.7: in_port is a standard port or OFPP_CONTROLLER (LOCAL is
+        // accepted as Open vSwitch does).
+        let in_port = PortNo(po.in_port);
+        if !(in_port.is_physical() || in_port == PortNo::CONTROLLER || in_port == PortNo::LOCAL) {
+            return Err(OfError::BadRequest(BadRequestCode::BadPort));
+        }
+        let mut actions = Vec::with_capacity(po.actions.len());
+        for a in &po.actions {
+            let pa = a.to_pipeline()?;
+            if let offlow_pipeline::Action::Output { port, .. } = pa {
+                // Port 0 and OFPP_ANY are never outputs (§7.2.1).
+                if port == PortNo::ANY || port.0 == 0 {
+                    return Err(OfError::BadAction(BadActionCode::BadOutPort));
+                }
+            }
+            actions.push(pa);
+        }
+        let parsed = offlow_flow::extract(&po.data, po.in_port, &mut self.parse);
+        let mut layout = parsed.layout;
+        // Tailroom for pushes (VLAN 4 bytes, MPLS 4 bytes each).
+        let mut buf = PacketBuf::from_frame(&po.data, 64);
+        let mut sink = NoPortsSink::default();
+        let done = execute(
+            &actions,
+            &mut buf,
+            &mut layout,
+            po.in_port,
+            &mut sink,
+            &mut self.exec,
+        );
+        self.packet_out.packets += 1;
+        if done.to_table {
+            // §7.3.7: OFPP_TABLE submits the packet to the first table.
+            self.packet_out.to_table += 1;
+            self.worker
+                .process(std::slice::from_mut(&mut buf), po.in_port, &mut sink);
+        }
+        self.packet_out.drop_unknown_port += sink.drop_unknown_port;
+        self.packet_out.drop_to_controller += sink.drop_to_controller;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use offlow_flow::{Field, Match};
+    use offlow_openflow::Switch;
+    use offlow_pipeline::{FlowModCommand, Instruction as PInstr};
+
+    fn ip_dst_match(net: u32, bits: u32) -> Match {
+        let mut m = Match::ANY;
+        m.set_masked(Field::EthType, 0x0800, u128::from(u16::MAX));
+        let mask = if bits == 0 {
+            0
+        } else {
+            u32::MAX << (32 - bits)
+        };
+        m.set_masked(Field::Ipv4Dst, u128::from(net), u128::from(mask));
+        m
+    }
+
+    fn output(port: u32) -> Vec<PInstr> {
+        vec![PInstr::ApplyActions(vec![
+            offlow_pipeline::Action::Output {
+                port: PortNo(port),
+                max_len: 0,
+            },
+        ])]
+    }
+
+    fn req(table_id: u8, m: &Match) -> FlowStatsRequest {
+        FlowStatsRequest {
+            table_id,
+            out_port: PortNo::ANY.0,
+            out_group: offlow_pipeline::GROUP_ANY,
+            cookie: 0,
+            cookie_mask: 0,
+            matcher: OxmMatch::from_match(m),
+        }
+    }
+
+    #[test]
+    fn flow_stats_filters_and_packet_out_to_table_counts() {
+        let mut sw = DatapathSwitch::new(42, 4);
+        assert_eq!(sw.features().n_tables, 4);
+        assert_eq!(sw.features().datapath_id, 42);
+        let a = FlowMod::add(0, 100, ip_dst_match(0x0a00_0000, 24), output(2)).with_cookie(7, 0);
+        let b = FlowMod::add(1, 50, ip_dst_match(0x0b00_0000, 8), output(3));
+        sw.flow_mod(&a, 0).unwrap();
+        sw.flow_mod(&b, 0).unwrap();
+        sw.commit_pending();
+
+        let MultipartReplyBody::Flow(all) = sw
+            .multipart(&MultipartRequestBody::Flow(req(TABLE_ALL, &Match::ANY)), 5)
+            .unwrap()
+        else {
+            panic!("kind")
+        };
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0].table_id, 0);
+        assert_eq!(all[0].cookie, 7);
+        assert_eq!(all[0].matcher.to_match(), ip_dst_match(0x0a00_0000, 24));
+
+        // Table filter, out_port filter, cookie filter, match filter.
+        let one = |r: FlowStatsRequest, sw: &mut DatapathSwitch| match sw
+            .multipart(&MultipartRequestBody::Flow(r), 5)
+            .unwrap()
+        {
+            MultipartReplyBody::Flow(v) => v.len(),
+            _ => panic!("kind"),
+        };
+        assert_eq!(one(req(1, &Match::ANY), &mut sw), 1);
+        let mut r = req(TABLE_ALL, &Match::ANY);
+        r.out_port = 3;
+        assert_eq!(one(r, &mut sw), 1);
+        let mut r = req(TABLE_ALL, &Match::ANY);
+        r.cookie = 7;
+        r.cookie_mask = u64::MAX;
+        assert_eq!(one(r, &mut sw), 1);
+        // Non-strict: a /16 covers the /24 but not the /8.
+        assert_eq!(
+            one(req(TABLE_ALL, &ip_dst_match(0x0a00_0000, 16)), &mut sw),
+            1
+        );
+        assert!(sw
+            .multipart(&MultipartRequestBody::Flow(req(9, &Match::ANY)), 5)
+            .is_err());
+
+        // A packet-out through the pipeline credits the matching rule.
+        let mut frame = vec![0u8; 34];
+        frame[12] = 0x08; // IPv4
+        frame[14] = 0x45;
+        frame[16..18].copy_from_slice(&20u16.to_be_bytes());
+        frame[22] = 64;
+        frame[30..34].copy_from_slice(&[10, 0, 0, 5]);
+        let po = PacketOut {
+            buffer_id: offlow_openflow::OFP_NO_BUFFER,
+            in_port: PortNo::CONTROLLER.0,
+            actions: vec![offlow_openflow::Action::Output {
+                port: PortNo::TABLE.0,
+                max_len: 0,
+            }],
+            data: frame,
+        };
+        sw.packet_out(&po).unwrap();
+        let s = sw.packet_out_stats();
+        assert_eq!((s.packets, s.to_table, s.drop_unknown_port), (1, 1, 1));
+        let MultipartReplyBody::Aggregate {
+            packet_count,
+            flow_count,
+            ..
+        } = sw
+            .multipart(&MultipartRequestBody::Aggregate(req(0, &Match::ANY)), 5)
+            .unwrap()
+        else {
+            panic!("kind")
+        };
+        assert_eq!((packet_count, flow_count), (1, 1));
+
+        // Delete non-strict by table 1, then only one flow is left.
+        let mut d = FlowMod::new(FlowModCommand::Delete, 1, 0, Match::ANY);
+        d.out_port = PortNo::ANY;
+        sw.flow_mod(&d, 0).unwrap();
+        sw.barrier();
+        assert_eq!(sw.pipeline().len(), 1);
+    }
+
+    #[test]
+    fn bad_requests_get_errors() {
+        let mut sw = DatapathSwitch::new(1, 2);
+        let fm = FlowMod::add(5, 1, Match::ANY, output(1));
+        assert!(matches!(
+            sw.flow_mod(&fm, 0),
+            Err(OfError::FlowModFailed(_))
+        ));
+        let po = PacketOut {
+            buffer_id: offlow_openflow::OFP_NO_BUFFER,
+            in_port: PortNo::ANY.0,
+            actions: vec![],
+            data: vec![],
+        };
+        assert_eq!(
+            sw.packet_out(&po),
+            Err(OfError::BadRequest(BadRequestCode::BadPort))
+        );
+        assert!(matches!(
+            sw.multipart(&MultipartRequestBody::TableFeatures(sw.table_features()), 0),
+            Err(OfError::TableFeaturesFailed(_))
+        ));
+        let MultipartReplyBody::TableFeatures(t) = sw
+            .multipart(&MultipartRequestBody::TableFeatures(Vec::new()), 0)
+            .unwrap()
+        else {
+            panic!("kind")
+        };
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].properties[1].prop_type, tfpt::NEXT_TABLES);
+        assert_eq!(t[0].properties[1].data, vec![1]);
+        assert_eq!(t[0].properties.len(), 8);
+    }
+}

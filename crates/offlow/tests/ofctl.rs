@@ -1,0 +1,522 @@
+//! `offlow run` against real controllers: Open vSwitch's `ovs-ofctl`
+//! (OpenFlow 1.3) for the everyday commands, raw sockets for malformed
+//! input, an active connection, and a graceful stop.
+//!
+//! Each test starts its own daemon on a free port and kills it on the way
+//! out, pass or fail ([`Daemon`]'s `Drop`). Without `ovs-ofctl` the tests
+//! that need it print a notice and pass, unless `CI` is set (then they fail:
+//! CI must run them).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use offlow_flow::Field;
+use offlow_openflow::{
+    decode, encode_to_vec, frame_len, Body, ErrorMsg, FlowMod, Hello, Message, OfError, Oxm,
+    OxmMatch,
+};
+use offlow_pipeline::BadMatchCode;
+
+/// A running `offlow run`, killed on drop.
+struct Daemon {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port nobody listens on right now (the OS picks it; the tiny window
+/// before the daemon binds it is acceptable in tests).
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+fn spawn(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start offlow")
+}
+
+impl Daemon {
+    /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` and wait
+    /// until it accepts connections.
+    fn start(extra: &[&str]) -> Daemon {
+        let port = free_port();
+        let listen = format!("ptcp:{port}:127.0.0.1");
+        let mut args = vec!["run", "--listen", &listen];
+        args.extend_from_slice(extra);
+        let mut d = Daemon {
+            child: spawn(&args),
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return d;
+            }
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("offlow exited early: {st}");
+            }
+            assert!(Instant::now() < deadline, "offlow did not listen on {port}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn target(&self) -> String {
+        format!("tcp:127.0.0.1:{}", self.port)
+    }
+}
+
+/// Whether `ovs-ofctl` can be used; without it, skip (or fail under CI).
+fn have_ofctl() -> bool {
+    let ok = Command::new("ovs-ofctl")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "ovs-ofctl not found and CI is set: install openvswitch-common"
+        );
+        eprintln!("NOTICE: ovs-ofctl not found; skipping (apt-get install openvswitch-common)");
+    }
+    ok
+}
+
+/// Run `ovs-ofctl -O OpenFlow13 --no-names ARGS` with a time limit.
+fn ofctl_raw(args: &[&str]) -> Output {
+    let mut child = Command::new("ovs-ofctl")
+        .args(["-O", "OpenFlow13", "--no-names", "--timeout=20"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ovs-ofctl");
+    // Drain both pipes on threads: a big dump would fill a pipe and block
+    // ovs-ofctl while we wait for it to exit.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    // --timeout bounds ovs-ofctl itself; this bounds everything else.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait ovs-ofctl") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("ovs-ofctl {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// Run ovs-ofctl, require success, return stdout.
+fn ofctl(args: &[&str]) -> String {
+    let o = ofctl_raw(args);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "ovs-ofctl {args:?} failed: {}\nstdout: {out}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// The flow lines of a dump-flows output.
+fn flow_lines(dump: &str) -> Vec<&str> {
+    dump.lines().filter(|l| l.contains("actions=")).collect()
+}
+
+fn flow_count(t: &str) -> u64 {
+    let out = ofctl(&["dump-aggregate", t]);
+    let n = out
+        .split("flow_count=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok());
+    n.unwrap_or_else(|| panic!("no flow_count in {out}"))
+}
+
+#[test]
+fn ofctl_show_desc_tables_ports() {
+    if !have_ofctl() {
+        return;
+    }
+    let d = Daemon::start(&["--dpid", "0xabc", "--tables", "4"]);
+    let t = d.target();
+    let show = ofctl(&["show", &t]);
+    eprintln!("--- ovs-ofctl show ---\n{show}");
+    assert!(show.contains("dpid:0000000000000abc"), "{show}");
+    assert!(show.contains("n_tables:4, n_buffers:0"), "{show}");
+    assert!(
+        show.contains("capabilities: FLOW_STATS TABLE_STATS PORT_STATS"),
+        "{show}"
+    );
+    assert!(show.contains("OFPST_PORT_DESC reply"), "{show}");
+    assert!(show.contains("miss_send_len=128"), "{show}");
+
+    let desc = ofctl(&["dump-desc", &t]);
+    assert!(desc.contains("Manufacturer: offlow"), "{desc}");
+
+    let tables = ofctl(&["dump-tables", &t]);
+    assert!(tables.contains("table 0"), "{tables}");
+    assert!(tables.contains("active=0, lookup=0, matched=0"), "{tables}");
+    assert!(tables.contains("tables 1...3: ditto"), "{tables}");
+
+    let features = ofctl(&["dump-table-features", &t]);
+    assert!(features.contains("table 0 (\"table0\")"), "{features}");
+    assert!(features.contains("next tables: 1-3"), "{features}");
+
+    let ports = ofctl(&["dump-ports", &t]);
+    assert!(ports.contains("0 ports"), "{ports}");
+    let pdesc = ofctl(&["dump-ports-desc", &t]);
+    assert!(pdesc.contains("OFPST_PORT_DESC reply"), "{pdesc}");
+    assert!(!pdesc.contains("addr:"), "no port expected: {pdesc}");
+}
+
+#[test]
+fn ofctl_flow_lifecycle_10k() {
+    if !have_ofctl() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let t = d.target();
+
+    ofctl(&[
+        "add-flow",
+        &t,
+        "table=0,priority=100,ip,nw_dst=10.0.0.0/24,actions=output:2",
+    ]);
+    let dump = ofctl(&["dump-flows", &t]);
+    let lines = flow_lines(&dump);
+    assert_eq!(lines.len(), 1, "{dump}");
+    assert!(
+        lines[0].contains(
+            "table=0, n_packets=0, n_bytes=0, priority=100,ip,nw_dst=10.0.0.0/24 actions=output:2"
+        ),
+        "{dump}"
+    );
+
+    // 10,000 flows in table 1 from a file (ovs-ofctl sends them and then a
+    // barrier, and reports any error reply).
+    let dir = std::env::temp_dir().join(format!("offlow-ofctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let file = dir.join("flows.txt");
+    let mut text = String::new();
+    for i in 0..10_000u32 {
+        text.push_str(&format!(
+            "table=1,priority={},ip,nw_src=10.{}.{}.0/24,nw_dst=192.168.0.1,actions=output:{}\n",
+            i % 100 + 1,
+            (i >> 8) & 255,
+            i & 255,
+            i % 16 + 1
+        ));
+    }
+    std::fs::write(&file, text).expect("write flows");
+    let file = file.to_string_lossy().into_owned();
+    let t0 = Instant::now();
+    ofctl(&["add-flows", &t, &file]);
+    eprintln!("add-flows 10000: {:?}", t0.elapsed());
+
+    let dump = ofctl(&["dump-flows", &t]);
+    let lines = flow_lines(&dump);
+    assert_eq!(lines.len(), 10_001);
+    eprintln!("--- dump-flows sample ---\n{}", lines[..3].join("\n"));
+    // Spot checks: a flow from the file, with its match and action.
+    assert!(
+        dump.contains("table=1, n_packets=0, n_bytes=0, priority=18,ip,nw_src=10.0.17.0/24,nw_dst=192.168.0.1 actions=output:2"),
+        "flow 17 missing"
+    );
+    assert!(dump.contains("nw_src=10.39.15.0/24,nw_dst=192.168.0.1 actions=output:16"));
+    assert_eq!(flow_count(&t), 10_001);
+    let t1 = ofctl(&["dump-flows", &t, "table=1,ip,nw_src=10.39.0.0/16"]);
+    // i = 39*256 + j for j in 0..256 with i < 10000: 39*256 = 9984, so 16.
+    assert_eq!(flow_lines(&t1).len(), 16, "{t1}");
+
+    // mod-flows (non-strict) changes the actions of what it covers only.
+    ofctl(&[
+        "mod-flows",
+        &t,
+        "table=0,ip,nw_dst=10.0.0.0/24,actions=output:5",
+    ]);
+    let t0dump = ofctl(&["dump-flows", &t, "table=0"]);
+    let l = flow_lines(&t0dump);
+    assert_eq!(l.len(), 1, "{t0dump}");
+    assert!(
+        l[0].ends_with("priority=100,ip,nw_dst=10.0.0.0/24 actions=output:5"),
+        "{t0dump}"
+    );
+
+    // Strict delete needs the exact priority: a wrong one removes nothing.
+    ofctl(&[
+        "--strict",
+        "del-flows",
+        &t,
+        "table=1,priority=2,ip,nw_src=10.0.0.0/24,nw_dst=192.168.0.1",
+    ]);
+    assert_eq!(flow_count(&t), 10_001);
+    ofctl(&[
+        "--strict",
+        "del-flows",
+        &t,
+        "table=1,priority=1,ip,nw_src=10.0.0.0/24,nw_dst=192.168.0.1",
+    ]);
+    assert_eq!(flow_count(&t), 10_000);
+
+    // Non-strict delete by out_port, then by match.
+    ofctl(&["del-flows", &t, "table=1,out_port=16"]);
+    assert_eq!(flow_count(&t), 10_000 - 625);
+    ofctl(&["del-flows", &t, "table=1,ip,nw_dst=192.168.0.1"]);
+    assert_eq!(flow_count(&t), 1);
+    let tables = ofctl(&["dump-tables", &t]);
+    assert!(tables.contains("active=1"), "{tables}");
+
+    // An invalid flow-mod is refused with the right error, and ovs-ofctl
+    // says so.
+    let o = ofctl_raw(&["add-flow", &t, "table=200,actions=drop"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("OFPFMFC_BAD_TABLE_ID"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ofctl_packet_out() {
+    if !have_ofctl() {
+        return;
+    }
+    let d = Daemon::start(&[]);
+    let t = d.target();
+    ofctl(&[
+        "add-flow",
+        &t,
+        "table=0,priority=100,ip,nw_dst=10.0.0.0/24,actions=output:2",
+    ]);
+    // Ethernet + IPv4 (20-byte header), 10.0.0.1 -> 10.0.0.5.
+    let frame = "0001020304050a0b0c0d0e0f08004500001400000000400000000a0000010a000005";
+    // To a port that does not exist (no ports yet): accepted and dropped.
+    ofctl(&["packet-out", &t, "CONTROLLER", "output:1", frame]);
+    // Through the pipeline: the matching rule counts the packet.
+    ofctl(&[
+        "packet-out",
+        &t,
+        &format!("in_port=CONTROLLER,packet={frame},actions=output:TABLE"),
+    ]);
+    let dump = ofctl(&["dump-flows", &t]);
+    assert!(dump.contains("n_packets=1, n_bytes=34,"), "{dump}");
+    let agg = ofctl(&["dump-aggregate", &t]);
+    assert!(
+        agg.contains("packet_count=1 byte_count=34 flow_count=1"),
+        "{agg}"
+    );
+}
+
+// ----- raw socket tests (no ovs-ofctl needed) -----
+
+struct Peer {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Peer {
+    fn new(s: TcpStream) -> Peer {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        Peer { s, buf: Vec::new() }
+    }
+
+    fn send(&mut self, m: &Message) {
+        let b = encode_to_vec(m).expect("encode");
+        self.s.write_all(&b).expect("send");
+    }
+
+    fn recv(&mut self) -> Message {
+        loop {
+            if let Ok(Some(n)) = frame_len(&self.buf) {
+                if n <= self.buf.len() {
+                    let m = decode(&self.buf[..n]).expect("decode reply");
+                    self.buf.drain(..n);
+                    return m;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.s.read(&mut chunk).expect("read (timed out?)");
+            assert!(n > 0, "connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// HELLO both ways.
+    fn handshake(&mut self) {
+        self.send(&Message::new(1, Body::Hello(Hello::of13())));
+        let m = self.recv();
+        assert!(matches!(m.body, Body::Hello(_)), "{m:?}");
+    }
+}
+
+#[test]
+fn bad_flow_mod_gets_bad_prereq_and_connection_lives() {
+    let d = Daemon::start(&[]);
+    let mut p = Peer::new(TcpStream::connect(("127.0.0.1", d.port)).expect("connect"));
+    p.handshake();
+    // tcp_dst without ip_proto=6 (and eth_type IPv4): prerequisites unmet.
+    let fm = FlowMod {
+        matcher: OxmMatch {
+            fields: vec![
+                Oxm::exact(Field::EthType, 0x0800),
+                Oxm::exact(Field::TcpDst, 80),
+            ],
+        },
+        ..FlowMod::add(0, 10, &offlow_flow::Match::ANY, Vec::new())
+    };
+    p.send(&Message::new(77, Body::FlowMod(fm)));
+    let m = p.recv();
+    assert_eq!(m.xid, 77);
+    match m.body {
+        Body::Error(ErrorMsg::Standard { error, data }) => {
+            assert_eq!(error, OfError::BadMatch(BadMatchCode::BadPrereq));
+            // §7.4.4: the data starts with the offending request.
+            assert_eq!(data[1], 14, "OFPT_FLOW_MOD echoed");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    p.send(&Message::new(
+        78,
+        Body::EchoRequest(b"still there?".to_vec()),
+    ));
+    let m = p.recv();
+    assert_eq!(m.xid, 78);
+    assert_eq!(m.body, Body::EchoReply(b"still there?".to_vec()));
+    // And nothing was installed.
+    p.send(&Message::new(79, Body::BarrierRequest));
+    assert_eq!(p.recv().body, Body::BarrierReply);
+}
+
+#[test]
+fn active_connection_reconnects() {
+    // We are the controller; the switch dials us.
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let ctl = format!("tcp:127.0.0.1:{port}");
+    let mut d = Daemon {
+        child: spawn(&["run", "--controller", &ctl, "--dpid", "7"]),
+        port: 0,
+    };
+    for round in 0..2 {
+        l.set_nonblocking(false).expect("blocking");
+        let (s, _) = accept_within(&l, Duration::from_secs(10));
+        let mut p = Peer::new(s);
+        p.handshake();
+        p.send(&Message::new(5, Body::FeaturesRequest));
+        match p.recv().body {
+            Body::FeaturesReply(f) => assert_eq!(f.datapath_id, 7, "round {round}"),
+            other => panic!("{other:?}"),
+        }
+        // Hang up: the switch must dial again (after ~100 ms backoff).
+        drop(p);
+    }
+    assert!(d.child.try_wait().expect("wait").is_none(), "still running");
+}
+
+fn accept_within(l: &TcpListener, limit: Duration) -> (TcpStream, std::net::SocketAddr) {
+    l.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + limit;
+    loop {
+        match l.accept() {
+            Ok((s, a)) => {
+                s.set_nonblocking(false).expect("blocking stream");
+                return (s, a);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "switch never connected");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+#[test]
+fn sigterm_stops_gracefully() {
+    let mut d = Daemon::start(&[]);
+    let mut p = Peer::new(TcpStream::connect(("127.0.0.1", d.port)).expect("connect"));
+    p.handshake();
+    let st = Command::new("kill")
+        .args(["-TERM", &d.child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    assert!(st.success());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(s) = d.child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status}");
+    // The open connection was closed by the switch (EOF, not a reset).
+    let mut rest = Vec::new();
+    p.s.read_to_end(&mut rest)
+        .expect("orderly close after SIGTERM");
+}
+
+#[test]
+fn bad_config_file_names_file_line_and_key() {
+    let dir = std::env::temp_dir().join(format!("offlow-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("switch.toml");
+    std::fs::write(&path, "dpid = 3\nlisten = [\"ptcp:notaport\"]\n").expect("write");
+    let o = Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args(["run", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run offlow");
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("switch.toml"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    assert!(err.contains("listen"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
