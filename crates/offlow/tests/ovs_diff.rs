@@ -1,0 +1,336 @@
+//! Differential check against Open vSwitch: the same flow file loaded with
+//! `ovs-ofctl add-flows` into a private OVS 3.1 bridge and into `offlow run`
+//! must dump (`ovs-ofctl dump-flows`) identically once durations and
+//! counters are stripped and lines sorted. Also prints the time each switch
+//! took for the same 10K-line file (a figure, not an assertion).
+//!
+//! OVS runs as a private instance in its own temporary directory
+//! (`ovsdb-server` + `ovs-vswitchd --enable-dummy`, bridge of
+//! `datapath_type=dummy`: no kernel datapath and no host interface is
+//! created), stopped and removed on the way out, pass or fail. Without the
+//! OVS binaries the test prints a notice and passes, unless `CI` is set.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn have(tool: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(std::env::var_os("CI").is_none(), "{tool} absent under CI");
+        eprintln!("NOTICE: {tool} absent, test skipped");
+    }
+    ok
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+fn wait_listening(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A private OVS instance; stopped and its directory removed on drop.
+struct Ovs {
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Ovs {
+    fn run(dir: &Path, prog: &str, args: &[&str]) {
+        let out = Command::new(prog)
+            .args(args)
+            .env("OVS_RUNDIR", dir)
+            .env("OVS_DBDIR", dir)
+            .env("OVS_LOGDIR", dir)
+            .env("OVS_SYSCONFDIR", dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{prog}: {e}"));
+        assert!(
+            out.status.success(),
+            "{prog} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn start() -> Ovs {
+        let dir = std::env::temp_dir().join(format!(
+            "offlow-ovs-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&dir).expect("ovs dir");
+        let port = free_port();
+        // From here on, Drop cleans up whatever got started.
+        let ovs = Ovs { dir, port };
+        let d = ovs.dir.clone();
+        let p = |f: &str| d.join(f).display().to_string();
+        let db = p("conf.db");
+        let sock = format!("unix:{}", p("db.sock"));
+        Ovs::run(
+            &d,
+            "ovsdb-tool",
+            &["create", &db, "/usr/share/openvswitch/vswitch.ovsschema"],
+        );
+        Ovs::run(
+            &d,
+            "ovsdb-server",
+            &[
+                &db,
+                &format!("--remote=punix:{}", p("db.sock")),
+                &format!("--pidfile={}", p("ovsdb-server.pid")),
+                &format!("--log-file={}", p("ovsdb-server.log")),
+                "--detach",
+            ],
+        );
+        let vsctl = |args: &[&str]| {
+            let mut a = vec!["--db", &sock, "--timeout=10"];
+            a.extend_from_slice(args);
+            Ovs::run(&d, "ovs-vsctl", &a);
+        };
+        vsctl(&["--no-wait", "init"]);
+        Ovs::run(
+            &d,
+            "ovs-vswitchd",
+            &[
+                &sock,
+                "--enable-dummy",
+                &format!("--pidfile={}", p("ovs-vswitchd.pid")),
+                &format!("--log-file={}", p("ovs-vswitchd.log")),
+                "--detach",
+            ],
+        );
+        let listen = format!("ptcp:{port}:127.0.0.1");
+        vsctl(&[
+            "add-br",
+            "brd",
+            "--",
+            "set",
+            "bridge",
+            "brd",
+            "datapath_type=dummy",
+            "protocols=OpenFlow13",
+            "fail-mode=secure",
+            "--",
+            "set-controller",
+            "brd",
+            &listen,
+        ]);
+        wait_listening(port, "ovs-vswitchd");
+        ovs
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        for pidfile in ["ovs-vswitchd.pid", "ovsdb-server.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.join(pidfile)) {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `offlow run`, killed on drop.
+struct Offlow {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Offlow {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Offlow {
+    fn start() -> Offlow {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_offlow"))
+            .args(["run", "--listen", &format!("ptcp:{port}:127.0.0.1")])
+            .args(["--tables", "254"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start offlow");
+        let o = Offlow { child, port };
+        wait_listening(port, "offlow run");
+        o
+    }
+}
+
+fn ofctl(port: u16, args: &[&str]) -> String {
+    let target = format!("tcp:127.0.0.1:{port}");
+    let mut a = vec!["-O", "OpenFlow13", "--no-names", args[0], &target];
+    a.extend_from_slice(&args[1..]);
+    let out = Command::new("ovs-ofctl")
+        .args(&a)
+        .output()
+        .expect("run ovs-ofctl");
+    assert!(
+        out.status.success(),
+        "ovs-ofctl {a:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Flow lines with duration and counters removed, sorted.
+fn normalized(dump: &str) -> Vec<String> {
+    let mut v: Vec<String> = dump
+        .lines()
+        .filter(|l| l.contains("actions="))
+        .map(|l| {
+            l.split(", ")
+                .filter(|f| {
+                    let f = f.trim();
+                    !(f.starts_with("duration=")
+                        || f.starts_with("n_packets=")
+                        || f.starts_with("n_bytes=")
+                        || f.starts_with("idle_age=")
+                        || f.starts_with("hard_age="))
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+                .trim()
+                .to_string()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A varied flow file: priorities, masked and exact matches over several
+/// protocols, several tables, and the common actions.
+fn flow_file(n: usize) -> String {
+    let mut s = String::new();
+    let actions = [
+        "output:1",
+        "drop",
+        "dec_ttl,output:2",
+        "mod_dl_dst:02:00:00:00:00:01,output:3",
+        "push_vlan:0x8100,set_field:4196->vlan_vid,output:4",
+        "goto_table:1",
+        "set_field:10.1.1.1->ip_dst,output:5",
+        "write_actions(output:6)",
+        "set_queue:1,output:7",
+        "CONTROLLER:128",
+    ];
+    for i in 0..n {
+        let a = actions[i % actions.len()];
+        let (b2, b3) = ((i / 256) % 256, i % 256);
+        let m = match i % 5 {
+            0 => format!("tcp,nw_src=10.{b2}.{b3}.0/24,tp_dst={}", 1000 + i % 5000),
+            1 => format!("udp,nw_dst=192.168.{b3}.{b2},tp_src={}", i % 65536),
+            2 => format!("ip,nw_src=172.16.{b3}.0/255.255.255.0,nw_proto=47"),
+            3 => format!("in_port={},dl_vlan={}", 1 + i % 8, i % 4095),
+            _ => format!("arp,arp_tpa=10.0.{b2}.{b3}"),
+        };
+        let table = if a == "goto_table:1" { 0 } else { i % 3 };
+        s.push_str(&format!(
+            "table={table},priority={},cookie=0x{:x},{m},actions={a}\n",
+            1 + i % 1000,
+            i
+        ));
+    }
+    s
+}
+
+#[test]
+fn dump_flows_matches_open_vswitch() {
+    if !(have("ovs-ofctl") && have("ovs-vswitchd") && have("ovsdb-server")) {
+        return;
+    }
+    let ovs = Ovs::start();
+    let offlow = Offlow::start();
+    let dir = std::env::temp_dir().join(format!("offlow-ovsdiff-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("flows.txt");
+    // OFFLOW_FLOWS=N loads N lines instead (the flow-mod rate figure in
+    // BENCHMARKS.md uses 100,000); the differential check is the same.
+    let n: usize = std::env::var("OFFLOW_FLOWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    std::fs::write(&file, flow_file(n)).expect("flow file");
+    let f = file.display().to_string();
+
+    let t0 = Instant::now();
+    ofctl(ovs.port, &["add-flows", &f]);
+    let ovs_secs = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    ofctl(offlow.port, &["add-flows", &f]);
+    let offlow_secs = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "add-flows of {n} lines: Open vSwitch {ovs_secs:.3} s, offlow {offlow_secs:.3} s \
+         ({:.1}x)",
+        ovs_secs / offlow_secs.max(1e-9)
+    );
+
+    let a = normalized(&ofctl(ovs.port, &["dump-flows"]));
+    let b = normalized(&ofctl(offlow.port, &["dump-flows"]));
+    assert!(
+        a.len() > n * 9 / 10,
+        "OVS accepted only {} flows of {n} (duplicates collapse)",
+        a.len()
+    );
+    let only_ovs: Vec<&String> = a.iter().filter(|l| b.binary_search(l).is_err()).collect();
+    let only_offlow: Vec<&String> = b.iter().filter(|l| a.binary_search(l).is_err()).collect();
+    assert!(
+        only_ovs.is_empty() && only_offlow.is_empty(),
+        "{} lines only in OVS (first: {:?}), {} only in offlow (first: {:?})",
+        only_ovs.len(),
+        only_ovs.first(),
+        only_offlow.len(),
+        only_offlow.first()
+    );
+    assert_eq!(a, b);
+    for l in a.iter().step_by(a.len() / 5) {
+        eprintln!("both: {l}");
+    }
+
+    // After the same deletes, still identical.
+    for args in [
+        vec!["del-flows", "table=1,tcp"],
+        vec!["--strict", "del-flows", "table=2,priority=5,udp"],
+        vec!["del-flows", "cookie=0x10/0xff"],
+    ] {
+        let (cmd, rest) = if args[0] == "--strict" {
+            (vec!["--strict"], &args[1..])
+        } else {
+            (vec![], &args[..])
+        };
+        for port in [ovs.port, offlow.port] {
+            let target = format!("tcp:127.0.0.1:{port}");
+            let mut a = vec!["-O", "OpenFlow13", "--no-names"];
+            a.extend_from_slice(&cmd);
+            a.push(rest[0]);
+            a.push(&target);
+            a.extend_from_slice(&rest[1..]);
+            let st = Command::new("ovs-ofctl").args(&a).status().expect("ofctl");
+            assert!(st.success(), "ovs-ofctl {a:?}");
+        }
+    }
+    let a2 = normalized(&ofctl(ovs.port, &["dump-flows"]));
+    let b2 = normalized(&ofctl(offlow.port, &["dump-flows"]));
+    assert!(a2.len() < a.len(), "the deletes removed something");
+    assert_eq!(a2, b2);
+    let _ = std::fs::remove_dir_all(&dir);
+}
