@@ -21,6 +21,22 @@
 //! index (dep → entries), so one rule change costs in proportion to what
 //! depended on it, never a cache flush.
 //!
+//! # Filters (re-checking instead of freeing on a rule ADD)
+//! A new rule `N` in table `t` can only change the decision of a key that
+//! reaches `t` and matches `N`. So for the deps an ADD shadows,
+//! [`ActionTable::add_filter`] does not free the dependents outright: an
+//! entry whose path reached `t` with the packet's own key (no earlier table
+//! on its path rewrote a field or the metadata, computed at intern time and
+//! stored as [`ActionEntry::pure_steps`]) keeps living with `N`'s match
+//! appended to its *filters*; any other entry is freed as before, and so is
+//! one that would exceed [`MAX_FILTERS`]. Filters are stored once per ADD in
+//! the table's ring ([`FILTER_RING`] rules); an entry holds sequence numbers
+//! into it. A microflow's cached value ([`CachedRef`]) remembers how many of
+//! its entry's filters its key has been checked against;
+//! [`ActionTable::count_checked`] checks only the newer ones, and reports a
+//! match (or a filter that has left the ring) so the caller re-resolves.
+//! See `worker` for the correctness argument.
+//!
 //! # Counters
 //! A cached packet must credit the same rule and table counters the pipeline
 //! would have. Crediting shared atomics per packet would put shared writes on
@@ -38,14 +54,28 @@
 //!   also hold refs to since-freed entries; they are skipped by generation).
 //! - An entry is freed only with zero pending counts (callers drain first;
 //!   checked in debug builds).
+//! - A live entry's filters are sequence numbers of filters added since it
+//!   was interned, increasing, at most [`MAX_FILTERS`] of them; they only
+//!   grow while the entry lives, so a filter count is a valid "checked up
+//!   to" mark for as long as the ref's generation matches.
 //!
 //! # Thread-safety
 //! Owned by one worker (`Send`, not shared); no atomics inside.
 
 use std::sync::Arc;
 
-use offlow_classifier::IdMap;
-use offlow_pipeline::{Action, FlowCounters, Outcome, PathStep, Resolution, RuleId};
+use offlow_classifier::{IdMap, Rule};
+use offlow_flow::FlowKey;
+use offlow_pipeline::{Action, FlowCounters, Outcome, PathStep, Program, Resolution, RuleId};
+
+/// Filters an entry may carry; one more frees it (a hit then checks at most
+/// this many matches once per microflow, and memory per entry stays small).
+pub const MAX_FILTERS: usize = 32;
+
+/// Filters kept by an Action Table's ring. An entry whose filter has left the ring
+/// cannot be checked against it; its microflows are re-resolved (correct,
+/// just the cost of the old behaviour).
+pub const FILTER_RING: usize = 1024;
 
 /// Where a cached packet's credit for one path step goes: the rule's
 /// counters (shared with the pipeline entry) and whether the rule counts
@@ -62,27 +92,113 @@ pub enum Dep {
     /// A table missing: no rule matched there (a rule added to the table may
     /// now match).
     Miss(u8),
+    /// Any lookup in this table, matched or missed (an ADD that overlaps
+    /// too many entries to list shadows the whole table; see
+    /// `FlowModEffect::shadowed_all`).
+    Table(u8),
 }
 
-/// A reference from the microflow cache into the Action Table: slot in the
-/// low 32 bits, generation in the high 32.
+/// A reference from the microflow cache into the Action Table: slot and the
+/// slot's generation. Two `u32`s (alignment 4), so a [`CachedRef`] with its
+/// check mark still fits an `Option` in 16 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ActionRef(u64);
+pub struct ActionRef {
+    slot: u32,
+    generation: u32,
+}
 
 impl ActionRef {
     fn new(slot: u32, generation: u32) -> ActionRef {
-        ActionRef(u64::from(generation) << 32 | u64::from(slot))
+        ActionRef { slot, generation }
     }
 
     /// The slot index.
     pub fn slot(self) -> u32 {
-        // Low half by construction.
-        self.0 as u32
+        self.slot
     }
 
     fn generation(self) -> u32 {
-        (self.0 >> 32) as u32
+        self.generation
     }
+}
+
+/// What the microflow cache stores: the decision and how many of its
+/// filters this microflow's key has been checked against (none matched).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CachedRef {
+    /// The decision.
+    pub action: ActionRef,
+    /// Filters of the entry already checked for this key.
+    pub checked: u32,
+}
+
+/// What [`ActionTable::count_checked`] found for a cached microflow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitCheck {
+    /// The entry is valid for the key and the packet was counted; `checked`
+    /// is the entry's filter count (store it back if it changed).
+    Served {
+        /// The new check mark.
+        checked: u32,
+    },
+    /// The entry was freed: re-resolve.
+    Dead,
+    /// The key matches a filter added since it was checked (or a filter it
+    /// must be checked against has left the ring): re-resolve. Not counted.
+    Filtered,
+}
+
+/// Does `program` leave the key the next table sees unchanged? Conservative:
+/// any field rewrite, tag push/pop or metadata write says no.
+pub fn preserves_key(program: &Program) -> bool {
+    program.write_metadata.is_none()
+        && program.apply.iter().all(|a| {
+            !matches!(
+                a,
+                Action::SetField(..)
+                    | Action::PushVlan(_)
+                    | Action::PopVlan
+                    | Action::PushMpls(_)
+                    | Action::PopMpls(_)
+            )
+        })
+}
+
+/// The table's ring of filter rules, indexed by sequence number.
+#[derive(Debug, Default)]
+struct FilterRing {
+    /// `(seq, rule)`; slot `seq % FILTER_RING`.
+    slots: Vec<(u64, Rule)>,
+    /// Next sequence number (starts at 1: 0 is never a valid filter).
+    next: u64,
+}
+
+impl FilterRing {
+    fn push(&mut self, rule: &Rule) -> u64 {
+        self.next = self.next.max(1);
+        let seq = self.next;
+        self.next += 1;
+        let i = ring_index(seq);
+        if i < self.slots.len() {
+            self.slots[i] = (seq, rule.clone());
+        } else {
+            // Slots fill in order 0, 1, ... (seq 1, 2, ...), so
+            // `i == slots.len()` here until the ring is full.
+            self.slots.push((seq, rule.clone()));
+        }
+        seq
+    }
+
+    fn get(&self, seq: u64) -> Option<&Rule> {
+        let (s, r) = self.slots.get(ring_index(seq))?;
+        (*s == seq).then_some(r)
+    }
+}
+
+/// Ring slot of filter `seq` (sequence numbers start at 1).
+fn ring_index(seq: u64) -> usize {
+    // Below FILTER_RING, so the cast cannot truncate.
+    (seq.wrapping_sub(1) % FILTER_RING as u64) as usize
 }
 
 /// The common action lists, recognised once so the worker can skip the
@@ -126,6 +242,13 @@ pub struct ActionEntry {
     /// Per path step, where its credit goes (resolved once, at intern time,
     /// so crediting a batch needs no lookup by rule id).
     pub credits: Box<[RuleCredit]>,
+    /// Leading path steps whose programs leave the key unchanged: the
+    /// lookups in the tables of steps `0..=pure_steps` (and the miss table,
+    /// if `pure_steps == path.len()`) saw the packet's own key.
+    pub pure_steps: usize,
+    /// Sequence numbers (in the table's ring) of the filters a key must not
+    /// match for this decision to hold.
+    filters: Vec<u64>,
     pending_packets: u64,
     pending_bytes: u64,
 }
@@ -139,11 +262,41 @@ impl ActionEntry {
         }
     }
 
+    /// Filters attached since the entry was interned.
+    pub fn filter_count(&self) -> u32 {
+        // At most MAX_FILTERS.
+        self.filters.len() as u32
+    }
+
+    /// Did the lookup this entry depends on through `dep` see the packet's
+    /// own key?
+    fn sees_packet_key(&self, dep: Dep) -> bool {
+        match dep {
+            Dep::Rule(s) => self
+                .path
+                .iter()
+                .position(|p| p.rule == s)
+                .is_some_and(|i| i <= self.pure_steps),
+            Dep::Miss(_) => self.path.len() <= self.pure_steps,
+            Dep::Table(t) => match self.path.iter().position(|p| p.table_id == t) {
+                Some(i) => i <= self.pure_steps,
+                None => self.miss_table() == Some(t) && self.path.len() <= self.pure_steps,
+            },
+        }
+    }
+
     fn deps(&self) -> impl Iterator<Item = Dep> + '_ {
+        let tables = self
+            .path
+            .iter()
+            .map(|s| s.table_id)
+            .chain(self.miss_table())
+            .map(Dep::Table);
         self.path
             .iter()
             .map(|s| Dep::Rule(s.rule))
             .chain(self.miss_table().map(Dep::Miss))
+            .chain(tables)
     }
 }
 
@@ -160,6 +313,12 @@ pub struct ActionTableStats {
     pub collected: u64,
     /// Whole-table resets ([`ActionTable::clear`]).
     pub clears: u64,
+    /// Filters attached to live entries by [`ActionTable::add_filter`]
+    /// (entries kept instead of freed).
+    pub filtered: u64,
+    /// Entries freed by `add_filter` (key rewritten before the table, or
+    /// too many filters); also counted in `invalidated`.
+    pub filter_frees: u64,
 }
 
 /// A worker's Action Table.
@@ -174,6 +333,8 @@ pub struct ActionTable {
     by_dep: IdMap<Dep, Vec<ActionRef>>,
     /// Slots with pending counts in the current batch.
     dirty: Vec<u32>,
+    /// Rules added since entries were interned, as filters.
+    ring: FilterRing,
     stats: ActionTableStats,
 }
 
@@ -211,13 +372,19 @@ impl ActionTable {
     }
 
     /// The entry for `res`'s path, interning it if new; `credit_of` gives
-    /// each path step's [`RuleCredit`] (called only for a new entry). `res`
-    /// must come from the pipeline version the caller currently reads
-    /// (entries of older versions were invalidated before this batch began).
+    /// each path step's [`RuleCredit`] and `keeps_key` whether its rule's
+    /// program leaves the key unchanged ([`preserves_key`]; say false when
+    /// unsure); both are called only for a new entry. `res` must come from
+    /// the pipeline version the caller currently reads (entries of older
+    /// versions were invalidated or filtered before this batch began), so
+    /// the decision holds for the resolved key whatever filters a shared
+    /// entry carries: a microflow inserted for it is checked up to the
+    /// entry's [`ActionEntry::filter_count`].
     pub fn intern(
         &mut self,
         res: &Resolution,
         credit_of: impl Fn(&PathStep) -> RuleCredit,
+        keeps_key: impl Fn(&PathStep) -> bool,
     ) -> ActionRef {
         if let Some(&slot) = self.by_path.get(res.path.as_slice()) {
             self.stats.shared += 1;
@@ -241,6 +408,12 @@ impl ActionTable {
         e.path = res.path.as_slice().into();
         e.outcome = res.outcome;
         e.credits = res.path.iter().map(credit_of).collect();
+        e.pure_steps = res
+            .path
+            .iter()
+            .position(|p| !keeps_key(p))
+            .unwrap_or(res.path.len());
+        e.filters.clear();
         e.pending_packets = 0;
         e.pending_bytes = 0;
         let r = ActionRef::new(slot, e.generation);
@@ -271,6 +444,33 @@ impl ActionTable {
         true
     }
 
+    /// The hit path with filters: if `c` still refers to a live entry and
+    /// `key` matches none of the entry's filters after the first
+    /// `c.checked`, count one packet of `bytes` and return
+    /// [`HitCheck::Served`]. An entry without new filters costs the same
+    /// single slot access as [`count_live`](Self::count_live).
+    #[inline]
+    pub fn count_checked(&mut self, c: CachedRef, key: &FlowKey, bytes: u64) -> HitCheck {
+        let r = c.action;
+        let Some(e) = self.slots.get_mut(r.slot() as usize) else {
+            return HitCheck::Dead;
+        };
+        if !e.live || e.generation != r.generation() {
+            return HitCheck::Dead;
+        }
+        let n = e.filters.len();
+        if n != c.checked as usize && any_filter_matches(&self.ring, &e.filters, c.checked, key) {
+            return HitCheck::Filtered;
+        }
+        if e.pending_packets == 0 {
+            self.dirty.push(r.slot());
+        }
+        e.pending_packets += 1;
+        e.pending_bytes += bytes;
+        // n <= MAX_FILTERS.
+        HitCheck::Served { checked: n as u32 }
+    }
+
     /// The entry in `r`'s slot without the liveness check: for a ref just
     /// validated by [`count_live`](Self::count_live) or returned by
     /// [`intern`](Self::intern). `None` only for a slot never allocated.
@@ -298,6 +498,8 @@ impl ActionTable {
         e.live = false;
         e.generation = e.generation.wrapping_add(1);
         let path = std::mem::take(&mut e.path);
+        // Keep the filter list's capacity for the slot's next entry.
+        e.filters.clear();
         e.actions = Box::default();
         e.credits = Box::default();
         self.by_path.remove(&path);
@@ -319,6 +521,56 @@ impl ActionTable {
         }
         self.stats.invalidated += n as u64;
         n
+    }
+
+    /// A rule was added (`rule`, with its priority) and may now take keys
+    /// from the entries depending on `shadowed` (the overlapped rules of
+    /// its table with priority <= its own, and that table's miss). Each such
+    /// entry whose lookup at that table saw the packet's own key gets `rule`
+    /// as a filter; the others, and entries already holding
+    /// [`MAX_FILTERS`], are freed. Returns how many were freed. Call only
+    /// between batches (pending counts drained).
+    pub fn add_filter(&mut self, rule: &Rule, shadowed: &[Dep]) -> usize {
+        let mut seq = None;
+        let mut freed = 0;
+        for &dep in shadowed {
+            let Some(refs) = self.by_dep.get_mut(&dep) else {
+                continue;
+            };
+            let mut refs = std::mem::take(refs);
+            let mut kept = 0;
+            for k in 0..refs.len() {
+                let r = refs[k];
+                let Some(e) = self.get(r) else {
+                    continue; // freed since: drop the stale ref
+                };
+                let keep = e.sees_packet_key(dep) && e.filters.len() < MAX_FILTERS;
+                if !keep {
+                    self.free_slot(r.slot());
+                    freed += 1;
+                    continue;
+                }
+                let s = *seq.get_or_insert_with(|| self.ring.push(rule));
+                let e = &mut self.slots[r.slot() as usize];
+                // One ADD reaches an entry through at most one dep (its path
+                // has one step per table, or missed there), but stay exact.
+                if e.filters.last() != Some(&s) {
+                    e.filters.push(s);
+                    self.stats.filtered += 1;
+                }
+                refs[kept] = r;
+                kept += 1;
+            }
+            refs.truncate(kept);
+            if refs.is_empty() {
+                self.by_dep.remove(&dep);
+            } else {
+                self.by_dep.insert(dep, refs);
+            }
+        }
+        self.stats.invalidated += freed as u64;
+        self.stats.filter_frees += freed as u64;
+        freed
     }
 
     /// Free every entry not in `in_use` (slots referenced by the cache) and
@@ -366,6 +618,19 @@ impl ActionTable {
     }
 }
 
+/// Does `key` match any of `filters[checked..]`? A filter that has left the
+/// ring, or a mark beyond the list (cannot happen), counts as a match: the
+/// caller then re-resolves, which is always correct.
+#[cold]
+#[inline(never)]
+fn any_filter_matches(ring: &FilterRing, filters: &[u64], checked: u32, key: &FlowKey) -> bool {
+    let Some(rest) = filters.get(checked as usize..) else {
+        return true;
+    };
+    rest.iter()
+        .any(|&seq| ring.get(seq).is_none_or(|rule| rule.matches(key)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,7 +651,7 @@ mod tests {
 
     impl ActionTable {
         fn intern_plain(&mut self, r: &Resolution) -> ActionRef {
-            self.intern(r, |_| None)
+            self.intern(r, |_| None, |_| true)
         }
     }
 
@@ -440,9 +705,77 @@ mod tests {
         let keep = refs[3].slot();
         assert_eq!(t.collect(|s| s == keep), 9);
         assert_eq!(t.len(), 1);
-        assert_eq!(t.dep_refs(), 1);
+        assert_eq!(
+            t.dep_refs(),
+            2,
+            "the kept entry under its rule and its table"
+        );
         assert!(t.get(refs[3]).is_some());
         t.clear();
         assert!(t.get(refs[3]).is_none() && t.is_empty());
+    }
+
+    #[test]
+    fn filters_checked_once_and_lost_filters_count_as_matches() {
+        use offlow_flow::{Field, Match};
+        let key = FlowKey::ZERO; // in_port 0
+        let rule_for_port = |p: u128| {
+            let mut m = Match::ANY;
+            m.set_exact(Field::InPort, p);
+            Rule::new(0, 5, m)
+        };
+        let mut t = ActionTable::new();
+        let a = t.intern_plain(&res(&[(0, 1)], Outcome::Forward, 2));
+        let fresh = CachedRef {
+            action: a,
+            checked: 0,
+        };
+        assert_eq!(t.add_filter(&rule_for_port(5), &[Dep::Rule(1)]), 0);
+        assert_eq!(
+            t.count_checked(fresh, &key, 10),
+            HitCheck::Served { checked: 1 }
+        );
+        // A matching filter: re-resolve, nothing counted.
+        t.add_filter(&rule_for_port(0), &[Dep::Rule(1)]);
+        assert_eq!(t.count_checked(fresh, &key, 10), HitCheck::Filtered);
+        let marked = CachedRef {
+            action: a,
+            checked: 2,
+        };
+        assert_eq!(
+            t.count_checked(marked, &key, 10),
+            HitCheck::Served { checked: 2 }
+        );
+        let mut counted = Vec::new();
+        t.drain_counts(|_, n, b| counted.push((n, b)));
+        assert_eq!(counted, vec![(2, 20)]);
+        // Push the first filters out of the ring through other entries.
+        for j in 0..(FILTER_RING / MAX_FILTERS + 1) as u32 {
+            let id = 100 + j;
+            t.intern_plain(&res(&[(0, id)], Outcome::Forward, 2));
+            for _ in 0..MAX_FILTERS {
+                assert_eq!(t.add_filter(&rule_for_port(5), &[Dep::Rule(id)]), 0);
+            }
+        }
+        let one = CachedRef {
+            action: a,
+            checked: 1,
+        };
+        assert_eq!(t.count_checked(one, &key, 10), HitCheck::Filtered);
+        assert_eq!(
+            t.count_checked(marked, &key, 10),
+            HitCheck::Served { checked: 2 }
+        );
+        // One filter too many frees the entry.
+        let b = t.intern_plain(&res(&[(1, 9)], Outcome::Forward, 3));
+        for _ in 0..MAX_FILTERS {
+            assert_eq!(
+                t.add_filter(&rule_for_port(5), &[Dep::Miss(1), Dep::Rule(9)]),
+                0
+            );
+        }
+        t.drain_counts(|_, _, _| {});
+        assert_eq!(t.add_filter(&rule_for_port(5), &[Dep::Rule(9)]), 1);
+        assert!(t.get(b).is_none());
     }
 }

@@ -23,7 +23,10 @@
 //! - [`ActionTable`]: a worker's interned pipeline decisions (one per
 //!   distinct path through the tables), referenced from the cache by
 //!   generation-checked [`ActionRef`]s and freed precisely by the rules (or
-//!   table misses) they depended on.
+//!   table misses) they depended on; a rule ADD instead leaves the
+//!   decisions it may shadow live with the new rule's match as a filter,
+//!   re-checked once per microflow ([`CachedRef`]), so only keys the new
+//!   rule matches are re-resolved.
 //! - [`TxBatches`]: per-port transmit queues of reused buffers, the sink a
 //!   worker's outputs go to before the port layer sends them in batches.
 //! - [`Control`] and [`Worker`]: the single writer publishes flow-mods
@@ -57,7 +60,8 @@ pub mod tx;
 pub mod worker;
 
 pub use action_table::{
-    ActionEntry, ActionRef, ActionTable, ActionTableStats, Dep, RuleCredit, Shape,
+    preserves_key, ActionEntry, ActionRef, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck,
+    RuleCredit, Shape, FILTER_RING, MAX_FILTERS,
 };
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
@@ -69,5 +73,6 @@ pub use microflow::{
 };
 pub use tx::{TxBatches, TxQueue};
 pub use worker::{
-    Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats, LOG_RECORDS,
+    AddFilter, Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats,
+    LOG_RECORDS,
 };

@@ -529,6 +529,22 @@ impl<V: Copy> MicroflowCache<V> {
         x
     }
 
+    /// Replace the value of `key` (hash `hash`) if it is cached; returns
+    /// whether it was. Never inserts, evicts or touches hit credits or
+    /// counters: for refreshing bookkeeping held in a value (the worker's
+    /// filter check mark), not a new decision.
+    pub fn update_hashed(&mut self, key: &FlowKey, hash: u64, value: V) -> bool {
+        let b = self.bucket_index(hash);
+        let cand = self.buckets[b].match_mask(signature(hash));
+        match self.find_in(b, cand, key) {
+            Some(i) => {
+                self.values[i] = Some(value);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Remove `key`; returns its value if it was cached.
     pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
         self.remove_hashed(key, flow_hash(key))
@@ -628,5 +644,28 @@ mod tests {
             MicroflowCache::<u32>::new(8192, InsertPolicy::Always).capacity(),
             8192
         );
+    }
+
+    #[test]
+    fn update_replaces_only_present_keys_without_counting() {
+        let mut c = MicroflowCache::<u32>::new(64, InsertPolicy::Always);
+        let mut k = FlowKey::ZERO;
+        k.words[0] = 7;
+        let h = flow_hash(&k);
+        assert!(
+            !c.update_hashed(&k, h, 1),
+            "absent key must not be inserted"
+        );
+        assert_eq!(c.lookup(&k), None);
+        c.insert_hashed(&k, h, 2);
+        let before = c.stats();
+        assert!(c.update_hashed(&k, h, 3));
+        let after = c.stats();
+        assert_eq!(
+            (after.updates, after.inserts),
+            (before.updates, before.inserts)
+        );
+        assert_eq!(c.lookup(&k), Some(3));
+        assert_eq!(c.len(), 1);
     }
 }

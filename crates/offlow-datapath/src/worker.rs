@@ -27,11 +27,50 @@
 //! committed changes modified or removed. A worker that fell so far behind
 //! that the log no longer holds its records clears its whole table instead.
 //!
-//! Additions: a new rule in table `t` can take keys from lower-priority
+//! A MODIFY frees the rule's own dependents, a DELETE the removed rules'
+//! (and an ADD that replaced an identical match and priority counts as a
+//! MODIFY).
+//!
+//! # Additions: re-check, don't free
+//! A new rule `N` in table `t` can take keys from lower-or-equal-priority
 //! overlapping rules ([`FlowModEffect::shadowed`], including the table-miss
-//! entry) and from keys that matched nothing in `t` ([`Dep::Miss`]); both
-//! are invalidated. A MODIFY invalidates the rule's own dependents, a
-//! DELETE the removed rules'.
+//! entry) and from keys that matched nothing in `t` ([`Dep::Miss`]). The
+//! record carries, per ADD, `N`'s match and priority (an
+//! [`AddFilter`]) and those deps. Catching up, a worker does not free their
+//! dependents: an entry whose path reached `t` with the packet's own key
+//! keeps living with `N` as a *filter* ([`ActionTable::add_filter`]); an
+//! entry whose path rewrote the key before `t` (a set-field, a VLAN/MPLS
+//! push or pop, a write-metadata in an earlier table; judged conservatively
+//! from the rules' programs at intern time) is freed as before, and so is
+//! one with [`MAX_FILTERS`](crate::action_table::MAX_FILTERS) filters. A
+//! cache hit on a filtered entry checks the packet's key against the
+//! filters its microflow was not yet checked against (the count is kept in
+//! the cached [`CachedRef`]); a match (ties in priority included: any key
+//! `N` matches) re-resolves the packet through the pipeline and re-points
+//! the microflow, no match serves the packet from the entry and advances
+//! the microflow's mark, so each microflow pays each check once.
+//!
+//! Why a key `k` that matches no filter keeps its decision: take the
+//! records applied in order. For one ADD of `N` into `t`, the tables before
+//! `t` did not change, so `k`'s walk reaches `t` (if at all) with the same
+//! key as before; the entry's path saw the packet's own key there (that is
+//! the condition for keeping it), i.e. `k` itself. In `t` the only change is
+//! `N`; `k` does not match `N`, so `t`'s lookup of `k` returns what it did,
+//! and everything after `t` is unchanged. An entry that does not depend on
+//! any dep `N` shadows either matched a rule in `t` that beats `N` or does
+//! not reach `t`, so it is unaffected. By induction over the ADDs (and the
+//! frees of MODIFY/DELETE deps, which are as before), after catching up a
+//! live entry's decision is the current pipeline's for every key that
+//! matches none of its filters. A filter that has left the ring counts as a
+//! match (re-resolve): correct, merely the old cost.
+//!
+//! No loop on re-resolution: the pipeline's answer at the version the
+//! section reads is the truth for this key, so the microflow is pointed at
+//! the interned entry for that path with its mark at that entry's current
+//! filter count, even when the path is the filtered entry's own (its other
+//! microflows keep their marks and are checked as they come). Counts stay
+//! exact: a packet is counted once, on the entry that served it — a
+//! filtered hit counts nothing on the entry it leaves.
 //!
 //! # Counters (design invariant 4)
 //! A cached packet credits the rules of its entry's path and the tables it
@@ -62,13 +101,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::{Apply, ReadHandle, Versioned};
+use offlow_classifier::{Apply, ReadHandle, Rule, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError, PipelineOp, Resolution,
 };
 
-use crate::action_table::{ActionRef, ActionTable, ActionTableStats, Dep, Shape};
+use crate::action_table::{
+    preserves_key, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck, Shape,
+};
 use crate::buf::PacketBuf;
 use crate::execute::{
     execute, execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Verdict,
@@ -83,7 +124,21 @@ pub const LOG_RECORDS: usize = 1024;
 #[derive(Debug, Clone)]
 struct Record {
     version: u64,
+    /// Deps whose dependents are freed (MODIFY, DELETE).
     deps: Arc<[Dep]>,
+    /// ADDs, whose shadowed deps' dependents are filtered.
+    adds: Arc<[AddFilter]>,
+}
+
+/// One ADD as the workers see it: the new rule and what it may take keys
+/// from.
+#[derive(Debug, Clone)]
+pub struct AddFilter {
+    /// The new rule's match and priority (its id is the pipeline's).
+    pub rule: Rule,
+    /// Its table's shadowed rules (`Dep::Rule`) and the table's miss
+    /// (`Dep::Miss`).
+    pub shadowed: Box<[Dep]>,
 }
 
 /// The recent invalidation records, oldest first.
@@ -112,8 +167,10 @@ pub enum StateOp {
     Invalidate {
         /// The version these changes become visible in.
         version: u64,
-        /// What they changed.
+        /// What they changed (dependents are freed).
         deps: Arc<[Dep]>,
+        /// What they added (dependents of the shadowed deps are filtered).
+        adds: Arc<[AddFilter]>,
     },
 }
 
@@ -121,7 +178,11 @@ impl Apply<StateOp> for DatapathState {
     fn apply(&mut self, op: &StateOp) {
         match op {
             StateOp::Pipeline(p) => self.pipeline.apply(p),
-            StateOp::Invalidate { version, deps } => {
+            StateOp::Invalidate {
+                version,
+                deps,
+                adds,
+            } => {
                 let log = &mut self.log;
                 if log.records.len() == LOG_RECORDS {
                     if let Some(old) = log.records.pop_front() {
@@ -131,6 +192,7 @@ impl Apply<StateOp> for DatapathState {
                 log.records.push_back(Record {
                     version: *version,
                     deps: deps.clone(),
+                    adds: adds.clone(),
                 });
             }
         }
@@ -159,6 +221,7 @@ struct CounterSync {
 pub struct Control {
     state: Versioned<DatapathState, StateOp>,
     pending: Vec<Dep>,
+    pending_adds: Vec<AddFilter>,
     sync: Arc<CounterSync>,
 }
 
@@ -171,6 +234,7 @@ impl Control {
                 log: InvalidationLog::default(),
             }),
             pending: Vec::new(),
+            pending_adds: Vec::new(),
             sync: Arc::new(CounterSync::default()),
         }
     }
@@ -227,22 +291,62 @@ impl Control {
     /// Validate and apply `fm`; workers see it after [`commit`](Self::commit).
     pub fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<FlowModEffect, PipelineError> {
         let (op, effect) = self.pipeline().prepare(fm, now_ns)?;
-        self.note_effect(fm.table_id, &effect);
         self.state.apply(StateOp::Pipeline(op));
+        self.note_effect(fm.table_id, &effect);
         Ok(effect)
     }
 
-    /// Record what `effect` invalidates.
+    /// Record what `effect` (already applied to the writer's copy)
+    /// invalidates: MODIFY/DELETE deps are freed; an ADD's shadowed deps
+    /// become filters with the new rule's match.
     fn note_effect(&mut self, table_id: u8, effect: &FlowModEffect) {
         let rules = effect
             .modified
             .iter()
-            .chain(&effect.shadowed)
             .copied()
             .chain(effect.removed.iter().map(|e| e.id));
         self.pending.extend(rules.map(Dep::Rule));
-        if !effect.added.is_empty() {
-            self.pending.push(Dep::Miss(table_id));
+        if effect.added.is_empty() {
+            // Shadowing comes with an ADD only; free anything listed anyway.
+            self.pending
+                .extend(effect.shadowed.iter().copied().map(Dep::Rule));
+            return;
+        }
+        // Too many shadowed entries to list: every lookup in the table
+        // counts as shadowed (`Dep::Table` covers its misses too).
+        let whole_table = effect.shadowed_all.then_some(Dep::Table(table_id));
+        let shadowed = || -> Vec<Dep> {
+            match whole_table {
+                Some(t) => vec![t],
+                None => effect
+                    .shadowed
+                    .iter()
+                    .copied()
+                    .map(Dep::Rule)
+                    .chain(std::iter::once(Dep::Miss(table_id)))
+                    .collect(),
+            }
+        };
+        let new_rules: Option<Vec<Rule>> = effect
+            .added
+            .iter()
+            .map(|&id| {
+                let e = self.pipeline().entry_in(table_id, id)?;
+                Some(e.matcher.to_rule(id, e.priority))
+            })
+            .collect();
+        match new_rules {
+            Some(rules) => {
+                for rule in rules {
+                    self.pending_adds.push(AddFilter {
+                        rule,
+                        shadowed: shadowed().into(),
+                    });
+                }
+            }
+            // An added entry not found in its table cannot be a filter:
+            // fall back to freeing its shadowed deps' dependents.
+            None => self.pending.extend(shadowed()),
         }
     }
 
@@ -256,14 +360,16 @@ impl Control {
     /// processed with an action those changes modified or removed (the
     /// barrier reply may be sent). Returns the new version.
     pub fn commit(&mut self) -> u64 {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || !self.pending_adds.is_empty() {
             let mut deps = std::mem::take(&mut self.pending);
             deps.sort_unstable();
             deps.dedup();
+            let adds = std::mem::take(&mut self.pending_adds);
             let version = self.state.version() + 1;
             self.state.apply(StateOp::Invalidate {
                 version,
                 deps: deps.into(),
+                adds: adds.into(),
             });
         }
         self.state.publish()
@@ -307,8 +413,11 @@ pub struct WorkerStats {
     pub batches: u64,
     /// Packets served from the cache with a valid decision.
     pub cache_hits: u64,
-    /// Cache hits whose decision had been invalidated (then re-resolved).
+    /// Cache hits whose decision had been invalidated, or whose key matched
+    /// a filter (a rule added since), then re-resolved.
     pub stale_hits: u64,
+    /// Cache hits checked against new filters, matching none (served).
+    pub filter_checks: u64,
     /// Packets resolved by the pipeline.
     pub pipeline_lookups: u64,
     /// Dropped: no rule matched in some table and it had no table-miss entry.
@@ -331,7 +440,7 @@ pub struct WorkerStats {
 pub struct Worker {
     reader: ReadHandle<DatapathState>,
     config: WorkerConfig,
-    cache: MicroflowCache<ActionRef>,
+    cache: MicroflowCache<CachedRef>,
     actions: ActionTable,
     seen: u64,
     res: Resolution,
@@ -339,7 +448,7 @@ pub struct Worker {
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
     layouts: Vec<Layout>,
-    found: Vec<Option<ActionRef>>,
+    found: Vec<Option<CachedRef>>,
     stats: WorkerStats,
     parse: ParseStats,
     exec: ExecStats,
@@ -542,8 +651,25 @@ impl Worker {
                 let bytes = buf.len() as u64;
                 stats.packets += 1;
                 stats.bytes += bytes;
-                // Hit: one access validates the entry and counts the packet.
-                let cached = found[i].filter(|&r| config.cache && actions.count_live(r, bytes));
+                // Hit: one access validates the entry, compares its filter
+                // count with the microflow's mark and counts the packet.
+                let cached = match found[i] {
+                    Some(c) if config.cache => match actions.count_checked(c, &keys[i], bytes) {
+                        HitCheck::Served { checked } => {
+                            if checked != c.checked {
+                                stats.filter_checks += 1;
+                                let v = CachedRef {
+                                    action: c.action,
+                                    checked,
+                                };
+                                cache.update_hashed(&keys[i], hashes[i], v);
+                            }
+                            Some(c.action)
+                        }
+                        HitCheck::Dead | HitCheck::Filtered => None,
+                    },
+                    _ => None,
+                };
                 let r = match cached {
                     Some(r) => {
                         stats.cache_hits += 1;
@@ -570,16 +696,29 @@ impl Worker {
                             account(stats, done, res.outcome);
                             continue;
                         }
-                        let r = actions.intern(res, |step| {
-                            pipeline.entry_in(step.table_id, step.rule).map(|e| {
-                                (
-                                    e.counters.clone(),
-                                    !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
-                                    !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
-                                )
-                            })
-                        });
-                        cache.insert_hashed(&keys[i], hashes[i], r);
+                        let r = actions.intern(
+                            res,
+                            |step| {
+                                pipeline.entry_in(step.table_id, step.rule).map(|e| {
+                                    (
+                                        e.counters.clone(),
+                                        !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
+                                        !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
+                                    )
+                                })
+                            },
+                            |step| {
+                                pipeline
+                                    .entry_in(step.table_id, step.rule)
+                                    .is_some_and(|e| preserves_key(&e.program))
+                            },
+                        );
+                        // The resolution is this version's answer for this
+                        // key: whatever filters the (maybe shared, maybe
+                        // just-filtered) entry carries hold for it.
+                        let checked = actions.entry(r).map_or(0, |e| e.filter_count());
+                        let v = CachedRef { action: r, checked };
+                        cache.insert_hashed(&keys[i], hashes[i], v);
                         actions.count_live(r, bytes);
                         r
                     }
@@ -698,7 +837,7 @@ fn catch_up(
     state: &DatapathState,
     seen: u64,
     actions: &mut ActionTable,
-    cache: &mut MicroflowCache<ActionRef>,
+    cache: &mut MicroflowCache<CachedRef>,
     stats: &mut WorkerStats,
 ) {
     let log = &state.log;
@@ -713,6 +852,9 @@ fn catch_up(
         for &dep in rec.deps.iter() {
             actions.invalidate(dep);
         }
+        for add in rec.adds.iter() {
+            actions.add_filter(&add.rule, &add.shadowed);
+        }
         stats.records_applied += 1;
     }
 }
@@ -725,7 +867,7 @@ fn catch_up(
 #[inline]
 fn maybe_collect(
     actions: &mut ActionTable,
-    cache: &MicroflowCache<ActionRef>,
+    cache: &MicroflowCache<CachedRef>,
     table_credit: &mut TableCredit,
     pipeline: &Pipeline,
 ) {
@@ -739,15 +881,15 @@ fn maybe_collect(
 #[cold]
 fn collect_unused(
     actions: &mut ActionTable,
-    cache: &MicroflowCache<ActionRef>,
+    cache: &MicroflowCache<CachedRef>,
     table_credit: &mut TableCredit,
     pipeline: &Pipeline,
 ) {
     // Freed entries must not hold uncredited packets.
     flush(actions, table_credit, pipeline);
     let mut used = vec![false; actions.slot_count()];
-    for (_, r) in cache.iter() {
-        if let Some(u) = used.get_mut(r.slot() as usize) {
+    for (_, c) in cache.iter() {
+        if let Some(u) = used.get_mut(c.action.slot() as usize) {
             *u = true;
         }
     }

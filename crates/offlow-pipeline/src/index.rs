@@ -598,15 +598,35 @@ impl MatchIndex {
         true
     }
 
-    /// Ids of the entries with priority in `lo..=hi` overlapping `m`, sorted.
+    /// Ids of the entries with priority in `lo..=hi` overlapping `m`, sorted
+    /// (the unbounded query; tests compare it with the naive scan).
+    #[cfg(test)]
     pub(crate) fn overlapping(&self, m: &FlowMatch, lo: Priority, hi: Priority) -> Vec<RuleId> {
+        self.overlapping_at_most(m, lo, hi, usize::MAX)
+            .unwrap_or_default()
+    }
+
+    /// The ids of the entries with priority in `lo..=hi` overlapping `m`,
+    /// sorted, or `None` once more than `limit` are found: an ADD that
+    /// overlaps thousands of entries (rules on disjoint fields all overlap)
+    /// must not cost a walk and a list proportional to the table.
+    pub(crate) fn overlapping_at_most(
+        &self,
+        m: &FlowMatch,
+        lo: Priority,
+        hi: Priority,
+        limit: usize,
+    ) -> Option<Vec<RuleId>> {
         let mut out = Vec::new();
-        self.for_each_overlapping(m, lo, hi, |e| {
+        let complete = self.for_each_overlapping(m, lo, hi, |e| {
             out.push(e.id);
-            true
+            out.len() <= limit
         });
+        if !complete {
+            return None;
+        }
         out.sort_unstable();
-        out
+        Some(out)
     }
 
     /// Is there an entry with priority in `lo..=hi` overlapping `m`?

@@ -261,7 +261,8 @@ pub enum PipelineOp {
 }
 
 /// What a flow-mod changed. The fast-path cache must invalidate everything
-/// that depended on any id listed in `modified`, `removed` or `shadowed`.
+/// that depended on any id listed in `modified`, `removed` or `shadowed`
+/// (or, with `shadowed_all`, on the ADD's table).
 #[derive(Debug, Clone, Default)]
 pub struct FlowModEffect {
     /// New entries.
@@ -274,7 +275,17 @@ pub struct FlowModEffect {
     /// For an ADD: entries of the same table with priority <= the new rule's
     /// that overlap it; keys that matched them may now match the new rule.
     pub shadowed: Vec<RuleId>,
+    /// For an ADD overlapping more than [`SHADOW_LIMIT`] such entries:
+    /// `shadowed` is left empty and every entry of the table counts as
+    /// shadowed (a cache must drop every decision that went through it).
+    pub shadowed_all: bool,
 }
+
+/// Most shadowed entries an ADD lists one by one (see
+/// [`FlowModEffect::shadowed_all`]). Listing costs the writer a walk over
+/// them and each reader one invalidation each; past a few hundred, dropping
+/// the table's decisions wholesale is cheaper for both.
+pub const SHADOW_LIMIT: usize = 256;
 
 impl FlowModEffect {
     /// True when nothing changed.
@@ -283,6 +294,7 @@ impl FlowModEffect {
             && self.modified.is_empty()
             && self.removed.is_empty()
             && self.shadowed.is_empty()
+            && !self.shadowed_all
     }
 }
 
@@ -584,8 +596,15 @@ impl Pipeline {
                 effect.added.push(id);
                 // Lower (or equal) priority entries that overlap may lose keys
                 // to the new entry.
-                // Exact (never over-approximated) and sorted.
-                effect.shadowed = table.matches.overlapping(&fm.matcher, 0, fm.priority);
+                // Exact (never over-approximated) and sorted, unless there
+                // are too many to list: then the whole table counts.
+                match table
+                    .matches
+                    .overlapping_at_most(&fm.matcher, 0, fm.priority, SHADOW_LIMIT)
+                {
+                    Some(ids) => effect.shadowed = ids,
+                    None => effect.shadowed_all = true,
+                }
                 (id, Arc::new(FlowCounters::default()))
             }
         };

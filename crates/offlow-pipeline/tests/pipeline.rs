@@ -755,3 +755,43 @@ fn strict_modify_keeps_the_compiled_table_and_pairs_agree() {
     }
     assert_eq!(a.dump(&FlowFilter::all()), b.dump(&FlowFilter::all()));
 }
+
+/// An ADD overlapping more than `SHADOW_LIMIT` lower-priority entries does
+/// not list them: it reports the whole table instead (and costs no walk of
+/// it); at the limit it still lists every one.
+#[test]
+fn shadowing_past_the_limit_reports_the_whole_table() {
+    let mut p = Pipeline::new(2);
+    let mut low = Vec::new();
+    // One rule per in_port, all overlapping an eth_type=IPv4 rule.
+    for port in 1..=(SHADOW_LIMIT as u32) {
+        low.push(add(
+            &mut p,
+            0,
+            1,
+            m_in_port(port),
+            vec![apply(vec![out(1)])],
+        ));
+    }
+    let mut ip = Match::ANY;
+    ip.set_exact(Field::EthType, 0x0800);
+    let e = p
+        .flow_mod(&FlowMod::add(0, 10, ip, vec![apply(vec![out(2)])]), 0)
+        .unwrap();
+    assert!(!e.shadowed_all);
+    assert_eq!(e.shadowed, low, "at the limit: every one listed");
+    add(&mut p, 0, 1, m_in_port(100_000), vec![apply(vec![out(1)])]);
+    let mut arp = Match::ANY;
+    arp.set_exact(Field::EthType, 0x0806);
+    let e = p
+        .flow_mod(&FlowMod::add(0, 10, arp, vec![apply(vec![out(2)])]), 0)
+        .unwrap();
+    assert!(e.shadowed_all, "one past the limit");
+    assert!(e.shadowed.is_empty());
+    assert!(!e.is_empty());
+    // Another table is not affected by the first one's size.
+    let e = p
+        .flow_mod(&FlowMod::add(1, 10, arp, vec![apply(vec![out(2)])]), 0)
+        .unwrap();
+    assert!(!e.shadowed_all && e.shadowed.is_empty());
+}
