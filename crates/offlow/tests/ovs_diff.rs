@@ -67,11 +67,8 @@ impl Ovs {
     }
 
     fn start() -> Ovs {
-        let dir = std::env::temp_dir().join(format!(
-            "offlow-ovs-{}-{}",
-            std::process::id(),
-            free_port()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("offlow-ovs-{}-{}", std::process::id(), free_port()));
         std::fs::create_dir_all(&dir).expect("ovs dir");
         let port = free_port();
         // From here on, Drop cleans up whatever got started.
