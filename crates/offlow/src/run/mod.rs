@@ -53,6 +53,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(8);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Socket read size.
 const READ_BUF: usize = 64 * 1024;
+/// Extra non-blocking reads taken after a wakeup before replies are written.
+const DRAIN_READS: usize = 64;
+/// Stop draining once this many reply bytes are queued.
+const DRAIN_MAX_OUTBOX: usize = 256 * 1024;
 
 /// State every connection task shares.
 struct Shared {
@@ -272,6 +276,19 @@ async fn serve(
                     let now = s.now_ns();
                     let Shared { switch, roles, .. } = &mut *s;
                     conn.receive(&buf[..n], now, switch, roles);
+                    // Take what else has already arrived before replying:
+                    // controllers like `ovs-ofctl add-flows` send a barrier
+                    // after every flow-mod, and one reply write per message
+                    // costs a syscall and a wakeup each. Bounded, so a peer
+                    // that does not read its replies is still not read from.
+                    let mut drained = 0;
+                    while drained < DRAIN_READS && conn.transmit_len() < DRAIN_MAX_OUTBOX {
+                        match rd.try_read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => conn.receive(&buf[..n], now, switch, roles),
+                        }
+                        drained += 1;
+                    }
                     switch.commit_pending();
                 }
                 Err(e) => break format!("read failed: {e}"),
