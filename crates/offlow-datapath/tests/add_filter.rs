@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{eth, fill_checksums, ipv4, udp, RecSink};
+use common::{eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
 use offlow_datapath::{execute, Control, ExecStats, PacketBuf, Worker, WorkerConfig, MAX_FILTERS};
 use offlow_flow::{extract, Field, Match, ParseStats};
 use offlow_pipeline::*;
@@ -262,28 +262,7 @@ fn arb_match() -> impl Strategy<Value = Match> {
         proptest::option::of(0u8..4),
         proptest::option::of(0u8..3),
     )
-        .prop_map(|(src, dst, dport)| {
-            let mut m = Match::ANY;
-            if let Some(s) = src {
-                let mut b = [0u8; 16];
-                b[10..16].copy_from_slice(&[0x02, 0, 0, 0, 0, s]);
-                m.set_exact(Field::EthSrc, u128::from_be_bytes(b));
-            }
-            if dst.is_some() || dport.is_some() {
-                m.set_exact(Field::EthType, 0x0800);
-            }
-            if let Some(d) = dst {
-                m.set_exact(
-                    Field::Ipv4Dst,
-                    u128::from(u32::from_be_bytes([10, 0, 0, d])),
-                );
-            }
-            if let Some(d) = dport {
-                m.set_exact(Field::IpProto, 17);
-                m.set_exact(Field::UdpDst, 50 + u128::from(d));
-            }
-            m
-        })
+        .prop_map(|(src, dst, dport)| small_domain_match(src, dst, dport))
 }
 
 /// A rule: (table, priority, match, output port, goto offset, rewrite).

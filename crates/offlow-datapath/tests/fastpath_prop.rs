@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{eth, fill_checksums, ipv4, udp, RecSink};
+use common::{eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
 use offlow_datapath::{execute, Control, ExecStats, PacketBuf, WorkerConfig};
 use offlow_flow::{extract, Field, Match, ParseStats};
 use offlow_pipeline::*;
@@ -46,30 +46,9 @@ fn arb_match() -> impl Strategy<Value = Match> {
         proptest::option::of(0u64..3),
     )
         .prop_map(|(in_port, src, dst, dport, md)| {
-            let mut m = Match::ANY;
+            let mut m = small_domain_match(src, dst, dport);
             if let Some(p) = in_port {
                 m.set_exact(Field::InPort, u128::from(p));
-            }
-            if let Some(s) = src {
-                let mac = u128::from_be_bytes({
-                    let mut b = [0u8; 16];
-                    b[10..16].copy_from_slice(&[0x02, 0, 0, 0, 0, s]);
-                    b
-                });
-                m.set_exact(Field::EthSrc, mac);
-            }
-            if dst.is_some() || dport.is_some() {
-                m.set_exact(Field::EthType, 0x0800);
-            }
-            if let Some(d) = dst {
-                m.set_exact(
-                    Field::Ipv4Dst,
-                    u128::from(u32::from_be_bytes([10, 0, 0, d])),
-                );
-            }
-            if let Some(d) = dport {
-                m.set_exact(Field::IpProto, 17);
-                m.set_exact(Field::UdpDst, 50 + u128::from(d));
             }
             if let Some(v) = md {
                 m.set_masked(Field::Metadata, u128::from(v), 3);

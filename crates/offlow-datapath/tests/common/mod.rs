@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use offlow_datapath::{sctp_checksum, OutputMeta, OutputSink, PortInfo};
-use offlow_flow::{extract, L3Kind, L4Kind, Layout, ParseStats, Parsed};
+use offlow_flow::{extract, Field, L3Kind, L4Kind, Layout, Match, ParseStats, Parsed};
 use offlow_wire::checksum::{checksum, fold, pseudo_ipv4, pseudo_ipv6, sum};
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
@@ -258,4 +258,30 @@ impl OutputSink for RecSink {
     fn port_info(&self, index: usize) -> Option<PortInfo> {
         self.ports.get(index).copied()
     }
+}
+
+/// A match over the property tests' small frame domain: eth_src
+/// 02:00:00:00:00:`src`, ipv4_dst 10.0.0.`dst`, udp_dst 50 + `dport`
+/// (adding the eth_type / ip_proto prerequisites those fields need).
+pub fn small_domain_match(src: Option<u8>, dst: Option<u8>, dport: Option<u8>) -> Match {
+    let mut m = Match::ANY;
+    if let Some(s) = src {
+        let mut b = [0u8; 16];
+        b[10..16].copy_from_slice(&[0x02, 0, 0, 0, 0, s]);
+        m.set_exact(Field::EthSrc, u128::from_be_bytes(b));
+    }
+    if dst.is_some() || dport.is_some() {
+        m.set_exact(Field::EthType, 0x0800);
+    }
+    if let Some(d) = dst {
+        m.set_exact(
+            Field::Ipv4Dst,
+            u128::from(u32::from_be_bytes([10, 0, 0, d])),
+        );
+    }
+    if let Some(d) = dport {
+        m.set_exact(Field::IpProto, 17);
+        m.set_exact(Field::UdpDst, 50 + u128::from(d));
+    }
+    m
 }
