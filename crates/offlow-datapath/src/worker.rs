@@ -104,7 +104,8 @@ use std::time::{Duration, Instant};
 use offlow_classifier::{Apply, ReadHandle, Rule, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
-    FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError, PipelineOp, Resolution,
+    ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError,
+    PipelineOp, RemovedFlow, Resolution,
 };
 
 use crate::action_table::{
@@ -223,6 +224,8 @@ pub struct Control {
     pending: Vec<Dep>,
     pending_adds: Vec<AddFilter>,
     sync: Arc<CounterSync>,
+    /// Writer-side idle-timeout state for [`Control::expire`].
+    expiry: ExpiryTracker,
 }
 
 impl Control {
@@ -236,6 +239,7 @@ impl Control {
             pending: Vec::new(),
             pending_adds: Vec::new(),
             sync: Arc::new(CounterSync::default()),
+            expiry: ExpiryTracker::new(),
         }
     }
 
@@ -348,6 +352,35 @@ impl Control {
             // fall back to freeing its shadowed deps' dependents.
             None => self.pending.extend(shadowed()),
         }
+    }
+
+    /// Remove every entry whose idle or hard timeout has passed at `now_ns`
+    /// (the clock of [`flow_mod`](Self::flow_mod)'s `now_ns`), returning
+    /// each with its reason (OpenFlow 1.3.5 §5.5; see
+    /// [`offlow_pipeline::expiry`]). Workers stop using the removed rules
+    /// (their cached decisions are freed) after the next
+    /// [`commit`](Self::commit), as for a DELETE.
+    ///
+    /// Idle detection reads the rule counters: call
+    /// [`sync_counters`](Self::sync_counters) first, or packets still
+    /// pending in a worker do not count as use and an entry in use may
+    /// expire. A removed entry's counters are final once every worker has
+    /// caught up with the commit (a worker credits what it still holds for
+    /// a rule before freeing its decisions): build OFPT_FLOW_REMOVED after
+    /// `commit` and a further `sync_counters`.
+    pub fn expire(&mut self, now_ns: u64) -> Vec<RemovedFlow> {
+        let (op, removed) = self
+            .state
+            .writer_view()
+            .pipeline
+            .prepare_expiry(now_ns, &mut self.expiry);
+        if !removed.is_empty() {
+            self.state.apply(StateOp::Pipeline(op));
+            // As `note_effect` does for a DELETE's removed entries.
+            self.pending
+                .extend(removed.iter().map(|r| Dep::Rule(r.entry.id)));
+        }
+        removed
     }
 
     /// Rebuild the tables' lookup accelerators (never changes an answer).

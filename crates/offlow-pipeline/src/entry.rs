@@ -238,11 +238,15 @@ pub struct FlowEntry {
     pub cookie: u64,
     /// Flags given at ADD (the OVERLAP/RESET bits are request-only but kept).
     pub flags: FlowModFlags,
-    /// Idle timeout in seconds (0 = none). Stored; expiry not yet processed.
+    /// Idle timeout in seconds (0 = none): the entry is removed once no
+    /// packet has been counted for this long (§5.5); see [`crate::expiry`].
     pub idle_timeout: u16,
-    /// Hard timeout in seconds (0 = none). Stored; expiry not yet processed.
+    /// Hard timeout in seconds (0 = none): the entry is removed this long
+    /// after `installed_at_ns` (§5.5); see [`crate::expiry`].
     pub hard_timeout: u16,
-    /// Caller's clock (nanoseconds) when the entry was added; for durations.
+    /// Caller's clock (nanoseconds) when the entry was added; for durations
+    /// and the hard timeout. A MODIFY keeps it (§6.4); an ADD replacing an
+    /// identical entry sets it anew.
     pub installed_at_ns: u64,
     /// The instructions as given.
     pub instructions: Vec<Instruction>,
@@ -256,5 +260,10 @@ impl FlowEntry {
     /// A table-miss entry: priority 0 and all fields wildcarded (§5.4).
     pub fn is_table_miss(&self) -> bool {
         self.priority == 0 && self.matcher.is_any()
+    }
+
+    /// True when the entry has an idle or a hard timeout (it can expire).
+    pub fn has_timeout(&self) -> bool {
+        self.idle_timeout != 0 || self.hard_timeout != 0
     }
 }

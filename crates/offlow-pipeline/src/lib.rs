@@ -8,6 +8,9 @@
 //! [`FlowKey`](offlow_flow::FlowKey) to the final ordered action list, the
 //! outcome and the rules passed, following §5.1–§5.10 (goto-table, metadata,
 //! apply-actions on a working key, the action set and its execution order).
+//! Idle and hard timeouts (§5.5) expire through the same op machinery
+//! ([`Pipeline::prepare_expiry`] with a writer-side [`ExpiryTracker`]),
+//! reporting each removed entry with its `ofp_flow_removed_reason`.
 //!
 //! Sans-IO: no sockets, threads or clocks; callers pass time in.
 //!
@@ -35,6 +38,7 @@
 pub mod action;
 pub mod entry;
 pub mod error;
+pub mod expiry;
 mod index;
 pub mod pipeline;
 pub mod port;
@@ -46,6 +50,7 @@ pub use error::{
     BadActionCode, BadInstructionCode, BadMatchCode, ErrorType, FlowModFailedCode, OfErrorCode,
     PipelineError,
 };
+pub use expiry::{ExpiryTracker, RemovedFlow, RemovedReason};
 pub use offlow_classifier::{PortRange, Priority, RuleId};
 pub use pipeline::{
     FlowFilter, FlowMod, FlowModCommand, FlowModEffect, FlowStats, Outcome, PathStep, Pipeline,

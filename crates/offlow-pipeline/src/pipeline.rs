@@ -37,7 +37,10 @@
 //! Invariants: every table's classifier holds exactly the rules of its entry
 //! map (same ids), and so does its [`MatchIndex`] (which answers identical-
 //! match and overlap questions without scanning); a rule id is unique in the
-//! whole pipeline; `index` maps every id to its table.
+//! whole pipeline; `index` maps every id to its table; `timed` holds
+//! exactly the installed entries that have an idle or hard timeout (the
+//! expiry scan's index, see [`crate::expiry`]; one more probe per update of
+//! a timed entry, none for others).
 //!
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
@@ -50,6 +53,7 @@ use offlow_flow::{present, Field, FlowKey, Match};
 use crate::action::{Action, ActionSet, Instruction, Program};
 use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
 use crate::error::PipelineError;
+use crate::expiry::TimedSlot;
 use crate::index::MatchIndex;
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
 use crate::validate::{validate_instructions, VID_PRESENT};
@@ -417,6 +421,12 @@ pub struct Pipeline {
     next_id: RuleId,
     /// Entry allocations to reuse; shared by clones (see [`EntryPool`]).
     pool: Arc<EntryPool>,
+    /// Every entry with a nonzero idle or hard timeout, by id: what an
+    /// expiry scan ([`Pipeline::prepare_expiry`]) walks, so entries without
+    /// timeouts cost a scan nothing. Maintained by `apply` alone, hence
+    /// identical in every copy. Holds a second reference to each entry,
+    /// dropped before the pool tries to recycle it.
+    timed: IdTable<TimedSlot>,
 }
 
 /// Most spare entry allocations an [`EntryPool`] keeps.
@@ -487,6 +497,7 @@ impl Pipeline {
             index: IdTable::new(),
             next_id: 1,
             pool: Arc::default(),
+            timed: IdTable::new(),
         }
     }
 
@@ -510,6 +521,22 @@ impl Pipeline {
     pub fn entry(&self, id: RuleId) -> Option<&Arc<FlowEntry>> {
         let t = *self.index.get(id.into())?;
         self.tables.get(t as usize)?.entries.get(id.into())
+    }
+
+    /// Number of entries with an idle or hard timeout (what an expiry scan
+    /// walks).
+    pub fn timed_len(&self) -> usize {
+        self.timed.len()
+    }
+
+    /// Every entry with an idle or hard timeout, in no particular order.
+    pub fn timed_entries(&self) -> impl Iterator<Item = &Arc<FlowEntry>> + '_ {
+        self.timed.values().map(|t| &t.entry)
+    }
+
+    /// The timed entries as an expiry scan reads them.
+    pub(crate) fn timed_slots(&self) -> impl Iterator<Item = &TimedSlot> + '_ {
+        self.timed.values()
     }
 
     /// The entry with `id` in table `table_id`: one probe, where
@@ -812,7 +839,16 @@ impl Pipeline {
                 t.entries.prefetch(e.id.into());
                 t.classifier.prefetch(e.id);
                 self.index.prefetch(e.id.into());
-                match t.entries.insert(e.id.into(), Arc::clone(e)) {
+                let prev = t.entries.insert(e.id.into(), Arc::clone(e));
+                // Keep `timed` in step before `prev` may be recycled (the
+                // pool only reuses an entry whose last reference it holds).
+                // Untimed entries replacing untimed ones skip it entirely.
+                if e.has_timeout() {
+                    self.timed.insert(e.id.into(), TimedSlot::new(e));
+                } else if prev.as_ref().is_some_and(|o| o.has_timeout()) {
+                    self.timed.remove(e.id.into());
+                }
+                match prev {
                     // A MODIFY, or an ADD replacing an identical entry: the
                     // classifier's rule (match, priority, id) is unchanged,
                     // so only the entry pointers are swapped. Leaving the
@@ -848,6 +884,9 @@ impl Pipeline {
                 t.classifier.prefetch(*id);
                 self.index.prefetch((*id).into());
                 if let Some(old) = t.entries.remove(u64::from(*id)) {
+                    if old.has_timeout() {
+                        self.timed.remove(u64::from(*id));
+                    }
                     t.matches.remove(&old);
                     t.classifier.discard(*id);
                     self.index.remove(u64::from(*id));
