@@ -2,7 +2,9 @@
 
 use clap::{Parser, Subcommand};
 
+mod ofctl_syntax;
 mod run;
+mod trace;
 
 #[derive(Parser)]
 #[command(name = "offlow", version, about = "An OpenFlow 1.3 software switch")]
@@ -15,6 +17,9 @@ struct Cli {
 enum Command {
     /// Run the switch: serve OpenFlow 1.3 controllers (no data ports yet).
     Run(run::RunArgs),
+    /// Trace a packet through the flow tables (like ovs-appctl ofproto/trace),
+    /// with rules from an ovs-ofctl flow file or a running switch.
+    Trace(trace::TraceArgs),
     /// Measurement kit: reproduce the source papers' experiments.
     #[command(subcommand)]
     Bench(Bench),
@@ -38,6 +43,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(a) => run::main(&a),
+        Command::Trace(a) => trace::main(&a),
         Command::Bench(Bench::Classify(a)) => offlow_bench::classify::main(&a),
         Command::Bench(Bench::Fib(a)) => offlow_bench::fib::main(&a),
         Command::Bench(Bench::Datapath(a)) => offlow_bench::datapath::main(&a),

@@ -1,0 +1,233 @@
+//! Fetch a running switch's flow tables over OpenFlow 1.3: a minimal,
+//! blocking controller session (HELLO, FEATURES for `n_tables`, one
+//! `OFPMP_FLOW` dump of every table reassembled across `OFPMPF_REPLY_MORE`
+//! parts, then `OFPMP_PORT_DESC` for FLOOD/ALL expansion), so
+//! `offlow trace --switch` can rebuild the pipeline locally.
+//!
+//! Every read has a timeout and the session has an overall deadline, so a
+//! silent or misbehaving switch cannot hang the command. Echo requests from
+//! the switch are answered; unrelated messages are skipped.
+//!
+//! Thread-safety: one blocking socket, owned by the caller's thread.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use offlow_datapath::PortInfo;
+use offlow_openflow::multipart::OFPMPF_MORE;
+use offlow_openflow::{
+    decode, encode_to_vec, frame_len, Body, FlowStats, FlowStatsRequest, Hello, Message,
+    MultipartReplyBody, MultipartRequest, MultipartRequestBody, OxmMatch,
+};
+use offlow_pipeline::{PortNo, GROUP_ANY, TABLE_ALL};
+
+/// What the switch told us.
+#[derive(Debug)]
+pub struct SwitchDump {
+    /// `n_tables` from the FEATURES reply.
+    pub n_tables: u8,
+    /// Every flow entry, in the order received.
+    pub flows: Vec<FlowStats>,
+    /// Multipart reply messages the dump took.
+    pub replies: usize,
+    /// The switch's ports (from `OFPMP_PORT_DESC`), for FLOOD/ALL.
+    pub ports: Vec<PortInfo>,
+}
+
+/// `OFPPC_NO_FLOOD` (OpenFlow 1.3.5 §7.2.1; deprecated but still reported).
+const OFPPC_NO_FLOOD: u32 = 1 << 4;
+/// `OFPPC_NO_FWD`.
+const OFPPC_NO_FWD: u32 = 1 << 5;
+/// `OFPPS_BLOCKED`.
+const OFPPS_BLOCKED: u32 = 1 << 1;
+
+/// A blocking OpenFlow 1.3 session.
+struct Session {
+    sock: TcpStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+    next_xid: u32,
+}
+
+impl Session {
+    fn send(&mut self, body: Body) -> anyhow::Result<u32> {
+        let xid = self.next_xid;
+        self.next_xid = self.next_xid.wrapping_add(1);
+        let bytes = encode_to_vec(&Message::new(xid, body)).context("encode request")?;
+        self.sock.write_all(&bytes).context("send to switch")?;
+        Ok(xid)
+    }
+
+    /// The next message, answering echo requests on the way.
+    fn recv(&mut self) -> anyhow::Result<Message> {
+        loop {
+            if let Some(n) = frame_len(&self.buf).map_err(|e| anyhow!("bad framing: {e:?}"))? {
+                if self.buf.len() >= n {
+                    let msg = decode(&self.buf[..n]);
+                    self.buf.drain(..n);
+                    let msg = msg.map_err(|e| anyhow!("undecodable message: {e:?}"))?;
+                    if let Body::EchoRequest(data) = &msg.body {
+                        let reply = Message::new(msg.xid, Body::EchoReply(data.clone()));
+                        let bytes = encode_to_vec(&reply).context("encode echo reply")?;
+                        self.sock.write_all(&bytes).context("send echo reply")?;
+                        continue;
+                    }
+                    return Ok(msg);
+                }
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!("timed out waiting for the switch");
+            }
+            self.sock.set_read_timeout(Some(left))?;
+            let mut chunk = [0u8; 64 * 1024];
+            let n = self.sock.read(&mut chunk).context("read from switch")?;
+            if n == 0 {
+                bail!("the switch closed the connection");
+            }
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Wait for the reply to `xid`, failing on an error reply.
+    fn reply(&mut self, xid: u32) -> anyhow::Result<Message> {
+        loop {
+            let m = self.recv()?;
+            if m.xid != xid {
+                continue;
+            }
+            if let Body::Error(e) = &m.body {
+                bail!("the switch answered with an error: {e:?}");
+            }
+            return Ok(m);
+        }
+    }
+}
+
+/// Parse `tcp:HOST:PORT` (or `HOST:PORT`) into a socket address string.
+pub fn target_addr(target: &str) -> anyhow::Result<String> {
+    let rest = target.strip_prefix("tcp:").unwrap_or(target);
+    let (host, port) = rest
+        .rsplit_once(':')
+        .ok_or_else(|| anyhow!("--switch {target}: expected tcp:HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| anyhow!("--switch {target}: bad port `{port}`"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Ok(if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    })
+}
+
+/// Connect to `target`, negotiate OpenFlow 1.3 and dump every flow.
+pub fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDump> {
+    let addr = target_addr(target)?;
+    let sock = {
+        use std::net::ToSocketAddrs;
+        let sa = addr
+            .to_socket_addrs()
+            .with_context(|| format!("resolve {addr}"))?
+            .next()
+            .ok_or_else(|| anyhow!("{addr}: no address"))?;
+        TcpStream::connect_timeout(&sa, timeout).with_context(|| format!("connect to {addr}"))?
+    };
+    sock.set_nodelay(true)?;
+    sock.set_write_timeout(Some(timeout))?;
+    let mut s = Session {
+        sock,
+        buf: Vec::new(),
+        deadline: Instant::now() + timeout,
+        next_xid: 1,
+    };
+    s.send(Body::Hello(Hello::of13()))?;
+    // §6.3.1: the peer's HELLO comes first.
+    let hello = s.recv()?;
+    if !matches!(hello.body, Body::Hello(_)) {
+        bail!("expected HELLO from the switch, got {:?}", hello.body);
+    }
+    let xid = s.send(Body::FeaturesRequest)?;
+    let n_tables = match s.reply(xid)?.body {
+        Body::FeaturesReply(f) => f.n_tables,
+        other => bail!("expected FEATURES_REPLY, got {other:?}"),
+    };
+    let req = MultipartRequest {
+        flags: 0,
+        body: MultipartRequestBody::Flow(FlowStatsRequest {
+            table_id: TABLE_ALL,
+            out_port: PortNo::ANY.0,
+            out_group: GROUP_ANY,
+            cookie: 0,
+            cookie_mask: 0,
+            matcher: OxmMatch::any(),
+        }),
+    };
+    let xid = s.send(Body::MultipartRequest(req))?;
+    let mut flows = Vec::new();
+    let mut replies = 0usize;
+    loop {
+        let m = s.reply(xid)?;
+        replies += 1;
+        let Body::MultipartReply(r) = m.body else {
+            bail!("expected a MULTIPART_REPLY, got {:?}", m.body);
+        };
+        match r.body {
+            MultipartReplyBody::Flow(v) => flows.extend(v),
+            other => bail!("expected flow stats, got {other:?}"),
+        }
+        // §7.3.5: parts with OFPMPF_REPLY_MORE set are followed by more.
+        if r.flags & OFPMPF_MORE == 0 {
+            break;
+        }
+    }
+    let xid = s.send(Body::MultipartRequest(MultipartRequest {
+        flags: 0,
+        body: MultipartRequestBody::PortDesc,
+    }))?;
+    let mut ports = Vec::new();
+    loop {
+        let m = s.reply(xid)?;
+        let Body::MultipartReply(r) = m.body else {
+            bail!("expected a MULTIPART_REPLY, got {:?}", m.body);
+        };
+        match r.body {
+            MultipartReplyBody::PortDesc(v) => ports.extend(
+                v.iter()
+                    // LOCAL is not a FLOOD/ALL target (§4.5: standard ports).
+                    .filter(|p| PortNo(p.port_no).is_physical())
+                    .map(|p| PortInfo {
+                        port: p.port_no,
+                        no_fwd: p.config & OFPPC_NO_FWD != 0,
+                        no_flood: p.config & OFPPC_NO_FLOOD != 0 || p.state & OFPPS_BLOCKED != 0,
+                    }),
+            ),
+            other => bail!("expected port descriptions, got {other:?}"),
+        }
+        if r.flags & OFPMPF_MORE == 0 {
+            break;
+        }
+    }
+    Ok(SwitchDump {
+        n_tables,
+        flows,
+        replies,
+        ports,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets() {
+        assert_eq!(target_addr("tcp:127.0.0.1:6653").unwrap(), "127.0.0.1:6653");
+        assert_eq!(target_addr("localhost:1").unwrap(), "localhost:1");
+        assert_eq!(target_addr("tcp:[::1]:6653").unwrap(), "[::1]:6653");
+        assert!(target_addr("tcp:host").is_err());
+        assert!(target_addr("tcp:host:99999").is_err());
+    }
+}
