@@ -573,3 +573,121 @@ impl Port for AfPacketPort {
         self.stats
     }
 }
+
+/// A transmit-only packet socket on an interface (protocol 0: the kernel
+/// delivers it nothing), for the control side's packet-outs, plus link
+/// queries. Opened in the interface's namespace like a port.
+pub struct AfPacketTx {
+    name: String,
+    fd: OwnedFd,
+    /// An `AF_INET` datagram socket of the same namespace for interface
+    /// ioctls (sysfs shows the namespace it was mounted in, not ours).
+    ctl: OwnedFd,
+}
+
+/// What [`AfPacketTx::link`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkState {
+    /// The interface's MAC address.
+    pub hw_addr: [u8; 6],
+    /// Administratively up (`IFF_UP`).
+    pub admin_up: bool,
+    /// Carrier present (`IFF_RUNNING`: operationally up).
+    pub link_up: bool,
+}
+
+fn ifreq(name: &str) -> io::Result<libc::ifreq> {
+    // SAFETY: an all-zero ifreq is a valid value.
+    let mut r: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= r.ifr_name.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("interface name {name} too long"),
+        ));
+    }
+    for (d, s) in r.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(r)
+}
+
+impl AfPacketTx {
+    /// Open a transmit socket on `ifname`.
+    pub fn open(ifname: &str) -> io::Result<AfPacketTx> {
+        let index = ifindex(ifname)?;
+        // SAFETY: plain socket creation; checked.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        let raw = cvt(raw, "packet socket (needs CAP_NET_RAW)")?;
+        // SAFETY: fresh descriptor, owned from here on.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        setsockopt(
+            fd.as_raw_fd(),
+            PACKET_QDISC_BYPASS,
+            &1i32,
+            "PACKET_QDISC_BYPASS",
+        )?;
+        // SAFETY: an all-zero sockaddr_ll is valid to fill in.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = 0;
+        sll.sll_ifindex = index as i32;
+        // SAFETY: `sll` is a live sockaddr_ll of the size passed.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        cvt(rc, &format!("binding to {ifname}"))?;
+        // SAFETY: plain socket creation; checked.
+        let c = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        let c = cvt(c, "control socket")?;
+        // SAFETY: fresh descriptor.
+        let ctl = unsafe { OwnedFd::from_raw_fd(c) };
+        Ok(AfPacketTx {
+            name: ifname.to_string(),
+            fd,
+            ctl,
+        })
+    }
+
+    /// Transmit one frame; false when the kernel refused it.
+    pub fn send(&self, frame: &[u8]) -> bool {
+        // SAFETY: `frame` is a live slice of the length passed.
+        let rc = unsafe {
+            libc::send(
+                self.fd.as_raw_fd(),
+                frame.as_ptr().cast(),
+                frame.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        rc == frame.len() as isize
+    }
+
+    /// The interface's address and up/down state now.
+    pub fn link(&self) -> io::Result<LinkState> {
+        let mut r = ifreq(&self.name)?;
+        // SAFETY: SIOCGIFHWADDR fills `ifr_hwaddr` of the ifreq we own.
+        let rc = unsafe { libc::ioctl(self.ctl.as_raw_fd(), libc::SIOCGIFHWADDR, &mut r) };
+        cvt(rc, "SIOCGIFHWADDR")?;
+        let mut hw_addr = [0u8; 6];
+        // SAFETY: after SIOCGIFHWADDR the union holds a sockaddr.
+        let data = unsafe { r.ifr_ifru.ifru_hwaddr.sa_data };
+        for (d, s) in hw_addr.iter_mut().zip(data.iter()) {
+            *d = *s as u8;
+        }
+        let mut r = ifreq(&self.name)?;
+        // SAFETY: SIOCGIFFLAGS fills `ifr_flags` of the ifreq we own.
+        let rc = unsafe { libc::ioctl(self.ctl.as_raw_fd(), libc::SIOCGIFFLAGS, &mut r) };
+        cvt(rc, "SIOCGIFFLAGS")?;
+        // SAFETY: after SIOCGIFFLAGS the union holds the flags.
+        let flags = unsafe { r.ifr_ifru.ifru_flags } as libc::c_int;
+        Ok(LinkState {
+            hw_addr,
+            admin_up: flags & libc::IFF_UP != 0,
+            link_up: flags & libc::IFF_RUNNING != 0,
+        })
+    }
+}

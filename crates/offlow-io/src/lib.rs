@@ -39,7 +39,7 @@ pub mod netns;
 use std::io;
 use std::os::fd::RawFd;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort};
+pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState};
 pub use mem::{MemPeer, MemPort};
 
 /// What the kernel said about a received frame beyond its bytes.

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 
+mod demo;
 mod ofctl_syntax;
 mod run;
 mod trace;
@@ -15,8 +16,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the switch: serve OpenFlow 1.3 controllers (no data ports yet).
+    /// Run the switch: data ports on Linux interfaces, OpenFlow 1.3
+    /// controllers, standalone or secure fail mode.
     Run(run::RunArgs),
+    /// Build namespaces and veth links, run the switch between them in
+    /// standalone mode, send ping, TCP and UDP across it and show per-tier
+    /// counters; removes everything it created.
+    Demo(demo::DemoArgs),
     /// Trace a packet through the flow tables (like ovs-appctl ofproto/trace),
     /// with rules from an ovs-ofctl flow file or a running switch.
     Trace(trace::TraceArgs),
@@ -43,6 +49,7 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(a) => run::main(&a),
+        Command::Demo(a) => demo::main(&a),
         Command::Trace(a) => trace::main(&a),
         Command::Bench(Bench::Classify(a)) => offlow_bench::classify::main(&a),
         Command::Bench(Bench::Fib(a)) => offlow_bench::fib::main(&a),

@@ -15,6 +15,16 @@
 //! tables = 8
 //! listen = ["ptcp:6653"]
 //! controllers = ["tcp:127.0.0.1:6653"]
+//! fail_mode = "standalone"   # or "secure" (the default)
+//! workers = 2                # packet threads
+//! cores = [0, 1]             # pin worker i to cores[i % len]
+//! cache_size = 65536         # microflow entries per worker
+//! netns = "sw"               # open every port inside this namespace
+//!
+//! [[port]]
+//! name = "veth1"             # the Linux interface
+//! number = 1                 # its OpenFlow port number (default: position)
+//! kind = "af_packet"         # the only kind so far
 //! ```
 //!
 //! Thread-safety: plain data.
@@ -128,6 +138,102 @@ pub struct RunArgs {
     /// Number of flow tables (1..=255); default 8.
     #[arg(long)]
     pub tables: Option<u16>,
+    /// Data port (repeatable): a Linux interface, `IFNAME` or
+    /// `IFNAME=NUMBER` (default number: its position, from 1).
+    #[arg(long = "port", value_name = "IFNAME[=NUMBER]")]
+    pub ports: Vec<String>,
+    /// Open the ports inside this network namespace (`ip netns` name).
+    #[arg(long, value_name = "NAME")]
+    pub netns: Option<String>,
+    /// Packet worker threads; default 1.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// `secure` (default: misses follow the tables, no rule means drop) or
+    /// `standalone` (a MAC-learning switch while no controller is
+    /// connected).
+    #[arg(long, value_parser = parse_fail_mode)]
+    pub fail_mode: Option<FailMode>,
+}
+
+/// What the switch does without a controller (Open vSwitch's fail modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailMode {
+    /// Only the flow tables decide; nothing is added by the switch.
+    #[default]
+    Secure,
+    /// While no active controller (`tcp:`) is connected, the switch learns
+    /// MAC addresses and installs its own forwarding flows (cookie
+    /// [`crate::run::standalone::COOKIE`]); they are removed when one
+    /// connects.
+    Standalone,
+}
+
+fn parse_fail_mode(s: &str) -> Result<FailMode, String> {
+    match s {
+        "secure" => Ok(FailMode::Secure),
+        "standalone" => Ok(FailMode::Standalone),
+        _ => Err(format!("`{s}`: expected `secure` or `standalone`")),
+    }
+}
+
+/// One data port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// The Linux interface.
+    pub name: String,
+    /// Its OpenFlow port number.
+    pub number: u32,
+}
+
+/// Highest OpenFlow number of a physical port (`OFPP_MAX`).
+const OFPP_MAX: u32 = 0xffff_ff00;
+
+fn check_port_number(n: u32) -> anyhow::Result<u32> {
+    if n == 0 || n > OFPP_MAX {
+        bail!("port number {n}: must be 1..={OFPP_MAX:#x}");
+    }
+    Ok(n)
+}
+
+fn parse_port_flag(s: &str, position: usize) -> anyhow::Result<PortConfig> {
+    let (name, number) = match s.split_once('=') {
+        Some((n, num)) => (
+            n,
+            num.parse::<u32>()
+                .map_err(|e| anyhow::anyhow!("`{num}`: {e}"))?,
+        ),
+        None => (s, position as u32),
+    };
+    check_ifname(name)?;
+    Ok(PortConfig {
+        name: name.to_string(),
+        number: check_port_number(number)?,
+    })
+}
+
+fn check_ifname(name: &str) -> anyhow::Result<()> {
+    // IFNAMSIZ is 16 with the NUL.
+    if name.is_empty() || name.len() > 15 || name.contains(['/', ' ', '\0']) {
+        bail!("`{name}`: not a Linux interface name (1 to 15 bytes, no `/` or space)");
+    }
+    Ok(())
+}
+
+fn check_ports(ports: &[PortConfig]) -> anyhow::Result<()> {
+    for (i, p) in ports.iter().enumerate() {
+        if let Some(q) = ports[..i].iter().find(|q| q.number == p.number) {
+            bail!(
+                "ports {} and {} both have number {}",
+                q.name,
+                p.name,
+                p.number
+            );
+        }
+        if ports[..i].iter().any(|q| q.name == p.name) {
+            bail!("port {} listed twice", p.name);
+        }
+    }
+    Ok(())
 }
 
 fn parse_dpid(s: &str) -> Result<u64, String> {
@@ -149,6 +255,46 @@ pub struct RunConfig {
     pub listen: Vec<Endpoint>,
     /// Active endpoints.
     pub controllers: Vec<Endpoint>,
+    /// Data ports.
+    pub ports: Vec<PortConfig>,
+    /// Namespace the ports are opened in.
+    pub netns: Option<String>,
+    /// Packet worker threads (at least 1).
+    pub workers: usize,
+    /// Cores to pin workers to (empty: not pinned).
+    pub cores: Vec<usize>,
+    /// Microflow cache entries per worker.
+    pub cache_size: usize,
+    /// Behaviour without a controller.
+    pub fail_mode: FailMode,
+}
+
+/// Default microflow cache entries per worker.
+pub const DEFAULT_CACHE_SIZE: usize = 65536;
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        RunConfig {
+            dpid: DEFAULT_DPID,
+            tables: DEFAULT_TABLES,
+            listen: Vec::new(),
+            controllers: Vec::new(),
+            ports: Vec::new(),
+            netns: None,
+            workers: 1,
+            cores: Vec::new(),
+            cache_size: DEFAULT_CACHE_SIZE,
+            fail_mode: FailMode::Secure,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePort {
+    name: toml::Spanned<String>,
+    number: Option<toml::Spanned<u32>>,
+    kind: Option<toml::Spanned<String>>,
 }
 
 /// The file's shape. Values that need checking beyond their type keep their
@@ -162,6 +308,14 @@ struct FileConfig {
     listen: Vec<toml::Spanned<String>>,
     #[serde(default)]
     controllers: Vec<toml::Spanned<String>>,
+    #[serde(default)]
+    port: Vec<FilePort>,
+    netns: Option<String>,
+    workers: Option<toml::Spanned<usize>>,
+    #[serde(default)]
+    cores: Vec<usize>,
+    cache_size: Option<toml::Spanned<usize>>,
+    fail_mode: Option<toml::Spanned<String>>,
 }
 
 /// 1-based line of byte offset `at` in `text`.
@@ -206,11 +360,64 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
         controllers
             .push(Endpoint::parse_active(s.get_ref()).map_err(|e| at("controllers", s.span(), e))?);
     }
+    let mut ports = Vec::new();
+    for (i, p) in f.port.iter().enumerate() {
+        check_ifname(p.name.get_ref()).map_err(|e| at("port.name", p.name.span(), e))?;
+        let number = match &p.number {
+            Some(n) => {
+                check_port_number(*n.get_ref()).map_err(|e| at("port.number", n.span(), e))?
+            }
+            None => i as u32 + 1,
+        };
+        if let Some(k) = &p.kind {
+            if k.get_ref() != "af_packet" {
+                return Err(at(
+                    "port.kind",
+                    k.span(),
+                    anyhow::anyhow!("`{}`: the supported kind is `af_packet`", k.get_ref()),
+                ));
+            }
+        }
+        ports.push(PortConfig {
+            name: p.name.get_ref().clone(),
+            number,
+        });
+        check_ports(&ports).map_err(|e| at("port", p.name.span(), e))?;
+    }
+    let workers = match f.workers {
+        Some(w) if *w.get_ref() == 0 || *w.get_ref() > 64 => {
+            return Err(at("workers", w.span(), anyhow::anyhow!("must be 1..=64")));
+        }
+        Some(w) => *w.get_ref(),
+        None => 1,
+    };
+    let cache_size = match f.cache_size {
+        Some(c) if *c.get_ref() == 0 || *c.get_ref() > 1 << 26 => {
+            return Err(at(
+                "cache_size",
+                c.span(),
+                anyhow::anyhow!("must be 1..=67108864"),
+            ));
+        }
+        Some(c) => *c.get_ref(),
+        None => DEFAULT_CACHE_SIZE,
+    };
+    let fail_mode = match &f.fail_mode {
+        Some(m) => parse_fail_mode(m.get_ref())
+            .map_err(|e| at("fail_mode", m.span(), anyhow::anyhow!(e)))?,
+        None => FailMode::Secure,
+    };
     Ok(RunConfig {
         dpid: f.dpid.unwrap_or(DEFAULT_DPID),
         tables,
         listen,
         controllers,
+        ports,
+        netns: f.netns,
+        workers,
+        cores: f.cores,
+        cache_size,
+        fail_mode,
     })
 }
 
@@ -223,13 +430,29 @@ impl RunArgs {
                     .with_context(|| format!("reading {}", p.display()))?;
                 parse_file(p, &text)?
             }
-            None => RunConfig {
-                dpid: DEFAULT_DPID,
-                tables: DEFAULT_TABLES,
-                listen: Vec::new(),
-                controllers: Vec::new(),
-            },
+            None => RunConfig::default(),
         };
+        if !self.ports.is_empty() {
+            c.ports = self
+                .ports
+                .iter()
+                .enumerate()
+                .map(|(i, s)| parse_port_flag(s, i + 1).context("--port"))
+                .collect::<anyhow::Result<_>>()?;
+            check_ports(&c.ports).context("--port")?;
+        }
+        if let Some(ns) = &self.netns {
+            c.netns = Some(ns.clone());
+        }
+        if let Some(w) = self.workers {
+            if w == 0 || w > 64 {
+                bail!("--workers {w}: must be 1..=64");
+            }
+            c.workers = w;
+        }
+        if let Some(m) = self.fail_mode {
+            c.fail_mode = m;
+        }
         if let Some(d) = self.dpid {
             c.dpid = d;
         }
@@ -330,5 +553,57 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 3") && e.contains("tables"), "{e}");
+    }
+
+    #[test]
+    fn ports_in_the_file_and_their_errors() {
+        let text = "workers = 2\nfail_mode = \"standalone\"\n[[port]]\nname = \"v1\"\n[[port]]\nname = \"v2\"\nnumber = 7\n";
+        let c = parse_file(Path::new("p.toml"), text).unwrap();
+        assert_eq!(c.workers, 2);
+        assert_eq!(c.fail_mode, FailMode::Standalone);
+        let got: Vec<(&str, u32)> = c
+            .ports
+            .iter()
+            .map(|p| (p.name.as_str(), p.number))
+            .collect();
+        assert_eq!(got, [("v1", 1), ("v2", 7)]);
+
+        let dup = "[[port]]\nname = \"v1\"\nnumber = 3\n[[port]]\nname = \"v2\"\nnumber = 3\n";
+        let e = parse_file(Path::new("p.toml"), dup)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("p.toml") && e.contains("line 5") && e.contains("number 3"),
+            "{e}"
+        );
+
+        let kind = "[[port]]\nname = \"v1\"\nkind = \"dpdk\"\n";
+        let e = parse_file(Path::new("p.toml"), kind)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3") && e.contains("port.kind"), "{e}");
+
+        let long = "[[port]]\nname = \"abcdefghijklmnopq\"\n";
+        let e = parse_file(Path::new("p.toml"), long)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("port.name"), "{e}");
+
+        let mode = "\nfail_mode = \"open\"\n";
+        let e = parse_file(Path::new("p.toml"), mode)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 2") && e.contains("fail_mode"), "{e}");
+    }
+
+    #[test]
+    fn port_flags() {
+        let p = parse_port_flag("veth0", 2).unwrap();
+        assert_eq!((p.name.as_str(), p.number), ("veth0", 2));
+        let p = parse_port_flag("veth0=10", 1).unwrap();
+        assert_eq!(p.number, 10);
+        assert!(parse_port_flag("veth0=0", 1).is_err());
+        assert!(parse_port_flag("veth0=x", 1).is_err());
+        assert!(parse_port_flag("", 1).is_err());
     }
 }

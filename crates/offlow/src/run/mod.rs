@@ -23,27 +23,57 @@
 //! handled to completion before any other connection's (the ordering the
 //! connection module documents for barriers holds switch-wide).
 //!
-//! Thread-safety: everything runs on the runtime's one thread (`Rc`,
-//! `RefCell`); data-path workers, when ports arrive, will run on their own
-//! threads and meet the control side only through `Control`.
+//! Data ports ([`dataplane`]): with ports configured, packet worker
+//! threads move frames between the interfaces and the datapath; frames
+//! they send to CONTROLLER come back here over a bounded channel and become
+//! PACKET_IN messages to every connection (each filters by its role and
+//! async config), or, in standalone fail mode while no active controller
+//! is connected, feed the MAC learning of [`standalone`]. Link state is
+//! re-read every [`LINK_POLL`]; a change is announced as PORT_STATUS.
+//!
+//! Thread-safety: the control side runs on the runtime's one thread (`Rc`,
+//! `RefCell`); packet workers run on their own threads and meet it only
+//! through `Control`, the packet-in channel and their statistics slots.
 
-mod config;
+pub mod config;
+pub mod dataplane;
+mod flow_removed;
+pub mod standalone;
 mod switch;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use offlow_openflow::{ConnConfig, Connection, Roles};
+use offlow_datapath::WorkerConfig;
+use offlow_flow::{Field, Match};
+use offlow_io::netns::in_netns;
+use offlow_io::AfPacketTx;
+use offlow_openflow::{Body, ConnConfig, Connection, OxmMatch, PacketIn, PortStatus, Roles};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, mpsc, watch};
 use tracing::{debug, info, warn};
 
-pub use config::{Endpoint, RunArgs, RunConfig};
-pub use switch::DatapathSwitch;
+pub use config::{Endpoint, FailMode, RunArgs, RunConfig};
+use dataplane::{DataPort, Dataplane, DataplaneConfig, PacketInFrame};
+use standalone::Standalone;
+pub use switch::{DatapathSwitch, SwitchPort};
+
+/// How often timed-out flow entries are looked for.
+pub const EXPIRY_EVERY: Duration = Duration::from_millis(250);
+/// How often port link state is re-read.
+pub const LINK_POLL: Duration = Duration::from_secs(1);
+/// Asynchronous messages queued per connection before the oldest are lost.
+const EVENT_QUEUE: usize = 4096;
+/// `OFPR_NO_MATCH`, `OFPR_ACTION` (§7.4.1).
+const OFPR_NO_MATCH: u8 = 0;
+const OFPR_ACTION: u8 = 1;
+/// `OFPPR_MODIFY` (§7.4.3).
+const OFPPR_MODIFY: u8 = 2;
 
 /// First reconnection delay of an active connection.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -66,6 +96,12 @@ struct Shared {
     epoch: Instant,
     /// Connection tasks still running (for a graceful stop).
     live: usize,
+    /// Asynchronous messages for every connection.
+    events: broadcast::Sender<Arc<Body>>,
+    /// Active (`tcp:`) controller connections negotiated now.
+    active_controllers: usize,
+    fail_mode: FailMode,
+    standalone: Standalone,
 }
 
 impl Shared {
@@ -86,26 +122,127 @@ pub fn main(args: &RunArgs) -> anyhow::Result<()> {
         .build()
         .context("starting the tokio runtime")?;
     let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, run(cfg))
+    local.block_on(&rt, run(cfg, shutdown_signal(), None))
+}
+
+/// What an embedder (the demo) gets once the switch runs.
+pub struct Running {
+    /// The packet workers' counters (`None`: no data ports).
+    pub stats: Option<dataplane::StatsHandle>,
+}
+
+/// Run the switch on the calling thread until `stop` resolves; `ready`
+/// receives a [`Running`] once ports and listeners are up.
+pub fn run_embedded(
+    cfg: RunConfig,
+    stop: tokio::sync::oneshot::Receiver<()>,
+    ready: std::sync::mpsc::Sender<Running>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let local = tokio::task::LocalSet::new();
+    let stop = async move {
+        let _ = stop.await;
+        Ok("stop requested")
+    };
+    local.block_on(&rt, run(cfg, stop, Some(ready)))
 }
 
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // A subscriber already installed (tests) is fine.
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }
 
-async fn run(cfg: RunConfig) -> anyhow::Result<()> {
+/// Open the packet-out sockets and start the workers.
+fn start_ports(
+    switch: &mut DatapathSwitch,
+    cfg: &RunConfig,
+) -> anyhow::Result<Option<mpsc::Receiver<PacketInFrame>>> {
+    if cfg.ports.is_empty() {
+        return Ok(None);
+    }
+    let netns = cfg.netns.as_deref();
+    let mut ports = Vec::new();
+    for p in &cfg.ports {
+        let tx = in_netns(netns, || AfPacketTx::open(&p.name))
+            .context("entering the ports' network namespace")?
+            .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
+        let link = tx
+            .link()
+            .with_context(|| format!("reading the link state of {}", p.name))?;
+        ports.push(SwitchPort {
+            number: p.number,
+            name: p.name.clone(),
+            tx: Some(tx),
+            link,
+            tx_packets: 0,
+        });
+    }
+    let data_ports: Vec<DataPort> = cfg
+        .ports
+        .iter()
+        .map(|p| DataPort {
+            ifname: p.name.clone(),
+            number: p.number,
+        })
+        .collect();
+    let workers = (0..cfg.workers)
+        .map(|_| {
+            switch.new_worker(WorkerConfig {
+                cache_capacity: cfg.cache_size,
+                ..WorkerConfig::default()
+            })
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel(dataplane::PACKET_IN_QUEUE);
+    let dp = Dataplane::start(DataplaneConfig {
+        ports: &data_ports,
+        netns,
+        workers,
+        cores: &cfg.cores,
+        packet_in: tx,
+    })?;
+    switch.attach(ports, dp);
+    Ok(Some(rx))
+}
+
+async fn run(
+    cfg: RunConfig,
+    stop: impl std::future::Future<Output = std::io::Result<&'static str>>,
+    ready: Option<std::sync::mpsc::Sender<Running>>,
+) -> anyhow::Result<()> {
+    let mut switch = DatapathSwitch::new(cfg.dpid, cfg.tables);
+    let packet_ins = start_ports(&mut switch, &cfg)?;
+    let (events, _) = broadcast::channel(EVENT_QUEUE);
     let shared: SharedRc = Rc::new(RefCell::new(Shared {
-        switch: DatapathSwitch::new(cfg.dpid, cfg.tables),
+        switch,
         roles: Roles::new(),
         epoch: Instant::now(),
         live: 0,
+        events,
+        active_controllers: 0,
+        fail_mode: cfg.fail_mode,
+        standalone: Standalone::default(),
     }));
+    {
+        let mut s = shared.borrow_mut();
+        if s.fail_mode == FailMode::Standalone {
+            let now = s.now_ns();
+            let Shared {
+                switch, standalone, ..
+            } = &mut *s;
+            standalone.engage(switch, now);
+        }
+    }
     // Bind every listener before anything else so a bad address fails the
     // start, not some later moment.
     let mut listeners = Vec::new();
@@ -122,11 +259,18 @@ async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     info!(
         dpid = format_args!("{:#018x}", cfg.dpid),
         tables = cfg.tables,
-        ports = 0,
+        ports = cfg.ports.len(),
+        workers = if cfg.ports.is_empty() { 0 } else { cfg.workers },
+        fail_mode = ?cfg.fail_mode,
         controllers = cfg.controllers.len(),
         "offlow switch running"
     );
     let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::task::spawn_local(expiry_loop(shared.clone(), stop_rx.clone()));
+    if let Some(rx) = packet_ins {
+        tokio::task::spawn_local(packet_in_loop(rx, shared.clone(), stop_rx.clone()));
+        tokio::task::spawn_local(link_loop(shared.clone(), stop_rx.clone()));
+    }
     for l in listeners {
         tokio::task::spawn_local(accept_loop(l, shared.clone(), stop_rx.clone()));
     }
@@ -135,9 +279,12 @@ async fn run(cfg: RunConfig) -> anyhow::Result<()> {
             tokio::task::spawn_local(active_loop(host, port, shared.clone(), stop_rx.clone()));
         }
     }
-    let why = shutdown_signal()
-        .await
-        .context("installing signal handlers")?;
+    if let Some(r) = ready {
+        let stats = shared.borrow().switch.dataplane_stats_handle();
+        // The embedder may have given up waiting; the switch runs anyway.
+        let _ = r.send(Running { stats });
+    }
+    let why = stop.await.context("installing signal handlers")?;
     info!(signal = why, "stopping");
     // Receivers may all be gone (no endpoints); nothing to tell then.
     let _ = stop_tx.send(true);
@@ -145,9 +292,24 @@ async fn run(cfg: RunConfig) -> anyhow::Result<()> {
     while shared.borrow().live > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let s = shared.borrow();
+    let mut s = shared.borrow_mut();
     if s.live > 0 {
         warn!(connections = s.live, "connections still open at exit");
+    }
+    if let Some(d) = s.switch.stop_dataplane() {
+        let w = d.worker;
+        info!(
+            packets = w.packets,
+            cache_hits = w.cache_hits,
+            pipeline_lookups = w.pipeline_lookups,
+            drop_table_miss = w.drop_table_miss,
+            drop_no_output = w.drop_no_output,
+            outputs = w.outputs,
+            packet_ins = d.packet_ins,
+            packet_in_dropped = d.packet_in_dropped,
+            csum_finished = d.csum_finished,
+            "data plane stopped"
+        );
     }
     let po = s.switch.packet_out_stats();
     info!(
@@ -181,7 +343,7 @@ async fn accept_loop(l: TcpListener, shared: SharedRc, mut stop: watch::Receiver
         tokio::select! {
             r = l.accept() => match r {
                 Ok((stream, peer)) => {
-                    tokio::task::spawn_local(serve(stream, peer, shared.clone(), stop.clone()));
+                    tokio::task::spawn_local(serve(stream, peer, false, shared.clone(), stop.clone()));
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -204,7 +366,7 @@ async fn active_loop(host: String, port: u16, shared: SharedRc, mut stop: watch:
                     let peer = stream
                         .peer_addr()
                         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
-                    serve(stream, peer, shared.clone(), stop.clone()).await;
+                    serve(stream, peer, true, shared.clone(), stop.clone()).await;
                 }
                 Err(e) => {
                     // At most BACKOFF_MAX (8 s): the cast cannot truncate.
@@ -230,12 +392,14 @@ async fn active_loop(host: String, port: u16, shared: SharedRc, mut stop: watch:
 async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
+    active: bool,
     shared: SharedRc,
     mut stop: watch::Receiver<bool>,
 ) {
     // OpenFlow is request/response with small messages: no Nagle delay.
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
+    let mut events = shared.borrow().events.subscribe();
     let mut conn = {
         let mut s = shared.borrow_mut();
         s.live += 1;
@@ -258,6 +422,9 @@ async fn serve(
         if !announced && conn.is_negotiated() {
             announced = true;
             info!(%peer, conn = conn.id(), version = "1.3 (0x04)", "OpenFlow version negotiated");
+            if active {
+                controller_arrived(&shared);
+            }
         }
         if let Some(r) = conn.close_reason() {
             break format!("{r:?}");
@@ -289,7 +456,9 @@ async fn serve(
                         }
                         drained += 1;
                     }
-                    switch.commit_pending();
+                    for fr in switch.take_flow_removed(now) {
+                        let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+                    }
                 }
                 Err(e) => break format!("read failed: {e}"),
             },
@@ -297,9 +466,23 @@ async fn serve(
                 let now = shared.borrow().now_ns();
                 conn.handle_timeout(now);
             }
+            ev = events.recv() => match ev {
+                Ok(body) => {
+                    let s = shared.borrow();
+                    conn.send_async((*body).clone(), &s.roles);
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
+                }
+                // The sender lives in `Shared` as long as any connection.
+                Err(broadcast::error::RecvError::Closed) => {}
+            },
             _ = stopped(&mut stop) => conn.close("switch stopping"),
         }
     };
+    if active && announced {
+        controller_left(&shared);
+    }
     let _ = wr.shutdown().await;
     let stats = conn.stats();
     {
@@ -316,4 +499,113 @@ async fn serve(
         tx_errors = stats.tx_errors,
         "controller disconnected"
     );
+}
+
+/// An active controller negotiated: standalone flows make way.
+fn controller_arrived(shared: &SharedRc) {
+    let mut s = shared.borrow_mut();
+    s.active_controllers += 1;
+    let now = s.now_ns();
+    let Shared {
+        switch, standalone, ..
+    } = &mut *s;
+    standalone.disengage(switch, now);
+}
+
+/// An active controller left: with none left, standalone mode takes over.
+fn controller_left(shared: &SharedRc) {
+    let mut s = shared.borrow_mut();
+    s.active_controllers = s.active_controllers.saturating_sub(1);
+    if s.active_controllers == 0 && s.fail_mode == FailMode::Standalone {
+        let now = s.now_ns();
+        let Shared {
+            switch, standalone, ..
+        } = &mut *s;
+        standalone.engage(switch, now);
+    }
+}
+
+/// Frames the workers sent to CONTROLLER: learning in standalone mode,
+/// PACKET_IN to the connections otherwise.
+async fn packet_in_loop(
+    mut rx: mpsc::Receiver<PacketInFrame>,
+    shared: SharedRc,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => return,
+            },
+            _ = stopped(&mut stop) => return,
+        };
+        let mut s = shared.borrow_mut();
+        let now = s.now_ns();
+        let Shared {
+            switch,
+            standalone,
+            events,
+            ..
+        } = &mut *s;
+        if standalone.is_engaged() {
+            standalone.learn(switch, frame.in_port, &frame.data, now);
+            // Take what else is queued before publishing the flows.
+            while let Ok(f) = rx.try_recv() {
+                standalone.learn(switch, f.in_port, &f.data, now);
+            }
+            switch.commit_pending();
+            continue;
+        }
+        let (table_id, cookie, miss) = switch.classify_for_packet_in(&frame.data, frame.in_port);
+        let mut m = Match::ANY;
+        m.set_exact(Field::InPort, u128::from(frame.in_port));
+        let body = Body::PacketIn(PacketIn {
+            buffer_id: offlow_openflow::OFP_NO_BUFFER,
+            // Frames are at most a few KiB (the workers' buffers).
+            total_len: frame.total_len.min(usize::from(u16::MAX)) as u16,
+            reason: if miss { OFPR_NO_MATCH } else { OFPR_ACTION },
+            table_id,
+            cookie,
+            matcher: OxmMatch::from_match(&m),
+            data: frame.data,
+        });
+        // No receiver (no connection) is fine: nobody to tell.
+        let _ = events.send(Arc::new(body));
+    }
+}
+
+/// Re-read link states; announce changes as PORT_STATUS.
+async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(LINK_POLL) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        let mut s = shared.borrow_mut();
+        for desc in s.switch.refresh_links() {
+            info!(port = desc.port_no, name = ?desc.name, state = desc.state, config = desc.config,
+                "port status changed");
+            let _ = s.events.send(Arc::new(Body::PortStatus(PortStatus {
+                reason: OFPPR_MODIFY,
+                desc,
+            })));
+        }
+    }
+}
+
+/// Remove timed-out flow entries; report those flagged SEND_FLOW_REM.
+async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(EXPIRY_EVERY) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        let mut s = shared.borrow_mut();
+        let now = s.now_ns();
+        s.switch.expire(now);
+        for fr in s.switch.take_flow_removed(now) {
+            let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+        }
+    }
 }

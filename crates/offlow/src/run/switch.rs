@@ -4,6 +4,10 @@
 //! What it maps:
 //! - FEATURES: the configured datapath id, no packet buffers, the
 //!   pipeline's table count, FLOW_STATS | TABLE_STATS | PORT_STATS.
+//! - Flow expiry: [`DatapathSwitch::expire`] (the daemon calls it every
+//!   [`super::EXPIRY_EVERY`]) removes timed-out entries; they and entries
+//!   deleted by a flow-mod, when flagged SEND_FLOW_REM, come back from
+//!   [`DatapathSwitch::take_flow_removed`] as FLOW_REMOVED messages.
 //! - FLOW_MOD → [`Control::flow_mod`]; a refused flow-mod's
 //!   [`offlow_pipeline::PipelineError`] becomes the OpenFlow error it maps
 //!   onto. Changes become visible to packet workers at the next
@@ -13,27 +17,33 @@
 //! - MULTIPART: DESC, FLOW and AGGREGATE (non-strict selection by table,
 //!   out_port, out_group, cookie/mask and match, as §7.3.5.2 asks), TABLE,
 //!   TABLE_FEATURES (a minimal description per table; setting features is
-//!   refused with OFPTFFC_EPERM), and the port and queue requests (empty:
-//!   this switch has no ports yet).
+//!   refused with OFPTFFC_EPERM), PORT_DESC and PORT_STATS from the data
+//!   ports ([`SwitchPort`], counters summed over the worker threads), QUEUE
+//!   (empty).
 //! - PACKET_OUT: the actions run on the frame through the datapath's
-//!   executor; an Output:TABLE submits the rewritten frame to table 0
-//!   through a control-side [`Worker`] (cache off). With no ports, every
-//!   output to a port (and to CONTROLLER/LOCAL, not yet wired) is dropped
-//!   and counted in [`PacketOutStats`].
+//!   executor; outputs go out of the data ports through a transmit-only
+//!   socket per port; an Output:TABLE submits the rewritten frame to table
+//!   0 through a short-lived control-side [`Worker`] (cache off). Outputs
+//!   to unknown ports, LOCAL and CONTROLLER are dropped and counted in
+//!   [`PacketOutStats`].
 //!
-//! Counters: the only worker is the control-side one, owned here and never
-//! inside a read section between calls, so flushing its pending counts
-//! before a stats reply makes the counters exact; `sync_counters` is not
-//! used (it would wait for this very worker). Packet workers, when ports
-//! arrive, must be polled or `sync_counters` called with a timeout.
+//! Counters: before a flow, aggregate or table stats reply the packet
+//! workers are asked to credit their pending counts
+//! ([`Control::sync_counters`], bounded by [`SYNC_TIMEOUT`]: an idle worker
+//! answers within its idle sleep, a busy one at its next batch). The
+//! packet-out worker lives only for one packet-out and credits its counts
+//! when dropped.
 //!
 //! Thread-safety: single-threaded (the control loop owns it); `Control` is
 //! the pipeline's single writer.
+
+use std::time::Duration;
 
 use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
 };
 use offlow_flow::{Field, ParseStats};
+use offlow_io::{AfPacketTx, LinkState};
 use offlow_openflow::multipart::{
     Desc, FlowStats, FlowStatsRequest, MultipartReplyBody, MultipartRequestBody, TableFeatureProp,
     TableFeatures, TableStats,
@@ -43,7 +53,9 @@ use offlow_openflow::{
     BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, PacketOut, SwitchFeatures,
     TableFeaturesFailedCode,
 };
-use offlow_pipeline::{BadActionCode, FlowFilter, FlowMatch, FlowMod, Pipeline, PortNo, TABLE_ALL};
+use offlow_pipeline::{
+    BadActionCode, FlowFilter, FlowMatch, FlowMod, Pipeline, PortNo, RemovedFlow, TABLE_ALL,
+};
 
 /// `OFPC_FLOW_STATS | OFPC_TABLE_STATS | OFPC_PORT_STATS` (§7.3.1).
 pub const CAPABILITIES: u32 = 1 | 2 | 4;
@@ -61,33 +73,104 @@ pub struct PacketOutStats {
     pub drop_to_controller: u64,
 }
 
-/// The sink of a switch with zero ports: every output is a counted drop.
-#[derive(Debug, Default)]
-struct NoPortsSink {
+/// Longest wait for the packet workers to credit their counters before a
+/// statistics reply (a worker that misses it is counted at its next flush).
+pub const SYNC_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// A data port as the control side sees it.
+pub struct SwitchPort {
+    /// OpenFlow port number.
+    pub number: u32,
+    /// Linux interface name.
+    pub name: String,
+    /// Packet-out transmit socket (`None`: outputs to it are dropped).
+    pub tx: Option<AfPacketTx>,
+    /// Last link state read.
+    pub link: LinkState,
+    /// Packet-out frames sent on it.
+    pub tx_packets: u64,
+}
+
+/// `OFPPS_LINK_DOWN`.
+pub const OFPPS_LINK_DOWN: u32 = 1;
+/// `OFPPC_PORT_DOWN`.
+pub const OFPPC_PORT_DOWN: u32 = 1;
+
+impl SwitchPort {
+    /// The port's OpenFlow description.
+    pub fn desc(&self) -> offlow_openflow::Port {
+        offlow_openflow::Port {
+            port_no: self.number,
+            hw_addr: self.link.hw_addr,
+            name: FixedStr::new(&self.name),
+            config: if self.link.admin_up {
+                0
+            } else {
+                OFPPC_PORT_DOWN
+            },
+            state: if self.link.link_up {
+                0
+            } else {
+                OFPPS_LINK_DOWN
+            },
+            // Virtual interfaces advertise no medium: 10 Gb/s full duplex
+            // copper, as Open vSwitch reports for veths.
+            curr: OFPPF_10GB_FD | OFPPF_COPPER,
+            advertised: 0,
+            supported: 0,
+            peer: 0,
+            curr_speed: 10_000_000,
+            max_speed: 0,
+        }
+    }
+}
+
+/// `OFPPF_10GB_FD`.
+const OFPPF_10GB_FD: u32 = 1 << 6;
+/// `OFPPF_COPPER`.
+const OFPPF_COPPER: u32 = 1 << 11;
+
+/// The sink of packet-outs: data ports by number, everything else a
+/// counted drop.
+struct ControlSink<'a> {
+    ports: &'a mut [SwitchPort],
+    infos: Vec<PortInfo>,
     drop_unknown_port: u64,
     drop_to_controller: u64,
 }
 
-impl OutputSink for NoPortsSink {
-    fn output(&mut self, _port: u32, _frame: &[u8], _meta: OutputMeta) {
-        self.drop_unknown_port += 1;
+impl OutputSink for ControlSink<'_> {
+    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
+        match self.ports.iter_mut().find(|p| p.number == port) {
+            Some(p) => match &p.tx {
+                Some(tx) if tx.send(frame) => p.tx_packets += 1,
+                _ => self.drop_unknown_port += 1,
+            },
+            None => self.drop_unknown_port += 1,
+        }
     }
     fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {
         self.drop_to_controller += 1;
     }
     fn port_count(&self) -> usize {
-        0
+        self.infos.len()
     }
-    fn port_info(&self, _index: usize) -> Option<PortInfo> {
-        None
+    fn port_info(&self, index: usize) -> Option<PortInfo> {
+        self.infos.get(index).copied()
     }
 }
 
 /// The datapath behind the OpenFlow connections.
 pub struct DatapathSwitch {
     control: Control,
-    /// Runs packet-outs that go to the pipeline (Output:TABLE).
-    worker: Worker,
+    /// The data ports (empty: a switch with zero ports).
+    ports: Vec<SwitchPort>,
+    /// The packet workers, once started.
+    dataplane: Option<super::dataplane::Dataplane>,
+    /// When the switch started (port stats durations).
+    started: std::time::Instant,
+    /// Removed entries with SEND_FLOW_REM, not yet reported.
+    removed: Vec<RemovedFlow>,
     dpid: u64,
     /// Flow-mods applied since the last commit.
     dirty: bool,
@@ -100,13 +183,12 @@ impl DatapathSwitch {
     /// A switch with `n_tables` empty tables and datapath id `dpid`.
     pub fn new(dpid: u64, n_tables: u16) -> DatapathSwitch {
         let control = Control::new(Pipeline::new(n_tables));
-        let worker = control.worker(WorkerConfig {
-            cache: false,
-            ..WorkerConfig::default()
-        });
         DatapathSwitch {
             control,
-            worker,
+            ports: Vec::new(),
+            dataplane: None,
+            started: std::time::Instant::now(),
+            removed: Vec::new(),
             dpid,
             dirty: false,
             parse: ParseStats::default(),
@@ -122,6 +204,113 @@ impl DatapathSwitch {
             self.control.commit();
             self.dirty = false;
         }
+    }
+
+    /// Remove the entries whose idle or hard timeout has passed (§5.5).
+    /// Also commits. Returns nothing when no entry has a timeout.
+    pub fn expire(&mut self, now_ns: u64) {
+        if self.control.pipeline().timed_len() == 0 {
+            return;
+        }
+        // Idle detection needs every packet counted so far.
+        self.sync_counters();
+        let removed = self.control.expire(now_ns);
+        if removed.is_empty() {
+            return;
+        }
+        self.dirty = true;
+        self.removed
+            .extend(removed.into_iter().filter(RemovedFlow::send_flow_rem));
+    }
+
+    /// FLOW_REMOVED messages for entries removed (by expiry or DELETE) with
+    /// the SEND_FLOW_REM flag since the last call. Commits first and syncs
+    /// counters after, so a worker cannot credit the entries afterwards:
+    /// their counts in the message are final.
+    pub fn take_flow_removed(&mut self, now_ns: u64) -> Vec<offlow_openflow::FlowRemoved> {
+        self.commit_pending();
+        if self.removed.is_empty() {
+            return Vec::new();
+        }
+        self.sync_counters();
+        self.removed
+            .drain(..)
+            .map(|r| super::flow_removed::flow_removed_message(&r, now_ns))
+            .collect()
+    }
+
+    /// A packet worker reading this switch's datapath.
+    pub fn new_worker(&self, config: WorkerConfig) -> Worker {
+        self.control.worker(config)
+    }
+
+    /// Attach the data ports and the running packet workers.
+    pub fn attach(&mut self, ports: Vec<SwitchPort>, dataplane: super::dataplane::Dataplane) {
+        self.ports = ports;
+        self.dataplane = Some(dataplane);
+    }
+
+    /// A handle on the packet workers' counters, for other threads.
+    pub fn dataplane_stats_handle(&self) -> Option<super::dataplane::StatsHandle> {
+        self.dataplane.as_ref().map(|d| d.stats_handle())
+    }
+
+    /// Re-read every port's link state; returns the ports whose state
+    /// changed (for PORT_STATUS).
+    pub fn refresh_links(&mut self) -> Vec<offlow_openflow::Port> {
+        let mut changed = Vec::new();
+        for p in &mut self.ports {
+            let Some(tx) = &p.tx else { continue };
+            if let Ok(now) = tx.link() {
+                if now != p.link {
+                    p.link = now;
+                    changed.push(p.desc());
+                }
+            }
+        }
+        changed
+    }
+
+    /// The packet workers' counters summed (None without data ports).
+    pub fn dataplane_stats(&self) -> Option<super::dataplane::DataplaneStats> {
+        self.dataplane.as_ref().map(|d| d.stats())
+    }
+
+    /// Stop the packet workers (they credit their counters first).
+    pub fn stop_dataplane(&mut self) -> Option<super::dataplane::DataplaneStats> {
+        self.dataplane.take().map(|d| d.stop())
+    }
+
+    /// Make the rule and table counters include every packet the workers
+    /// have processed (bounded wait, see [`SYNC_TIMEOUT`]).
+    fn sync_counters(&self) {
+        if self.dataplane.is_some() && !self.control.sync_counters(SYNC_TIMEOUT) {
+            tracing::debug!("a packet worker missed the counter sync");
+        }
+    }
+
+    /// The pipeline's verdict for a frame from `in_port`: the table and
+    /// cookie of the last rule it matched, and whether that rule was the
+    /// table-miss entry (for a packet-in's reason, table id and cookie).
+    pub fn classify_for_packet_in(&mut self, frame: &[u8], in_port: u32) -> (u8, u64, bool) {
+        let parsed = offlow_flow::extract(frame, in_port, &mut self.parse);
+        let res = self.control.pipeline().lookup(&parsed.key);
+        match res.path.last() {
+            Some(step) => match self.control.pipeline().entry_in(step.table_id, step.rule) {
+                Some(e) => (step.table_id, e.cookie, e.is_table_miss()),
+                None => (step.table_id, u64::MAX, false),
+            },
+            None => (0, u64::MAX, true),
+        }
+    }
+
+    /// Apply a flow-mod from inside the switch (standalone mode's learned
+    /// flows); committed with the next [`Self::commit_pending`].
+    pub fn internal_flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), String> {
+        self.control
+            .flow_mod(fm, now_ns)
+            .map(|_| self.dirty = true)
+            .map_err(|e| e.to_string())
     }
 
     /// The writer's pipeline (every applied flow-mod, committed or not).
@@ -158,7 +347,7 @@ impl DatapathSwitch {
 
     fn flow_stats(&mut self, r: &FlowStatsRequest, now_ns: u64) -> Result<Vec<FlowStats>, OfError> {
         let filter = self.filter(r)?;
-        self.worker.flush_counters();
+        self.sync_counters();
         let out = self
             .control
             .pipeline()
@@ -186,6 +375,47 @@ impl DatapathSwitch {
                 }
             })
             .collect();
+        Ok(out)
+    }
+
+    /// §7.3.5.8: one port, or all with OFPP_ANY.
+    fn port_stats(
+        &self,
+        port_no: u32,
+    ) -> Result<Vec<offlow_openflow::multipart::PortStats>, OfError> {
+        let stats = self.dataplane_stats();
+        let age = self.started.elapsed();
+        let mut out = Vec::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            if port_no != PortNo::ANY.0 && port_no != p.number {
+                continue;
+            }
+            let s = stats
+                .as_ref()
+                .and_then(|s| s.ports.get(i).copied())
+                .unwrap_or_default();
+            out.push(offlow_openflow::multipart::PortStats {
+                port_no: p.number,
+                rx_packets: s.rx_packets,
+                tx_packets: s.tx_packets + p.tx_packets,
+                rx_bytes: s.rx_bytes,
+                tx_bytes: s.tx_bytes,
+                rx_dropped: s.rx_dropped,
+                tx_dropped: s.tx_dropped,
+                rx_errors: s.rx_errors,
+                tx_errors: 0,
+                rx_frame_err: 0,
+                rx_over_err: 0,
+                rx_crc_err: 0,
+                collisions: 0,
+                // u32 seconds last 136 years.
+                duration_sec: age.as_secs().min(u64::from(u32::MAX)) as u32,
+                duration_nsec: age.subsec_nanos(),
+            });
+        }
+        if out.is_empty() && port_no != PortNo::ANY.0 {
+            return Err(OfError::BadRequest(BadRequestCode::BadPort));
+        }
         Ok(out)
     }
 
@@ -315,10 +545,18 @@ impl offlow_openflow::Switch for DatapathSwitch {
     }
 
     fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
-        self.control
+        let effect = self
+            .control
             .flow_mod(fm, now_ns)
             .map_err(|e| OfError::from(e.of_error()))?;
         self.dirty = true;
+        if !effect.removed.is_empty() {
+            self.removed.extend(
+                RemovedFlow::deleted_by(&effect)
+                    .into_iter()
+                    .filter(RemovedFlow::send_flow_rem),
+            );
+        }
         Ok(())
     }
 
@@ -345,7 +583,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
             R::Flow(r) => MultipartReplyBody::Flow(self.flow_stats(r, now_ns)?),
             R::Aggregate(r) => {
                 let filter = self.filter(r)?;
-                self.worker.flush_counters();
+                self.sync_counters();
                 let flows = self.control.pipeline().dump(&filter);
                 MultipartReplyBody::Aggregate {
                     packet_count: flows.iter().map(|f| f.packets).sum(),
@@ -355,7 +593,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
                 }
             }
             R::Table => {
-                self.worker.flush_counters();
+                self.sync_counters();
                 MultipartReplyBody::Table(
                     self.control
                         .pipeline()
@@ -378,9 +616,10 @@ impl offlow_openflow::Switch for DatapathSwitch {
             R::TableFeatures(_) => {
                 return Err(OfError::TableFeaturesFailed(TableFeaturesFailedCode::Eperm))
             }
-            // No ports, hence no port or queue statistics.
-            R::PortStats(_) => MultipartReplyBody::PortStats(Vec::new()),
-            R::PortDesc => MultipartReplyBody::PortDesc(Vec::new()),
+            R::PortStats(p) => MultipartReplyBody::PortStats(self.port_stats(*p)?),
+            R::PortDesc => {
+                MultipartReplyBody::PortDesc(self.ports.iter().map(SwitchPort::desc).collect())
+            }
             R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
             // Groups and meters (raw bodies) and experimenter requests.
             R::Raw { .. } | R::Experimenter(_) => {
@@ -411,7 +650,21 @@ impl offlow_openflow::Switch for DatapathSwitch {
         let mut layout = parsed.layout;
         // Tailroom for pushes (VLAN 4 bytes, MPLS 4 bytes each).
         let mut buf = PacketBuf::from_frame(&po.data, 64);
-        let mut sink = NoPortsSink::default();
+        let infos = self
+            .ports
+            .iter()
+            .map(|p| PortInfo {
+                port: p.number,
+                no_fwd: false,
+                no_flood: false,
+            })
+            .collect();
+        let mut sink = ControlSink {
+            ports: &mut self.ports,
+            infos,
+            drop_unknown_port: 0,
+            drop_to_controller: 0,
+        };
         let done = execute(
             &actions,
             &mut buf,
@@ -424,8 +677,13 @@ impl offlow_openflow::Switch for DatapathSwitch {
         if done.to_table {
             // §7.3.7: OFPP_TABLE submits the packet to the first table.
             self.packet_out.to_table += 1;
-            self.worker
-                .process(std::slice::from_mut(&mut buf), po.in_port, &mut sink);
+            // Dropped right after: its counts are credited on drop.
+            let mut worker = self.control.worker(WorkerConfig {
+                cache: false,
+                cache_capacity: 16,
+                ..WorkerConfig::default()
+            });
+            worker.process(std::slice::from_mut(&mut buf), po.in_port, &mut sink);
         }
         self.packet_out.drop_unknown_port += sink.drop_unknown_port;
         self.packet_out.drop_to_controller += sink.drop_to_controller;
