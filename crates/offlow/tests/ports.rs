@@ -375,6 +375,11 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         .find(|l| l.contains("in_port=1"))
         .expect("the in_port=1 flow");
     assert!(first_number_after(line, "n_packets=") >= 3, "{line}");
+    // A link going down is announced (the switch polls link state).
+    ip(&["-n", &net.h[1], "link", "set", "eth0", "down"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let desc = d.ofctl(&["dump-ports-desc"]);
+    assert!(desc.contains("LINK_DOWN"), "{desc}");
     let _ = monitor.kill();
     let out = monitor.wait_with_output().expect("monitor output");
     // ovs-ofctl prints the messages it monitors on stdout or stderr
@@ -394,6 +399,8 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         "flow removed seen: {text}"
     );
     assert!(text.contains("reason=hard"), "{text}");
+    assert!(text.contains("OFPT_PORT_STATUS"), "port status seen: {text}");
+    assert!(text.contains("LINK_DOWN"), "{text}");
 }
 
 fn namespaces_with(prefix: &str) -> Vec<String> {
