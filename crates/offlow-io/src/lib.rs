@@ -7,6 +7,9 @@
 //!   symmetric flow hash, so each worker thread has its own socket per port.
 //! - [`MemPort`]: an in-memory port for tests, fed and drained through a
 //!   [`MemPeer`].
+//! - [`pcap::PcapPort`]: replay a capture file as input, write what is
+//!   transmitted to a capture file ([`pcap::PcapReader`] and
+//!   [`pcap::PcapWriter`] also stand alone).
 //! - [`netns`]: run code (open sockets) inside a named network namespace.
 //! - [`csum`]: finish the partial TCP/UDP checksums that veth peers with
 //!   checksum offload hand over (`TP_STATUS_CSUMNOTREADY`).
@@ -35,6 +38,7 @@ pub mod afpacket;
 pub mod csum;
 pub mod mem;
 pub mod netns;
+pub mod pcap;
 
 use std::io;
 use std::os::fd::RawFd;

@@ -252,6 +252,7 @@ fn with_switch(topo: &Topology, args: &DemoArgs) -> anyhow::Result<()> {
             .map(|(i, p)| run::config::PortConfig {
                 name: p.clone(),
                 number: i as u32 + 1,
+                kind: run::PortKind::AfPacket,
             })
             .collect(),
         netns: Some(topo.switch_ns.clone()),

@@ -399,7 +399,10 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         "flow removed seen: {text}"
     );
     assert!(text.contains("reason=hard"), "{text}");
-    assert!(text.contains("OFPT_PORT_STATUS"), "port status seen: {text}");
+    assert!(
+        text.contains("OFPT_PORT_STATUS"),
+        "port status seen: {text}"
+    );
     assert!(text.contains("LINK_DOWN"), "{text}");
 }
 

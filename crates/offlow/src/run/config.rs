@@ -20,11 +20,12 @@
 //! cores = [0, 1]             # pin worker i to cores[i % len]
 //! cache_size = 65536         # microflow entries per worker
 //! netns = "sw"               # open every port inside this namespace
+//! flows = "flows.txt"        # installed at start (ovs-ofctl add-flows syntax)
 //!
 //! [[port]]
 //! name = "veth1"             # the Linux interface
 //! number = 1                 # its OpenFlow port number (default: position)
-//! kind = "af_packet"         # the only kind so far
+//! kind = "af_packet"         # or "pcap" with input = "in.pcap" and/or output = "out.pcap"
 //! ```
 //!
 //! Thread-safety: plain data.
@@ -153,6 +154,10 @@ pub struct RunArgs {
     /// connected).
     #[arg(long, value_parser = parse_fail_mode)]
     pub fail_mode: Option<FailMode>,
+    /// Flows to install at start, one per line in ovs-ofctl's syntax (as
+    /// for `ovs-ofctl add-flows`), before any port receives.
+    #[arg(long, value_name = "FILE")]
+    pub flows: Option<PathBuf>,
 }
 
 /// What the switch does without a controller (Open vSwitch's fail modes).
@@ -179,10 +184,28 @@ fn parse_fail_mode(s: &str) -> Result<FailMode, String> {
 /// One data port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortConfig {
-    /// The Linux interface.
+    /// The Linux interface (for a capture port: a name for logs and
+    /// port-desc).
     pub name: String,
     /// Its OpenFlow port number.
     pub number: u32,
+    /// What carries its frames.
+    pub kind: PortKind,
+}
+
+/// What carries a port's frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortKind {
+    /// A Linux interface through AF_PACKET.
+    AfPacket,
+    /// Capture files: frames of `input` are replayed once as received;
+    /// transmitted frames are written to `output`.
+    Pcap {
+        /// Capture to replay.
+        input: Option<PathBuf>,
+        /// Capture to write.
+        output: Option<PathBuf>,
+    },
 }
 
 /// Highest OpenFlow number of a physical port (`OFPP_MAX`).
@@ -196,6 +219,27 @@ fn check_port_number(n: u32) -> anyhow::Result<u32> {
 }
 
 fn parse_port_flag(s: &str, position: usize) -> anyhow::Result<PortConfig> {
+    if let Some(files) = s.strip_prefix("pcap:") {
+        let (input, output) = files.split_once(':').unwrap_or((files, ""));
+        let path = |p: &str| (!p.is_empty()).then(|| PathBuf::from(p));
+        let kind = PortKind::Pcap {
+            input: path(input),
+            output: path(output),
+        };
+        if kind
+            == (PortKind::Pcap {
+                input: None,
+                output: None,
+            })
+        {
+            bail!("`{s}`: a capture port needs an input or an output file");
+        }
+        return Ok(PortConfig {
+            name: format!("pcap{position}"),
+            number: check_port_number(position as u32)?,
+            kind,
+        });
+    }
     let (name, number) = match s.split_once('=') {
         Some((n, num)) => (
             n,
@@ -208,6 +252,7 @@ fn parse_port_flag(s: &str, position: usize) -> anyhow::Result<PortConfig> {
     Ok(PortConfig {
         name: name.to_string(),
         number: check_port_number(number)?,
+        kind: PortKind::AfPacket,
     })
 }
 
@@ -267,6 +312,8 @@ pub struct RunConfig {
     pub cache_size: usize,
     /// Behaviour without a controller.
     pub fail_mode: FailMode,
+    /// Flow file installed at start.
+    pub flows: Option<PathBuf>,
 }
 
 /// Default microflow cache entries per worker.
@@ -285,6 +332,7 @@ impl Default for RunConfig {
             cores: Vec::new(),
             cache_size: DEFAULT_CACHE_SIZE,
             fail_mode: FailMode::Secure,
+            flows: None,
         }
     }
 }
@@ -295,6 +343,8 @@ struct FilePort {
     name: toml::Spanned<String>,
     number: Option<toml::Spanned<u32>>,
     kind: Option<toml::Spanned<String>>,
+    input: Option<toml::Spanned<String>>,
+    output: Option<toml::Spanned<String>>,
 }
 
 /// The file's shape. Values that need checking beyond their type keep their
@@ -316,6 +366,7 @@ struct FileConfig {
     cores: Vec<usize>,
     cache_size: Option<toml::Spanned<usize>>,
     fail_mode: Option<toml::Spanned<String>>,
+    flows: Option<String>,
 }
 
 /// 1-based line of byte offset `at` in `text`.
@@ -362,29 +413,56 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
     }
     let mut ports = Vec::new();
     for (i, p) in f.port.iter().enumerate() {
-        check_ifname(p.name.get_ref()).map_err(|e| at("port.name", p.name.span(), e))?;
         let number = match &p.number {
             Some(n) => {
                 check_port_number(*n.get_ref()).map_err(|e| at("port.number", n.span(), e))?
             }
             None => i as u32 + 1,
         };
-        if let Some(k) = &p.kind {
-            if k.get_ref() != "af_packet" {
+        let kind = match p.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+            None | Some(("af_packet", _)) => {
+                if let Some(f) = p.input.as_ref().or(p.output.as_ref()) {
+                    return Err(at(
+                        "port.input",
+                        f.span(),
+                        anyhow::anyhow!("input/output files belong to `kind = \"pcap\"` ports"),
+                    ));
+                }
+                PortKind::AfPacket
+            }
+            Some(("pcap", span)) => {
+                let path = |f: &Option<toml::Spanned<String>>| {
+                    f.as_ref().map(|f| PathBuf::from(f.get_ref()))
+                };
+                let (input, output) = (path(&p.input), path(&p.output));
+                if input.is_none() && output.is_none() {
+                    return Err(at(
+                        "port.kind",
+                        span,
+                        anyhow::anyhow!("a pcap port needs `input` or `output` (a capture file)"),
+                    ));
+                }
+                PortKind::Pcap { input, output }
+            }
+            Some((other, span)) => {
                 return Err(at(
                     "port.kind",
-                    k.span(),
-                    anyhow::anyhow!("`{}`: the supported kind is `af_packet`", k.get_ref()),
+                    span,
+                    anyhow::anyhow!("`{other}`: the supported kinds are `af_packet` and `pcap`"),
                 ));
             }
+        };
+        if kind == PortKind::AfPacket {
+            check_ifname(p.name.get_ref()).map_err(|e| at("port.name", p.name.span(), e))?;
         }
         ports.push(PortConfig {
             name: p.name.get_ref().clone(),
             number,
+            kind,
         });
         check_ports(&ports).map_err(|e| at("port", p.name.span(), e))?;
     }
-    let workers = match f.workers {
+    let workers = match &f.workers {
         Some(w) if *w.get_ref() == 0 || *w.get_ref() > 64 => {
             return Err(at("workers", w.span(), anyhow::anyhow!("must be 1..=64")));
         }
@@ -407,6 +485,14 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
             .map_err(|e| at("fail_mode", m.span(), anyhow::anyhow!(e)))?,
         None => FailMode::Secure,
     };
+    if workers > 1 && ports.iter().any(|p| p.kind != PortKind::AfPacket) {
+        let span = f.workers.as_ref().map(|w| w.span()).unwrap_or(0..0);
+        return Err(at(
+            "workers",
+            span,
+            anyhow::anyhow!("capture (pcap) ports are served by one worker: set workers = 1"),
+        ));
+    }
     Ok(RunConfig {
         dpid: f.dpid.unwrap_or(DEFAULT_DPID),
         tables,
@@ -418,6 +504,7 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
         cores: f.cores,
         cache_size,
         fail_mode,
+        flows: f.flows.map(PathBuf::from),
     })
 }
 
@@ -452,6 +539,12 @@ impl RunArgs {
         }
         if let Some(m) = self.fail_mode {
             c.fail_mode = m;
+        }
+        if let Some(f) = &self.flows {
+            c.flows = Some(f.clone());
+        }
+        if c.workers > 1 && c.ports.iter().any(|p| p.kind != PortKind::AfPacket) {
+            bail!("capture (pcap) ports are served by one worker: use --workers 1");
         }
         if let Some(d) = self.dpid {
             c.dpid = d;
@@ -577,6 +670,31 @@ mod tests {
             "{e}"
         );
 
+        let pcap = "[[port]]\nname = \"replay\"\nkind = \"pcap\"\ninput = \"in.pcap\"\n";
+        let c = parse_file(Path::new("p.toml"), pcap).unwrap();
+        assert_eq!(
+            c.ports[0].kind,
+            PortKind::Pcap {
+                input: Some(PathBuf::from("in.pcap")),
+                output: None
+            }
+        );
+        let nofile = "[[port]]\nname = \"x\"\nkind = \"pcap\"\n";
+        let e = parse_file(Path::new("p.toml"), nofile)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3") && e.contains("needs `input`"), "{e}");
+        let misplaced = "[[port]]\nname = \"v1\"\noutput = \"o.pcap\"\n";
+        let e = parse_file(Path::new("p.toml"), misplaced)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3"), "{e}");
+        let two = "workers = 2\n[[port]]\nname = \"x\"\nkind = \"pcap\"\noutput = \"o\"\n";
+        let e = parse_file(Path::new("p.toml"), two)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 1") && e.contains("one worker"), "{e}");
+
         let kind = "[[port]]\nname = \"v1\"\nkind = \"dpdk\"\n";
         let e = parse_file(Path::new("p.toml"), kind)
             .unwrap_err()
@@ -605,5 +723,23 @@ mod tests {
         assert!(parse_port_flag("veth0=0", 1).is_err());
         assert!(parse_port_flag("veth0=x", 1).is_err());
         assert!(parse_port_flag("", 1).is_err());
+        let p = parse_port_flag("pcap:in.pcap:out.pcap", 3).unwrap();
+        assert_eq!(p.number, 3);
+        assert_eq!(
+            p.kind,
+            PortKind::Pcap {
+                input: Some("in.pcap".into()),
+                output: Some("out.pcap".into())
+            }
+        );
+        let p = parse_port_flag("pcap::out.pcap", 1).unwrap();
+        assert!(matches!(
+            p.kind,
+            PortKind::Pcap {
+                input: None,
+                output: Some(_)
+            }
+        ));
+        assert!(parse_port_flag("pcap:", 1).is_err());
     }
 }

@@ -35,7 +35,10 @@ use anyhow::Context;
 use offlow_datapath::{
     OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerStats, DEFAULT_HEADROOM,
 };
+use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
+
+use super::config::PortKind;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -67,10 +70,12 @@ pub struct PacketInFrame {
 /// One configured data port as the workers see it.
 #[derive(Debug, Clone)]
 pub struct DataPort {
-    /// Linux interface.
+    /// Linux interface (or the capture port's name).
     pub ifname: String,
     /// OpenFlow port number.
     pub number: u32,
+    /// What carries its frames.
+    pub kind: PortKind,
 }
 
 /// Counters of one worker thread.
@@ -184,14 +189,25 @@ impl Dataplane {
         for _ in 0..n_workers {
             let mut ports: Vec<Box<dyn Port>> = Vec::new();
             for (i, p) in cfg.ports.iter().enumerate() {
-                let mut pc = AfPacketConfig::new(&p.ifname);
-                if n_workers > 1 {
-                    pc.fanout_group = Some(base.wrapping_add(i as u16));
-                }
-                let port = in_netns(cfg.netns, || AfPacketPort::open(&pc))
-                    .context("entering the ports' network namespace")?
-                    .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
-                ports.push(Box::new(port));
+                let port: Box<dyn Port> = match &p.kind {
+                    PortKind::AfPacket => {
+                        let mut pc = AfPacketConfig::new(&p.ifname);
+                        if n_workers > 1 {
+                            pc.fanout_group = Some(base.wrapping_add(i as u16));
+                        }
+                        let port = in_netns(cfg.netns, || AfPacketPort::open(&pc))
+                            .context("entering the ports' network namespace")?
+                            .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
+                        Box::new(port)
+                    }
+                    // The configuration allows capture ports with one
+                    // worker only: this is it.
+                    PortKind::Pcap { input, output } => Box::new(
+                        PcapPort::open(&p.ifname, input.as_deref(), output.as_deref())
+                            .with_context(|| format!("opening capture port {}", p.number))?,
+                    ),
+                };
+                ports.push(port);
             }
             per_worker.push(ports);
         }

@@ -58,7 +58,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, mpsc, watch};
 use tracing::{debug, info, warn};
 
-pub use config::{Endpoint, FailMode, RunArgs, RunConfig};
+pub use config::{Endpoint, FailMode, PortKind, RunArgs, RunConfig};
 use dataplane::{DataPort, Dataplane, DataplaneConfig, PacketInFrame};
 use standalone::Standalone;
 pub use switch::{DatapathSwitch, SwitchPort};
@@ -162,6 +162,23 @@ fn init_logging() {
         .try_init();
 }
 
+/// Install the flows of an ovs-ofctl flow file; errors name `FILE:LINE`.
+fn load_flows(switch: &mut DatapathSwitch, path: &std::path::Path) -> anyhow::Result<usize> {
+    use offlow_openflow::Switch;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let shown = path.display().to_string();
+    let specs =
+        crate::ofctl_syntax::parse_flow_file(&text, &shown).map_err(|e| anyhow::anyhow!("{e}"))?;
+    for (line, spec) in &specs {
+        let refused = |e: &dyn std::fmt::Debug| anyhow::anyhow!("{shown}:{line}: refused: {e:?}");
+        let fm = spec.to_wire().to_pipeline().map_err(|e| refused(&e))?;
+        switch.flow_mod(&fm, 0).map_err(|e| refused(&e))?;
+    }
+    switch.commit_pending();
+    Ok(specs.len())
+}
+
 /// Open the packet-out sockets and start the workers.
 fn start_ports(
     switch: &mut DatapathSwitch,
@@ -173,16 +190,31 @@ fn start_ports(
     let netns = cfg.netns.as_deref();
     let mut ports = Vec::new();
     for p in &cfg.ports {
-        let tx = in_netns(netns, || AfPacketTx::open(&p.name))
-            .context("entering the ports' network namespace")?
-            .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
-        let link = tx
-            .link()
-            .with_context(|| format!("reading the link state of {}", p.name))?;
+        let (tx, link) = match p.kind {
+            PortKind::AfPacket => {
+                let tx = in_netns(netns, || AfPacketTx::open(&p.name))
+                    .context("entering the ports' network namespace")?
+                    .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
+                let link = tx
+                    .link()
+                    .with_context(|| format!("reading the link state of {}", p.name))?;
+                (Some(tx), link)
+            }
+            // A capture port is always up; packet-outs to it are dropped
+            // (its file belongs to the worker).
+            PortKind::Pcap { .. } => (
+                None,
+                offlow_io::LinkState {
+                    hw_addr: [0; 6],
+                    admin_up: true,
+                    link_up: true,
+                },
+            ),
+        };
         ports.push(SwitchPort {
             number: p.number,
             name: p.name.clone(),
-            tx: Some(tx),
+            tx,
             link,
             tx_packets: 0,
         });
@@ -193,6 +225,7 @@ fn start_ports(
         .map(|p| DataPort {
             ifname: p.name.clone(),
             number: p.number,
+            kind: p.kind.clone(),
         })
         .collect();
     let workers = (0..cfg.workers)
@@ -221,6 +254,10 @@ async fn run(
     ready: Option<std::sync::mpsc::Sender<Running>>,
 ) -> anyhow::Result<()> {
     let mut switch = DatapathSwitch::new(cfg.dpid, cfg.tables);
+    if let Some(path) = &cfg.flows {
+        let n = load_flows(&mut switch, path)?;
+        info!(flows = n, file = %path.display(), "flows installed");
+    }
     let packet_ins = start_ports(&mut switch, &cfg)?;
     let (events, _) = broadcast::channel(EVENT_QUEUE);
     let shared: SharedRc = Rc::new(RefCell::new(Shared {
