@@ -18,6 +18,7 @@ pub mod datapath;
 pub mod dpdk;
 pub mod dpdk_fib;
 pub mod fib;
+pub mod forward;
 pub mod report;
 pub mod update;
 pub mod workload;

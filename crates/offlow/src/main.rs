@@ -43,6 +43,10 @@ enum Bench {
     /// Lookups while a stream of flow-mods is applied on the other core:
     /// idle vs updating rate, updates/s, stale packets after the barrier.
     Update(offlow_bench::update::UpdateArgs),
+    /// End-to-end forwarding rate between two namespaces through the switch
+    /// (AF_PACKET ports), vs Open vSwitch's userspace datapath and a Linux
+    /// bridge, with the generator's own rate on a direct veth.
+    Forward(offlow_bench::forward::ForwardArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,5 +59,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Fib(a)) => offlow_bench::fib::main(&a),
         Command::Bench(Bench::Datapath(a)) => offlow_bench::datapath::main(&a),
         Command::Bench(Bench::Update(a)) => offlow_bench::update::main(&a),
+        Command::Bench(Bench::Forward(a)) => offlow_bench::forward::main(&a),
     }
 }

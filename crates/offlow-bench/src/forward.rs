@@ -1,0 +1,1279 @@
+//! `offlow bench forward`: end-to-end forwarding rate between two hosts
+//! (network namespaces) joined through a switch, for offlow, Open vSwitch
+//! 3.1's userspace datapath and the Linux bridge, in one invocation.
+//!
+//! # Topology (built fresh for every row, removed after it)
+//! ```text
+//!  ns A: eth0 ──veth── p1 ┐ ns SW: the switch ┌ p2 ──veth── eth0 :ns B
+//!  generator                                            receiver
+//! ```
+//! Rows:
+//! - `loopback`: generator and receiver on `lo` of one namespace: what the
+//!   two threads manage with no veth and no switch (an upper bound).
+//! - `direct veth`: A's eth0 joined straight to B's eth0, no switch: the
+//!   generator's own rate through the same kind of link the switches see.
+//! - `linux bridge`: `br0` in SW with p1 and p2 enslaved (STP off).
+//! - `offlow af_packet, N worker(s)`: `offlow run --netns SW --port p1
+//!   --port p2 --workers N --fail-mode secure` with the two flows
+//!   `in_port=1,actions=output:2` and back, added with `ovs-ofctl`.
+//! - `offlow af_xdp`: offlow has no AF_XDP ports yet; reported as skipped.
+//! - `ovs netdev system` / `ovs netdev afxdp`: a private ovsdb-server and
+//!   ovs-vswitchd (own directory, run inside SW with `ip netns exec`), bridge
+//!   `datapath_type=netdev`, p1/p2 as ports of type `system` (AF_PACKET in
+//!   the netdev datapath) or `afxdp`, the same two port-to-port flows, PMD
+//!   settings left at their defaults.
+//!
+//! # Traffic
+//! `--flows` UDP flows 10.0.0.1:(10000+i) → 10.0.0.2:9 (valid IPv4 and UDP
+//! checksums), frames built once ([`workload::build_frame`]) and sent round
+//! robin. `--frame-size` counts the 4-byte FCS, as RFC 2544 does: the
+//! default 64 is a 60-byte frame handed to the kernel. The destination MAC
+//! (02:00:00:00:00:02) is deliberately nobody's: the switches forward it to
+//! the other port (port-to-port flows; the Linux bridge floods an unknown
+//! unicast to its only other port) and the receiving host's IPv4 stack
+//! discards it at its first check (`PACKET_OTHERHOST`), so B's kernel does
+//! no routing work per frame; the receiver's packet socket is a tap and
+//! sees the frame before that check.
+//!
+//! The generator (one thread, busy) sends batches with `sendmmsg` on an
+//! [`AfPacketPort`] with the qdisc bypassed; the receiver (one thread,
+//! sleeping in `poll` between TPACKET_V3 blocks) counts the frames that are
+//! UDP to port 9. A row waits for the first frame to arrive (up to
+//! [`FIRST_FRAME_WAIT`]), runs `--warmup` seconds, then counts over
+//! `--seconds`: frames the kernel accepted from the generator (sent),
+//! frames counted (received), and frames the kernel dropped because the
+//! receiver's ring was full (ring drops: the receiver falling behind).
+//!
+//! # Is the generator the bottleneck?
+//! The `direct veth` row is the generator's rate with no switch on the
+//! path. Each switched row gets a verdict ([`limited_by`]): `switch` when
+//! it lost more than [`SWITCH_LIMITED_LOSS`] of what was offered (offered
+//! more than it forwarded: the generator was not the limit), `shared cpu`
+//! when it lost nothing but the generator ran below 90% of its direct rate
+//! (on two cores the switch's threads, and the kernel work a veth transmit
+//! does on the sender's own core, slow the sender), `generator` otherwise.
+//! The receiver's ring drops are printed too (all zero: it kept up).
+//!
+//! Interrupts: SIGINT/SIGTERM end the current row early and stop the run,
+//! so the guards still remove everything.
+//!
+//! # Invariants
+//! Every namespace, daemon, bridge and temporary directory a row creates is
+//! owned by a guard whose `Drop` removes it, so an error in the middle of a
+//! row leaves nothing behind.
+//!
+//! Thread-safety: per row, a generator and a receiver thread sharing only
+//! atomics (stop flag, counters) with the measuring thread.
+
+use std::io::Write as _;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use offlow_io::netns::in_netns;
+use offlow_io::{AfPacketConfig, AfPacketPort, Port};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::classbench::Header;
+use crate::report::{fmt_f, print_json_line, Table};
+use crate::workload::{self, FCS_LEN};
+
+/// UDP destination port of the experiment's frames (discard).
+pub const DST_PORT: u16 = 9;
+/// First UDP source port; flow `i` uses `FIRST_SRC_PORT + i`.
+pub const FIRST_SRC_PORT: u16 = 10_000;
+/// Source and destination IPv4 addresses of the frames.
+pub const SRC_IP: u32 = 0x0a00_0001;
+/// See [`SRC_IP`].
+pub const DST_IP: u32 = 0x0a00_0002;
+/// How long a row waits for its first frame before counting anyway.
+pub const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
+/// Frames per `sendmmsg` of the generator.
+const TX_BATCH: usize = 64;
+/// Frames the receiver takes per `recv` call.
+const RX_BATCH: usize = 1024;
+/// The generator publishes its counter every this many batches (reading it
+/// costs a system call).
+const TX_PUBLISH_EVERY: u32 = 8;
+
+/// Kinds of row, for `--rows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RowKind {
+    /// Generator and receiver on `lo`, no link, no switch.
+    Loopback,
+    /// A direct veth pair, no switch.
+    Direct,
+    /// The Linux bridge.
+    Bridge,
+    /// offlow with AF_PACKET ports (one row per `--workers` value).
+    Offlow,
+    /// offlow with AF_XDP ports (not implemented: reported as skipped).
+    OfflowXdp,
+    /// Open vSwitch netdev datapath, ports of type `system`.
+    OvsSystem,
+    /// Open vSwitch netdev datapath, ports of type `afxdp`.
+    OvsAfxdp,
+}
+
+/// `offlow bench forward` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ForwardArgs {
+    /// UDP flows (distinct source ports).
+    #[arg(long, default_value_t = 100)]
+    pub flows: usize,
+    /// Frame size in bytes including the 4-byte FCS (64: a 60-byte frame).
+    #[arg(long, default_value_t = 64)]
+    pub frame_size: usize,
+    /// Seconds counted per row.
+    #[arg(long, default_value_t = 3.0)]
+    pub seconds: f64,
+    /// Seconds of traffic before counting starts.
+    #[arg(long, default_value_t = 0.5)]
+    pub warmup: f64,
+    /// offlow worker counts, one row each (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    pub workers: Vec<usize>,
+    /// Which rows to run (comma-separated; default: all).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "loopback,direct,bridge,offlow,offlow-xdp,ovs-system,ovs-afxdp"
+    )]
+    pub rows: Vec<RowKind>,
+    /// The offlow binary (default: this executable).
+    #[arg(long)]
+    pub offlow_bin: Option<PathBuf>,
+    /// Print one JSON object as the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Default for ForwardArgs {
+    fn default() -> ForwardArgs {
+        ForwardArgs {
+            flows: 100,
+            frame_size: 64,
+            seconds: 3.0,
+            warmup: 0.5,
+            workers: vec![1, 2],
+            rows: vec![
+                RowKind::Loopback,
+                RowKind::Direct,
+                RowKind::Bridge,
+                RowKind::Offlow,
+                RowKind::OfflowXdp,
+                RowKind::OvsSystem,
+                RowKind::OvsAfxdp,
+            ],
+            offlow_bin: None,
+            json: false,
+        }
+    }
+}
+
+/// One measured (or skipped, or failed) configuration.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Human-readable name.
+    pub name: String,
+    /// Which kind of row.
+    pub kind: &'static str,
+    /// offlow worker threads (offlow rows only).
+    pub workers: Option<usize>,
+    /// Frames the kernel accepted from the generator while counting.
+    pub sent: u64,
+    /// Frames the receiver counted while counting.
+    pub received: u64,
+    /// Frames dropped because the receiver's ring was full.
+    pub rx_ring_drops: u64,
+    /// Length of the counting window, seconds.
+    pub seconds: f64,
+    /// Sent rate, Mpps.
+    pub sent_mpps: f64,
+    /// Received rate, Mpps: the figure of the row.
+    pub rx_mpps: f64,
+    /// `1 - received / sent` (0 when nothing was sent).
+    pub loss: f64,
+    /// What set this row's figure, judged from its loss and the direct-veth
+    /// row (see [`limited_by`]); `None` without a direct row.
+    pub limited_by: Option<&'static str>,
+    /// Why the row was not run.
+    pub skipped: Option<String>,
+    /// Why the row failed.
+    pub error: Option<String>,
+}
+
+impl Row {
+    fn empty(name: String, kind: &'static str, workers: Option<usize>) -> Row {
+        Row {
+            name,
+            kind,
+            workers,
+            sent: 0,
+            received: 0,
+            rx_ring_drops: 0,
+            seconds: 0.0,
+            sent_mpps: 0.0,
+            rx_mpps: 0.0,
+            loss: 0.0,
+            limited_by: None,
+            skipped: None,
+            error: None,
+        }
+    }
+
+    /// Whether this is an offlow row that ran.
+    fn is_offlow(&self) -> bool {
+        self.kind == "offlow" && self.skipped.is_none() && self.error.is_none()
+    }
+
+    fn is_ovs(&self) -> bool {
+        self.kind.starts_with("ovs") && self.skipped.is_none() && self.error.is_none()
+    }
+}
+
+/// Everything `offlow bench forward` measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct ForwardReport {
+    /// Flows in the traffic.
+    pub flows: usize,
+    /// Frame size with FCS.
+    pub frame_size: usize,
+    /// The rows in the order run.
+    pub rows: Vec<Row>,
+}
+
+impl ForwardReport {
+    /// Best received rate of the offlow rows.
+    pub fn offlow_mpps(&self) -> Option<f64> {
+        best(self.rows.iter().filter(|r| r.is_offlow()))
+    }
+
+    /// Best received rate of the Open vSwitch rows (the anchor).
+    pub fn anchor_mpps(&self) -> Option<f64> {
+        best(self.rows.iter().filter(|r| r.is_ovs()))
+    }
+
+    /// The `--json` object.
+    pub fn to_json(&self) -> serde_json::Value {
+        let offlow = self.offlow_mpps();
+        let anchor = self.anchor_mpps();
+        let ratio = match (offlow, anchor) {
+            (Some(o), Some(a)) if a > 0.0 => Some(o / a),
+            _ => None,
+        };
+        let anchor_name = self
+            .rows
+            .iter()
+            .filter(|r| r.is_ovs())
+            .max_by(|a, b| a.rx_mpps.total_cmp(&b.rx_mpps))
+            .map(|r| r.name.clone());
+        json!({
+            "experiment": "forward",
+            "offlow_mpps": offlow,
+            "anchor": anchor_name,
+            "anchor_mpps": anchor,
+            "ratio": ratio,
+            "flows": self.flows,
+            "frame_size": self.frame_size,
+            "rows": self.rows,
+        })
+    }
+}
+
+/// Loss above which a row counts as limited by its switch.
+pub const SWITCH_LIMITED_LOSS: f64 = 0.05;
+
+/// What limited a switched row: `"switch"` when it dropped more than
+/// [`SWITCH_LIMITED_LOSS`] of what the generator offered (it was offered
+/// more than it forwarded); otherwise, when the generator's own rate fell
+/// below 90% of its no-switch (direct veth) rate, `"shared cpu"` (the
+/// switch kept up, but its threads or the kernel work it causes on the
+/// sender's core slowed the sender: the figure is the whole system's on
+/// two cores); else `"generator"` (the figure is a lower bound).
+pub fn limited_by(row: &Row, direct_mpps: f64) -> &'static str {
+    if row.loss > SWITCH_LIMITED_LOSS {
+        "switch"
+    } else if row.sent_mpps < 0.9 * direct_mpps {
+        "shared cpu"
+    } else {
+        "generator"
+    }
+}
+
+fn best<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<f64> {
+    rows.map(|r| r.rx_mpps).reduce(f64::max)
+}
+
+// ----------------------------------------------------------------- frames --
+
+/// The experiment's frames: `flows` UDP flows, `frame_size` bytes with FCS.
+pub fn build_frames(flows: usize, frame_size: usize) -> Vec<Vec<u8>> {
+    (0..flows)
+        .map(|i| {
+            let h = Header {
+                src: SRC_IP,
+                dst: DST_IP,
+                // Flow counts are capped (see `check_args`) below 55,536, so
+                // the port stays in range.
+                src_port: FIRST_SRC_PORT.wrapping_add(i as u16),
+                dst_port: DST_PORT,
+                proto: 17,
+            };
+            let mut f = Vec::new();
+            workload::build_frame(&h, frame_size - FCS_LEN, &mut f);
+            f
+        })
+        .collect()
+}
+
+/// Whether a received frame is one of the experiment's: untagged IPv4, UDP,
+/// no IP options, destination port [`DST_PORT`].
+pub fn is_experiment_frame(f: &[u8]) -> bool {
+    f.len() >= 42
+        && f[12..14] == [0x08, 0x00]
+        && f[14] == 0x45
+        && f[23] == 17
+        && f[36..38] == DST_PORT.to_be_bytes()
+}
+
+fn check_args(a: &ForwardArgs) -> anyhow::Result<()> {
+    if a.flows == 0 || a.flows > 50_000 {
+        bail!("--flows must be between 1 and 50000");
+    }
+    if !(64..=1518).contains(&a.frame_size) {
+        bail!("--frame-size must be between 64 and 1518 (bytes with FCS)");
+    }
+    // Written so that NaN fails too.
+    let seconds_ok = a.seconds > 0.0 && a.seconds <= 600.0;
+    if !seconds_ok || !(0.0..=60.0).contains(&a.warmup) {
+        bail!("--seconds must be in (0, 600] and --warmup in [0, 60]");
+    }
+    if a.workers.iter().any(|&w| w == 0 || w > 64) {
+        bail!("--workers values must be between 1 and 64");
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------ shell helpers --
+
+fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    run_cmd(Command::new("ip").args(args)).map(|_| ())
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn unique_tag() -> String {
+    format!(
+        "ofw{}x{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+// ---------------------------------------------------------------- topology --
+
+/// Namespaces of one row; deleting them deletes their links and bridges.
+struct Topo {
+    namespaces: Vec<String>,
+    /// (namespace, interface) of the generator and the receiver.
+    gen: (String, String),
+    rx: (String, String),
+    /// The switch namespace (switched rows).
+    sw: Option<String>,
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        for ns in &self.namespaces {
+            let _ = Command::new("ip")
+                .args(["netns", "del", ns])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn add_ns(t: &mut Topo, name: String) -> anyhow::Result<String> {
+    ip(&["netns", "add", &name])?;
+    t.namespaces.push(name.clone());
+    ip(&["-n", &name, "link", "set", "lo", "up"])?;
+    Ok(name)
+}
+
+impl Topo {
+    fn empty() -> Topo {
+        Topo {
+            namespaces: Vec::new(),
+            gen: (String::new(), String::new()),
+            rx: (String::new(), String::new()),
+            sw: None,
+        }
+    }
+
+    /// One namespace; generator and receiver on `lo`.
+    fn loopback() -> anyhow::Result<Topo> {
+        let mut t = Topo::empty();
+        let ns = add_ns(&mut t, format!("{}l", unique_tag()))?;
+        t.gen = (ns.clone(), "lo".into());
+        t.rx = (ns, "lo".into());
+        Ok(t)
+    }
+
+    /// Hosts A and B and, when `switched`, a switch namespace between them.
+    fn hosts(switched: bool) -> anyhow::Result<Topo> {
+        let tag = unique_tag();
+        let mut t = Topo::empty();
+        let a = add_ns(&mut t, format!("{tag}a"))?;
+        let b = add_ns(&mut t, format!("{tag}b"))?;
+        if switched {
+            let sw = add_ns(&mut t, format!("{tag}s"))?;
+            for (p, h) in [("p1", &a), ("p2", &b)] {
+                ip(&[
+                    "link", "add", "name", p, "netns", &sw, "type", "veth", "peer", "name", "eth0",
+                    "netns", h,
+                ])?;
+                ip(&["-n", &sw, "link", "set", p, "up"])?;
+            }
+            t.sw = Some(sw);
+        } else {
+            ip(&[
+                "link", "add", "name", "eth0", "netns", &a, "type", "veth", "peer", "name", "eth0",
+                "netns", &b,
+            ])?;
+        }
+        // Host MACs differ from the frames' destination (see module docs).
+        for (h, mac) in [(&a, "02:00:00:00:00:11"), (&b, "02:00:00:00:00:12")] {
+            ip(&["-n", h, "link", "set", "eth0", "address", mac])?;
+            ip(&["-n", h, "link", "set", "eth0", "up"])?;
+        }
+        t.gen = (a, "eth0".into());
+        t.rx = (b, "eth0".into());
+        Ok(t)
+    }
+
+    fn sw(&self) -> anyhow::Result<&str> {
+        self.sw.as_deref().context("not a switched topology")
+    }
+}
+
+/// Wait until the veth ends show carrier (a just-raised veth takes a moment).
+fn wait_link_up(ns: &str, ifname: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        let up = Command::new("ip")
+            .args(["-n", ns, "-o", "link", "show", ifname])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("LOWER_UP"))
+            .unwrap_or(false);
+        if up {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ----------------------------------------------------------------- switches --
+
+/// A child process killed (SIGTERM, then SIGKILL) when dropped.
+struct ChildGuard {
+    child: Child,
+    what: &'static str,
+}
+
+impl ChildGuard {
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            // SAFETY: kill(2) on the pid of our own child, not yet reaped
+            // (try_wait above returned None), so the pid is still ours.
+            unsafe {
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Ok(Some(st)) = self.child.try_wait() {
+            bail!("{} exited early: {st}", self.what);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+const FLOWS: [&str; 2] = ["in_port=1,actions=output:2", "in_port=2,actions=output:1"];
+
+/// Start `offlow run` on p1/p2 of the switch namespace, secure mode, with
+/// the two port-to-port flows.
+fn start_offlow(bin: &Path, sw: &str, workers: usize) -> anyhow::Result<ChildGuard> {
+    let port = free_port()?;
+    let listen = format!("ptcp:{port}:127.0.0.1");
+    let child = Command::new(bin)
+        .args(["run", "--netns", sw, "--port", "p1=1", "--port", "p2=2"])
+        .args(["--listen", &listen, "--fail-mode", "secure"])
+        .args(["--workers", &workers.to_string()])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    let mut g = ChildGuard {
+        child,
+        what: "offlow run",
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        g.check_alive()?;
+        if Instant::now() > deadline {
+            bail!("offlow did not listen on {listen} within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let target = format!("tcp:127.0.0.1:{port}");
+    for f in FLOWS {
+        run_cmd(Command::new("ovs-ofctl").args([
+            "-O",
+            "OpenFlow13",
+            "--no-names",
+            "--timeout=20",
+            "add-flow",
+            &target,
+            f,
+        ]))?;
+    }
+    Ok(g)
+}
+
+/// A private Open vSwitch: ovsdb-server and ovs-vswitchd (inside the
+/// switch namespace) with their own directory, all removed when dropped.
+struct Ovs {
+    dir: PathBuf,
+    /// Declared before `db`: vswitchd stops first.
+    vswitchd: Option<ChildGuard>,
+    db: Option<ChildGuard>,
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        drop(self.vswitchd.take());
+        drop(self.db.take());
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Ovs {
+    fn cmd(&self, prog: &str) -> Command {
+        let mut c = Command::new(prog);
+        for v in ["OVS_RUNDIR", "OVS_DBDIR", "OVS_LOGDIR", "OVS_SYSCONFDIR"] {
+            c.env(v, &self.dir);
+        }
+        c
+    }
+
+    fn db_arg(&self) -> String {
+        format!("--db=unix:{}", self.dir.join("db.sock").display())
+    }
+
+    fn start(sw: &str, port_type: &str) -> anyhow::Result<Ovs> {
+        let dir = std::env::temp_dir().join(format!("offlow-fwd-ovs-{}", unique_tag()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut ovs = Ovs {
+            dir,
+            vswitchd: None,
+            db: None,
+        };
+        let d = ovs.dir.clone();
+        let schema = ["/usr/share/openvswitch/vswitch.ovsschema"];
+        run_cmd(
+            ovs.cmd("ovsdb-tool")
+                .arg("create")
+                .arg(d.join("conf.db"))
+                .args(schema),
+        )?;
+        let db = ovs
+            .cmd("ovsdb-server")
+            .arg(d.join("conf.db"))
+            .arg(format!("--remote=punix:{}", d.join("db.sock").display()))
+            .arg(format!(
+                "--unixctl={}",
+                d.join("ovsdb-server.ctl").display()
+            ))
+            .arg(format!(
+                "--log-file={}",
+                d.join("ovsdb-server.log").display()
+            ))
+            .args(["-vconsole:off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting ovsdb-server")?;
+        ovs.db = Some(ChildGuard {
+            child: db,
+            what: "ovsdb-server",
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !d.join("db.sock").exists() {
+            if let Some(g) = ovs.db.as_mut() {
+                g.check_alive()?;
+            }
+            if Instant::now() > deadline {
+                bail!("ovsdb-server did not create its socket within 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let db_arg = ovs.db_arg();
+        run_cmd(ovs.cmd("ovs-vsctl").args([&db_arg, "--no-wait", "init"]))?;
+        // `ip netns exec` execs the daemon, so the child's pid is vswitchd's.
+        let vsd = ovs
+            .cmd("ip")
+            .args(["netns", "exec", sw, "ovs-vswitchd"])
+            .arg(format!("unix:{}", d.join("db.sock").display()))
+            .arg(format!("--unixctl={}", d.join("vswitchd.ctl").display()))
+            .arg(format!(
+                "--log-file={}",
+                d.join("ovs-vswitchd.log").display()
+            ))
+            .args(["-vconsole:off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting ovs-vswitchd")?;
+        ovs.vswitchd = Some(ChildGuard {
+            child: vsd,
+            what: "ovs-vswitchd",
+        });
+        let mut vsctl = ovs.cmd("ovs-vsctl");
+        vsctl.args([&db_arg, "--timeout=30"]).args([
+            "add-br",
+            "br0",
+            "--",
+            "set",
+            "bridge",
+            "br0",
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail-mode=secure",
+        ]);
+        for (i, p) in ["p1", "p2"].iter().enumerate() {
+            vsctl.args(["--", "add-port", "br0", p, "--", "set", "interface", p]);
+            vsctl.arg(format!("ofport_request={}", i + 1));
+            vsctl.arg(format!("type={port_type}"));
+        }
+        run_cmd(&mut vsctl).context("creating the OVS bridge")?;
+        // A port OVS could not open shows an error in its Interface row.
+        let errs = run_cmd(ovs.cmd("ovs-vsctl").args([
+            &db_arg,
+            "--bare",
+            "--columns=error",
+            "list",
+            "interface",
+        ]))?;
+        if !errs.trim().is_empty() {
+            bail!("OVS port error: {}", errs.trim());
+        }
+        let mgmt = format!("unix:{}", d.join("br0.mgmt").display());
+        for f in FLOWS {
+            run_cmd(
+                ovs.cmd("ovs-ofctl")
+                    .args(["-O", "OpenFlow13", "add-flow", &mgmt, f]),
+            )?;
+        }
+        Ok(ovs)
+    }
+}
+
+// -------------------------------------------------------------- traffic --
+
+/// Counters the traffic threads publish.
+#[derive(Default)]
+struct Counters {
+    stop: AtomicBool,
+    sent: AtomicU64,
+    received: AtomicU64,
+    ring_drops: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Snapshot {
+    sent: u64,
+    received: u64,
+    ring_drops: u64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            sent: self.sent.load(Ordering::Relaxed),
+            received: self.received.load(Ordering::Relaxed),
+            ring_drops: self.ring_drops.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn generator(mut port: AfPacketPort, frames: Arc<Vec<Vec<u8>>>, c: Arc<Counters>) {
+    let mut i = 0usize;
+    let mut batches = 0u32;
+    while !c.stop.load(Ordering::Relaxed) {
+        for _ in 0..TX_BATCH {
+            port.send(&frames[i]);
+            i += 1;
+            if i == frames.len() {
+                i = 0;
+            }
+        }
+        // A failing port is the kernel refusing frames: counted, go on.
+        let _ = port.flush();
+        batches += 1;
+        if batches % TX_PUBLISH_EVERY == 0 {
+            c.sent.store(port.stats().tx_packets, Ordering::Relaxed);
+        }
+    }
+    c.sent.store(port.stats().tx_packets, Ordering::Relaxed);
+}
+
+fn receiver(mut port: AfPacketPort, c: Arc<Counters>) {
+    let mut count = 0u64;
+    let mut rounds = 0u32;
+    while !c.stop.load(Ordering::Relaxed) {
+        let n = port
+            .recv(RX_BATCH, &mut |f, _| {
+                if is_experiment_frame(f) {
+                    count += 1;
+                }
+            })
+            .unwrap_or(0);
+        c.received.store(count, Ordering::Relaxed);
+        rounds = rounds.wrapping_add(1);
+        if n == 0 {
+            // Sleep until the kernel hands over a block (or 10 ms pass):
+            // the receiver must not take CPU from the switch.
+            if let Some(fd) = port.poll_fd() {
+                let mut p = libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one live pollfd for the duration of the call.
+                unsafe {
+                    libc::poll(&mut p, 1, 10);
+                }
+            }
+            c.ring_drops
+                .store(port.stats().rx_dropped, Ordering::Relaxed);
+        } else if rounds % 64 == 0 {
+            c.ring_drops
+                .store(port.stats().rx_dropped, Ordering::Relaxed);
+        }
+    }
+    c.ring_drops
+        .store(port.stats().rx_dropped, Ordering::Relaxed);
+}
+
+/// Run the traffic over a built topology and count.
+fn measure(
+    t: &Topo,
+    frames: &Arc<Vec<Vec<u8>>>,
+    args: &ForwardArgs,
+) -> anyhow::Result<(Snapshot, f64)> {
+    wait_link_up(&t.gen.0, &t.gen.1);
+    wait_link_up(&t.rx.0, &t.rx.1);
+    let mut rx_cfg = AfPacketConfig::new(&t.rx.1);
+    rx_cfg.block_count = 64;
+    rx_cfg.block_timeout_ms = 2;
+    let rx_port = in_netns(Some(&t.rx.0), || AfPacketPort::open(&rx_cfg))?
+        .with_context(|| format!("receiver socket on {}/{}", t.rx.0, t.rx.1))?;
+    let mut gen_cfg = AfPacketConfig::new(&t.gen.1);
+    // The generator receives nothing it needs: a minimal ring.
+    gen_cfg.block_size = 1 << 16;
+    gen_cfg.block_count = 2;
+    gen_cfg.promiscuous = false;
+    gen_cfg.tx_batch = TX_BATCH;
+    gen_cfg.tx_max_frame = args.frame_size;
+    let gen_port = in_netns(Some(&t.gen.0), || AfPacketPort::open(&gen_cfg))?
+        .with_context(|| format!("generator socket on {}/{}", t.gen.0, t.gen.1))?;
+
+    let c = Arc::new(Counters::default());
+    let rx = {
+        let c = Arc::clone(&c);
+        std::thread::Builder::new()
+            .name("fwd-rx".into())
+            .spawn(move || receiver(rx_port, c))?
+    };
+    let gen = {
+        let (c, f) = (Arc::clone(&c), Arc::clone(frames));
+        std::thread::Builder::new()
+            .name("fwd-gen".into())
+            .spawn(move || generator(gen_port, f, c))
+    };
+    let gen = match gen {
+        Ok(g) => g,
+        Err(e) => {
+            c.stop.store(true, Ordering::Relaxed);
+            let _ = rx.join();
+            return Err(e.into());
+        }
+    };
+    let deadline = Instant::now() + FIRST_FRAME_WAIT;
+    while c.received.load(Ordering::Relaxed) == 0
+        && Instant::now() < deadline
+        && !INTERRUPTED.load(Ordering::Relaxed)
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    sleep_unless_interrupted(Duration::from_secs_f64(args.warmup));
+    let s0 = c.snapshot();
+    let t0 = Instant::now();
+    sleep_unless_interrupted(Duration::from_secs_f64(args.seconds));
+    let s1 = c.snapshot();
+    let elapsed = t0.elapsed().as_secs_f64();
+    c.stop.store(true, Ordering::Relaxed);
+    let joined = gen.join().is_ok() & rx.join().is_ok();
+    if !joined {
+        bail!("a traffic thread panicked");
+    }
+    Ok((
+        Snapshot {
+            sent: s1.sent.saturating_sub(s0.sent),
+            received: s1.received.saturating_sub(s0.received),
+            ring_drops: s1.ring_drops.saturating_sub(s0.ring_drops),
+        },
+        elapsed,
+    ))
+}
+
+/// Set by SIGINT/SIGTERM once [`catch_interrupt`] ran: the current row
+/// stops early and no further row starts, so the guards remove what exists.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_interrupt(_: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// Route SIGINT and SIGTERM to [`INTERRUPTED`] instead of killing the
+/// process (which would leave namespaces and daemons behind).
+fn catch_interrupt() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: installs a handler that only stores to an atomic; the
+        // handler is a plain `extern "C"` function living for the program.
+        unsafe {
+            libc::signal(
+                sig,
+                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
+}
+
+fn sleep_unless_interrupted(d: Duration) {
+    let end = Instant::now() + d;
+    while !INTERRUPTED.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(50)));
+    }
+}
+
+// --------------------------------------------------------------------- rows --
+
+enum Plan {
+    Loopback,
+    Direct,
+    Bridge,
+    Offlow(usize),
+    OfflowXdp,
+    Ovs(&'static str),
+}
+
+impl Plan {
+    fn name(&self) -> String {
+        match self {
+            Plan::Loopback => "loopback (lo, no switch)".into(),
+            Plan::Direct => "direct veth (no switch)".into(),
+            Plan::Bridge => "linux bridge".into(),
+            Plan::Offlow(1) => "offlow af_packet, 1 worker".into(),
+            Plan::Offlow(w) => format!("offlow af_packet, {w} workers"),
+            Plan::OfflowXdp => "offlow af_xdp".into(),
+            Plan::Ovs(t) => format!("ovs 3.1 netdev, type={t}"),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        match self {
+            Plan::Loopback => "loopback",
+            Plan::Direct => "direct",
+            Plan::Bridge => "bridge",
+            Plan::Offlow(_) => "offlow",
+            Plan::OfflowXdp => "offlow-xdp",
+            Plan::Ovs("afxdp") => "ovs-afxdp",
+            Plan::Ovs(_) => "ovs-system",
+        }
+    }
+}
+
+fn run_row(
+    plan: &Plan,
+    frames: &Arc<Vec<Vec<u8>>>,
+    args: &ForwardArgs,
+    bin: &Path,
+) -> anyhow::Result<(Snapshot, f64)> {
+    match plan {
+        Plan::Loopback => measure(&Topo::loopback()?, frames, args),
+        Plan::Direct => measure(&Topo::hosts(false)?, frames, args),
+        Plan::Bridge => {
+            let t = Topo::hosts(true)?;
+            let sw = t.sw()?;
+            ip(&["-n", sw, "link", "add", "name", "br0", "type", "bridge"])?;
+            for p in ["p1", "p2"] {
+                ip(&["-n", sw, "link", "set", p, "master", "br0"])?;
+            }
+            ip(&["-n", sw, "link", "set", "br0", "up"])?;
+            measure(&t, frames, args)
+        }
+        Plan::Offlow(w) => {
+            let t = Topo::hosts(true)?;
+            let _switch = start_offlow(bin, t.sw()?, *w)?;
+            measure(&t, frames, args)
+        }
+        Plan::Ovs(ty) => {
+            let t = Topo::hosts(true)?;
+            let _ovs = Ovs::start(t.sw()?, ty)?;
+            measure(&t, frames, args)
+        }
+        Plan::OfflowXdp => bail!("unreachable: skipped before"),
+    }
+}
+
+/// Run every requested row.
+pub fn run(args: &ForwardArgs) -> anyhow::Result<ForwardReport> {
+    check_args(args)?;
+    let bin = match &args.offlow_bin {
+        Some(b) => b.clone(),
+        None => std::env::current_exe().context("locating the offlow binary")?,
+    };
+    let frames = Arc::new(build_frames(args.flows, args.frame_size));
+    let mut plans = Vec::new();
+    for k in &args.rows {
+        match k {
+            RowKind::Loopback => plans.push(Plan::Loopback),
+            RowKind::Direct => plans.push(Plan::Direct),
+            RowKind::Bridge => plans.push(Plan::Bridge),
+            RowKind::Offlow => plans.extend(args.workers.iter().map(|&w| Plan::Offlow(w))),
+            RowKind::OfflowXdp => plans.push(Plan::OfflowXdp),
+            RowKind::OvsSystem => plans.push(Plan::Ovs("system")),
+            RowKind::OvsAfxdp => plans.push(Plan::Ovs("afxdp")),
+        }
+    }
+    let mut rows = Vec::new();
+    for p in &plans {
+        if INTERRUPTED.load(Ordering::Relaxed) {
+            bail!("interrupted (everything created so far was removed)");
+        }
+        let workers = match p {
+            Plan::Offlow(w) => Some(*w),
+            _ => None,
+        };
+        let mut row = Row::empty(p.name(), p.kind(), workers);
+        if let Plan::OfflowXdp = p {
+            row.skipped = Some("offlow has no AF_XDP ports yet".into());
+            rows.push(row);
+            continue;
+        }
+        eprint!("forward: {} ... ", row.name);
+        let _ = std::io::stderr().flush();
+        match run_row(p, &frames, args, &bin) {
+            Ok((s, secs)) => {
+                row.sent = s.sent;
+                row.received = s.received;
+                row.rx_ring_drops = s.ring_drops;
+                row.seconds = secs;
+                row.sent_mpps = s.sent as f64 / secs / 1e6;
+                row.rx_mpps = s.received as f64 / secs / 1e6;
+                row.loss = if s.sent > 0 {
+                    1.0 - (s.received as f64 / s.sent as f64).min(1.0)
+                } else {
+                    0.0
+                };
+                eprintln!("{} Mpps", fmt_f(row.rx_mpps, 3));
+            }
+            Err(e) => {
+                eprintln!("failed: {e:#}");
+                row.error = Some(format!("{e:#}"));
+            }
+        }
+        rows.push(row);
+    }
+    let ran = |r: &&Row| r.error.is_none() && r.skipped.is_none();
+    let direct = rows
+        .iter()
+        .filter(ran)
+        .find(|r| r.kind == "direct")
+        .map(|r| r.rx_mpps);
+    if let Some(d) = direct {
+        for r in &mut rows {
+            let switched = matches!(r.kind, "bridge" | "offlow" | "ovs-system" | "ovs-afxdp");
+            if switched && r.error.is_none() && r.skipped.is_none() {
+                r.limited_by = Some(limited_by(r, d));
+            }
+        }
+    }
+    Ok(ForwardReport {
+        flows: args.flows,
+        frame_size: args.frame_size,
+        rows,
+    })
+}
+
+/// `offlow bench forward`.
+pub fn main(args: &ForwardArgs) -> anyhow::Result<()> {
+    catch_interrupt();
+    let r = run(args)?;
+    println!(
+        "forward: {} UDP flows, {}-byte frames ({} bytes + FCS), {} s counted per row after {} s warm-up",
+        r.flows,
+        r.frame_size,
+        r.frame_size - FCS_LEN,
+        args.seconds,
+        args.warmup
+    );
+    let mut t = Table::new([
+        "configuration",
+        "sent Mpps",
+        "received Mpps",
+        "loss %",
+        "ring drops",
+        "limited by",
+    ]);
+    let mut notes = Vec::new();
+    for row in &r.rows {
+        if let Some(why) = &row.skipped {
+            notes.push(format!("{}: skipped: {why}", row.name));
+        }
+        if let Some(e) = &row.error {
+            notes.push(format!("{}: error: {e}", row.name));
+        }
+        let ran = row.skipped.is_none() && row.error.is_none();
+        let num = |v: String| if ran { v } else { "-".into() };
+        t.row([
+            row.name.clone(),
+            num(fmt_f(row.sent_mpps, 3)),
+            num(fmt_f(row.rx_mpps, 3)),
+            num(fmt_f(row.loss * 100.0, 1)),
+            num(row.rx_ring_drops.to_string()),
+            row.limited_by.unwrap_or("").to_string(),
+        ]);
+    }
+    print!("{}", t.render());
+    for n in notes {
+        println!("{n}");
+    }
+    let direct = r
+        .rows
+        .iter()
+        .find(|x| x.kind == "direct" && x.error.is_none())
+        .map(|x| x.rx_mpps);
+    let best_switched = r
+        .rows
+        .iter()
+        .filter(|x| matches!(x.kind, "bridge" | "offlow" | "ovs-system" | "ovs-afxdp"))
+        .filter(|x| x.error.is_none() && x.skipped.is_none())
+        .max_by(|a, b| a.rx_mpps.total_cmp(&b.rx_mpps));
+    match (direct, best_switched) {
+        (Some(d), Some(s)) => println!(
+            "generator check: with no switch (direct veth) the generator delivers {} Mpps; \
+             the best switched row ({}) delivers {} Mpps = {:.0}% of that. \
+             'limited by': switch = it dropped >{:.0}% of the offered frames (offered more \
+             than it forwarded); shared cpu = no loss, but the sender ran below 90% of its \
+             direct rate (switch threads and the kernel work they cause share the 2 cores); \
+             generator = no loss at the generator's full rate (a lower bound).{}",
+            fmt_f(d, 3),
+            s.name,
+            fmt_f(s.rx_mpps, 3),
+            if d > 0.0 { s.rx_mpps / d * 100.0 } else { 0.0 },
+            SWITCH_LIMITED_LOSS * 100.0,
+            if r.rows.iter().any(|x| x.limited_by == Some("generator")) {
+                " WARNING: some rows are generator-bound."
+            } else {
+                ""
+            }
+        ),
+        _ => println!("generator check: needs the direct and a switched row"),
+    }
+    let drops: u64 = r.rows.iter().map(|x| x.rx_ring_drops).sum();
+    println!(
+        "receiver check: {drops} frames lost to a full receive ring over all rows{}",
+        if drops == 0 {
+            " (the receiver kept up)"
+        } else {
+            " (the receiver fell behind: see 'ring drops')"
+        }
+    );
+    match (r.offlow_mpps(), r.anchor_mpps()) {
+        (Some(o), Some(a)) if a > 0.0 => println!(
+            "offlow best {} Mpps vs Open vSwitch best {} Mpps: {}×",
+            fmt_f(o, 3),
+            fmt_f(a, 3),
+            fmt_f(o / a, 2)
+        ),
+        _ => {}
+    }
+    if args.json {
+        print_json_line(&r.to_json());
+    }
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        bail!("interrupted: the last row's figures are short");
+    }
+    let failed = r.rows.iter().filter(|x| x.error.is_some()).count();
+    if failed > 0 {
+        bail!("{failed} row(s) failed (see the table)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_distinct_valid_udp_flows() {
+        let frames = build_frames(100, 64);
+        assert_eq!(frames.len(), 100);
+        let mut ports = std::collections::HashSet::new();
+        for f in &frames {
+            assert_eq!(f.len(), 60);
+            assert!(is_experiment_frame(f));
+            assert!(ports.insert(u16::from_be_bytes([f[34], f[35]])));
+            // IPv4 header checksum verifies to zero when summed with itself.
+            let mut s = 0u32;
+            for w in f[14..34].chunks(2) {
+                s += u32::from(u16::from_be_bytes([w[0], w[1]]));
+            }
+            while s > 0xffff {
+                s = (s & 0xffff) + (s >> 16);
+            }
+            assert_eq!(s, 0xffff);
+        }
+        assert_eq!(build_frames(3, 128)[2].len(), 124);
+    }
+
+    #[test]
+    fn counter_rejects_other_frames() {
+        let f = build_frames(1, 64).remove(0);
+        let mut other = f.clone();
+        other[37] = 10; // another destination port
+        assert!(!is_experiment_frame(&other));
+        let mut tcp = f.clone();
+        tcp[23] = 6;
+        assert!(!is_experiment_frame(&tcp));
+        let mut arp = f.clone();
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(!is_experiment_frame(&arp));
+        assert!(!is_experiment_frame(&f[..41]));
+    }
+
+    #[test]
+    fn json_headline_takes_best_rows() {
+        let mut rows = Vec::new();
+        for (kind, mpps) in [
+            ("offlow", 1.0),
+            ("offlow", 1.5),
+            ("ovs-system", 0.5),
+            ("ovs-afxdp", 0.75),
+            ("bridge", 9.0),
+        ] {
+            let mut r = Row::empty(kind.into(), kind, None);
+            r.rx_mpps = mpps;
+            rows.push(r);
+        }
+        let mut failed = Row::empty("x".into(), "ovs-afxdp", None);
+        failed.rx_mpps = 100.0;
+        failed.error = Some("boom".into());
+        rows.push(failed);
+        let rep = ForwardReport {
+            flows: 100,
+            frame_size: 64,
+            rows,
+        };
+        let j = rep.to_json();
+        assert_eq!(j["experiment"], "forward");
+        assert_eq!(j["offlow_mpps"], 1.5);
+        assert_eq!(j["anchor_mpps"], 0.75);
+        assert_eq!(j["ratio"], 2.0);
+        assert_eq!(j["rows"].as_array().map(Vec::len), Some(6));
+    }
+
+    #[test]
+    fn limited_by_reads_loss_then_sender_rate() {
+        let mut r = Row::empty("x".into(), "offlow", Some(1));
+        (r.loss, r.sent_mpps) = (0.3, 1.0);
+        assert_eq!(limited_by(&r, 1.0), "switch");
+        (r.loss, r.sent_mpps) = (0.01, 0.5);
+        assert_eq!(limited_by(&r, 1.0), "shared cpu");
+        (r.loss, r.sent_mpps) = (0.01, 0.95);
+        assert_eq!(limited_by(&r, 1.0), "generator");
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        let ok = ForwardArgs::default();
+        assert!(check_args(&ok).is_ok());
+        for f in [
+            |a: &mut ForwardArgs| a.flows = 0,
+            |a: &mut ForwardArgs| a.frame_size = 63,
+            |a: &mut ForwardArgs| a.seconds = 0.0,
+            |a: &mut ForwardArgs| a.workers = vec![0],
+        ] {
+            let mut a = ok.clone();
+            f(&mut a);
+            assert!(check_args(&a).is_err());
+        }
+    }
+}
