@@ -5,6 +5,11 @@
 //!   `poll` per block at most) and batched transmit (`sendmmsg`, qdisc
 //!   bypassed). Several sockets on one interface form a fanout group with a
 //!   symmetric flow hash, so each worker thread has its own socket per port.
+//! - [`AfXdpPort`]: one receive queue of a Linux interface through an
+//!   `AF_XDP` socket (UMEM, fill/completion rings, need_wakeup), fed by a
+//!   hand-assembled XDP redirect program ([`XdpProgram`]) attached through
+//!   a BPF link, native mode with a generic-mode fallback. Raw system
+//!   calls, no libbpf.
 //! - [`MemPort`]: an in-memory port for tests, fed and drained through a
 //!   [`MemPeer`].
 //! - [`pcap::PcapPort`]: replay a capture file as input, write what is
@@ -26,7 +31,8 @@
 //! - No allocation per frame: receive reads the mapped ring in place,
 //!   transmit copies into a preallocated arena.
 //! - Nothing panics on frame contents or on what the kernel reports: every
-//!   offset read from the ring is bounds-checked against the mapped block.
+//!   offset or address read from a ring is bounds-checked against the
+//!   mapped block or UMEM.
 //!
 //! # Thread-safety
 //! A port is `Send` and belongs to one thread (one worker). Sharing an
@@ -35,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod afpacket;
+pub mod afxdp;
 pub mod csum;
 pub mod mem;
 pub mod netns;
@@ -44,6 +51,9 @@ use std::io;
 use std::os::fd::RawFd;
 
 pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState};
+pub use afxdp::{
+    AfXdpConfig, AfXdpCounters, AfXdpPort, XdpAttach, XdpMode, XdpProgram, XdpStatistics, XskBind,
+};
 pub use mem::{MemPeer, MemPort};
 
 /// What the kernel said about a received frame beyond its bytes.
