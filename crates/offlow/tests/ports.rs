@@ -58,6 +58,11 @@ struct Net {
 
 impl Net {
     fn new() -> Net {
+        Net::with_offloads(&["tso", "off", "gso", "off"])
+    }
+
+    /// Hosts with these `ethtool -K eth0` settings.
+    fn with_offloads(offloads: &[&str]) -> Net {
         let tag = format!(
             "oft{}x{}",
             std::process::id(),
@@ -92,12 +97,9 @@ impl Net {
             ip(&["-n", &net.h[i], "link", "set", "lo", "up"]);
             // Software segmentation (see the demo); checksum offload stays
             // on, so TCP also checks the switch's checksum finishing.
-            let out = sh(
-                "ip",
-                &[
-                    "netns", "exec", &net.h[i], "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
-                ],
-            );
+            let mut args = vec!["netns", "exec", &net.h[i], "ethtool", "-K", "eth0"];
+            args.extend_from_slice(offloads);
+            let out = sh("ip", &args);
             assert!(
                 out.status.success(),
                 "ethtool: {}",
@@ -483,5 +485,58 @@ fn demo_interrupted_still_cleans_up() {
         namespaces_with(&prefix).is_empty(),
         "left behind: {:?}",
         namespaces_with(&prefix)
+    );
+}
+
+#[test]
+fn af_xdp_ports_forward_ping_tcp_and_udp() {
+    if !can_run() {
+        return;
+    }
+    // AF_XDP does not flag partial checksums: the hosts finish their own.
+    let net = Net::with_offloads(&["tso", "off", "gso", "off", "tx", "off"]);
+    let p1 = format!("af_xdp:{}=1", net.ports[0]);
+    let p2 = format!("af_xdp:{}=2", net.ports[1]);
+    let port = free_port();
+    let listen = format!("ptcp:{port}:127.0.0.1");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args([
+            "run", "--listen", &listen, "--netns", &net.sw, "--port", &p1, "--port", &p2,
+        ])
+        .args(["--fail-mode", "standalone"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start offlow");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("offlow exited early: {st}");
+        }
+        assert!(Instant::now() < deadline, "offlow did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let d = Daemon { child, port };
+    assert!(net.ping(0, "10.0.0.2", 3), "ping over AF_XDP ports");
+    assert!(tcp_transfer(&net, 1 << 20), "TCP over AF_XDP ports");
+    let got = udp(&net, 1000);
+    assert!(got >= 990, "UDP: {got} of 1000");
+    let ports = d.ofctl(&["dump-ports"]);
+    assert!(first_number_after(&ports, "rx pkts=") >= 1000, "{ports}");
+    // The XDP program is on the switch's interfaces while it runs.
+    let link = sh("ip", &["-n", &net.sw, "-d", "link", "show", &net.ports[0]]);
+    assert!(
+        String::from_utf8_lossy(&link.stdout).contains("xdp"),
+        "program attached"
+    );
+    drop(d);
+    // ... and gone when it stops (the BPF link closes with the process).
+    std::thread::sleep(Duration::from_millis(200));
+    let link = sh("ip", &["-n", &net.sw, "-d", "link", "show", &net.ports[0]]);
+    assert!(
+        !String::from_utf8_lossy(&link.stdout).contains("prog/xdp"),
+        "program detached"
     );
 }

@@ -35,6 +35,7 @@ use anyhow::Context;
 use offlow_datapath::{
     OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerStats, DEFAULT_HEADROOM,
 };
+use offlow_io::afxdp::{AfXdpConfig, AfXdpPort};
 use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 
@@ -198,6 +199,18 @@ impl Dataplane {
                         let port = in_netns(cfg.netns, || AfPacketPort::open(&pc))
                             .context("entering the ports' network namespace")?
                             .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
+                        Box::new(port)
+                    }
+                    PortKind::AfXdp => {
+                        let xc = AfXdpConfig::new(&p.ifname);
+                        let port = in_netns(cfg.netns, || AfXdpPort::open(&xc))
+                            .context("entering the ports' network namespace")?
+                            .with_context(|| {
+                                format!("opening AF_XDP port {} ({})", p.number, p.ifname)
+                            })?;
+                        info!(port = p.number, ifname = %p.ifname,
+                            xdp_mode = ?port.program().map(|p| p.mode()), zerocopy = port.zerocopy(),
+                            "AF_XDP port open");
                         Box::new(port)
                     }
                     // The configuration allows capture ports with one

@@ -191,7 +191,9 @@ fn start_ports(
     let mut ports = Vec::new();
     for p in &cfg.ports {
         let (tx, link) = match p.kind {
-            PortKind::AfPacket => {
+            // Packet-outs leave through a transmit-only packet socket for
+            // either kind of interface port.
+            PortKind::AfPacket | PortKind::AfXdp => {
                 let tx = in_netns(netns, || AfPacketTx::open(&p.name))
                     .context("entering the ports' network namespace")?
                     .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
@@ -425,6 +427,36 @@ async fn active_loop(host: String, port: u16, shared: SharedRc, mut stop: watch:
     }
 }
 
+/// Hand `n` received bytes (in `buf`) to the connection, take what else has
+/// already arrived, and publish the flow-mods they carried.
+fn on_bytes(
+    shared: &SharedRc,
+    conn: &mut Connection,
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut [u8],
+    n: usize,
+) {
+    let mut s = shared.borrow_mut();
+    let now = s.now_ns();
+    let Shared { switch, roles, .. } = &mut *s;
+    conn.receive(&buf[..n], now, switch, roles);
+    // Take what else has already arrived before replying: controllers like
+    // `ovs-ofctl add-flows` send a barrier after every flow-mod, and one
+    // reply write per message costs a syscall and a wakeup each. Bounded,
+    // so a peer that does not read its replies is still not read from.
+    let mut drained = 0;
+    while drained < DRAIN_READS && conn.transmit_len() < DRAIN_MAX_OUTBOX {
+        match rd.try_read(buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => conn.receive(&buf[..n], now, switch, roles),
+        }
+        drained += 1;
+    }
+    for fr in switch.take_flow_removed(now) {
+        let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+    }
+}
+
 /// Drive one controller connection until it closes.
 async fn serve(
     stream: TcpStream,
@@ -475,28 +507,7 @@ async fn serve(
         tokio::select! {
             r = rd.read(&mut buf) => match r {
                 Ok(0) => break "closed by peer".to_string(),
-                Ok(n) => {
-                    let mut s = shared.borrow_mut();
-                    let now = s.now_ns();
-                    let Shared { switch, roles, .. } = &mut *s;
-                    conn.receive(&buf[..n], now, switch, roles);
-                    // Take what else has already arrived before replying:
-                    // controllers like `ovs-ofctl add-flows` send a barrier
-                    // after every flow-mod, and one reply write per message
-                    // costs a syscall and a wakeup each. Bounded, so a peer
-                    // that does not read its replies is still not read from.
-                    let mut drained = 0;
-                    while drained < DRAIN_READS && conn.transmit_len() < DRAIN_MAX_OUTBOX {
-                        match rd.try_read(&mut buf) {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => conn.receive(&buf[..n], now, switch, roles),
-                        }
-                        drained += 1;
-                    }
-                    for fr in switch.take_flow_removed(now) {
-                        let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
-                    }
-                }
+                Ok(n) => on_bytes(&shared, &mut conn, &mut rd, &mut buf, n),
                 Err(e) => break format!("read failed: {e}"),
             },
             _ = tokio::time::sleep(wait) => {
