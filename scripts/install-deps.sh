@@ -11,6 +11,8 @@ APT_PACKAGES=(
     dpdk dpdk-dev openvswitch-switch openvswitch-common tshark linux-perf
     # namespaces and traffic
     iproute2 iputils-ping ethtool
+    # controllers from PyPI (os-ken, Faucet) in venvs: scripts/controllers-venv.sh
+    python3-venv python3-dev
 )
 
 missing=()

@@ -10,6 +10,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== controller environments (os-ken, Faucet from PyPI)"
+bash scripts/controllers-venv.sh
 echo "== cargo test (release: the data-set and property tests are heavy)"
 cargo test --workspace --release --locked
 echo "== fuzz smoke (${FUZZ_SECONDS}s per target)"

@@ -289,18 +289,40 @@ impl DatapathSwitch {
         }
     }
 
-    /// The pipeline's verdict for a frame from `in_port`: the table and
-    /// cookie of the last rule it matched, and whether that rule was the
-    /// table-miss entry (for a packet-in's reason, table id and cookie).
+    /// The pipeline's verdict for a frame from `in_port` that went to the
+    /// controller: the table and cookie of the rule that (most likely)
+    /// sent it, and whether that rule was a table-miss entry (for a
+    /// packet-in's reason, table id and cookie).
+    ///
+    /// The frame is the one the actions produced (after any push_vlan,
+    /// set-field...), so re-classifying it from table 0 need not retrace
+    /// the path the original frame took: Faucet tags untagged frames in
+    /// table 0 and sends them to the controller from table 1, and the
+    /// tagged frame misses table 0. Hence: the first rule on the path that
+    /// outputs to CONTROLLER is taken as the sender (a table-miss sender
+    /// means OFPR_NO_MATCH); when no rule on the path does, the frame was
+    /// rewritten on the way and the sender was an ordinary rule
+    /// (OFPR_ACTION; Faucet drops packet-ins with any other reason), so
+    /// the last rule's table and cookie are the best guess left.
+    /// (Exact: the worker would carry the sender's table, cookie and
+    /// reason with the frame.)
     pub fn classify_for_packet_in(&mut self, frame: &[u8], in_port: u32) -> (u8, u64, bool) {
         let parsed = offlow_flow::extract(frame, in_port, &mut self.parse);
-        let res = self.control.pipeline().lookup(&parsed.key);
-        match res.path.last() {
-            Some(step) => match self.control.pipeline().entry_in(step.table_id, step.rule) {
-                Some(e) => (step.table_id, e.cookie, e.is_table_miss()),
-                None => (step.table_id, u64::MAX, false),
-            },
-            None => (0, u64::MAX, true),
+        let pipeline = self.control.pipeline();
+        let res = pipeline.lookup(&parsed.key);
+        let mut entries = res
+            .path
+            .iter()
+            .filter_map(|step| pipeline.entry_in(step.table_id, step.rule));
+        if let Some(e) = entries
+            .clone()
+            .find(|e| e.program.outputs_to(PortNo::CONTROLLER))
+        {
+            return (e.table_id, e.cookie, e.is_table_miss());
+        }
+        match entries.next_back() {
+            Some(e) => (e.table_id, e.cookie, false),
+            None => (0, u64::MAX, false),
         }
     }
 
@@ -814,6 +836,77 @@ mod tests {
         sw.flow_mod(&d, 0).unwrap();
         sw.barrier();
         assert_eq!(sw.pipeline().len(), 1);
+    }
+
+    /// Faucet's shape: table 0 tags untagged frames from port 1 (its
+    /// miss drops), table 1 sends VLAN 100 to the controller. The frame
+    /// the worker hands over is the tagged one; it misses table 0, yet the
+    /// packet-in must say OFPR_ACTION with the sender's cookie (Faucet
+    /// ignores other reasons). A table-miss sender still says NO_MATCH.
+    #[test]
+    fn packet_in_sender_of_a_rewritten_frame() {
+        use offlow_pipeline::Action as PAction;
+        const VID_PRESENT: u128 = 0x1000;
+        let mut sw = DatapathSwitch::new(1, 4);
+        let mut untagged = Match::ANY;
+        untagged.set_exact(Field::InPort, 1);
+        untagged.set_masked(Field::VlanVid, 0, 0x1fff);
+        let tag = vec![
+            PInstr::ApplyActions(vec![
+                PAction::PushVlan(0x8100),
+                PAction::SetField(Field::VlanVid, VID_PRESENT | 100),
+            ]),
+            PInstr::GotoTable(1),
+        ];
+        let mut vlan100 = Match::ANY;
+        vlan100.set_exact(Field::VlanVid, VID_PRESENT | 100);
+        let to_controller = |port: u32| {
+            PInstr::ApplyActions(vec![PAction::Output {
+                port: PortNo(port),
+                max_len: 96,
+            }])
+        };
+        let fms = [
+            FlowMod::add(0, 4096, untagged, tag).with_cookie(0x5adc, 0),
+            FlowMod::add(0, 0, Match::ANY, vec![]).with_cookie(0x5adc, 0),
+            FlowMod::add(1, 4096, vlan100, vec![to_controller(PortNo::CONTROLLER.0)])
+                .with_cookie(0x5adc, 0),
+            // A table-miss entry that sends to the controller.
+            FlowMod::add(2, 0, Match::ANY, vec![to_controller(PortNo::CONTROLLER.0)])
+                .with_cookie(0x77, 0),
+        ];
+        for fm in &fms {
+            sw.flow_mod(fm, 0).unwrap();
+        }
+        sw.commit_pending();
+        let mut tagged = vec![0u8; 60];
+        tagged[0] = 0xff; // broadcast dst, a unicast src
+        tagged[6] = 2;
+        tagged[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+        tagged[14..16].copy_from_slice(&100u16.to_be_bytes());
+        tagged[16..18].copy_from_slice(&0x0806u16.to_be_bytes());
+        assert_eq!(sw.classify_for_packet_in(&tagged, 1), (0, 0x5adc, false));
+
+        // Table 0 now forwards everything to table 2, whose table-miss
+        // entry sends to the controller: that is a NO_MATCH packet-in.
+        let mut m = Match::ANY;
+        m.set_exact(Field::InPort, 2);
+        sw.flow_mod(&FlowMod::add(0, 10, m, vec![PInstr::GotoTable(2)]), 0)
+            .unwrap();
+        sw.commit_pending();
+        let mut plain = tagged.clone();
+        plain.drain(12..16);
+        assert_eq!(sw.classify_for_packet_in(&plain, 2), (2, 0x77, true));
+        // Where the path passes a rule that outputs to CONTROLLER, that
+        // rule is the sender.
+        sw.flow_mod(
+            &FlowMod::add(0, 20, Match::ANY, vec![to_controller(PortNo::CONTROLLER.0)])
+                .with_cookie(0x99, 0),
+            0,
+        )
+        .unwrap();
+        sw.commit_pending();
+        assert_eq!(sw.classify_for_packet_in(&plain, 2), (0, 0x99, false));
     }
 
     #[test]
