@@ -81,7 +81,7 @@ fn every_row_forwards_and_json_parses() {
         );
         ran += 1;
     }
-    let expect = 4 + if args.offlow_bin.is_some() { 3 } else { 0 };
+    let expect = 5 + if args.offlow_bin.is_some() { 3 } else { 0 };
     assert_eq!(ran, expect, "rows run: {:?}", report.rows);
 
     let line = report.to_json().to_string();
