@@ -43,6 +43,7 @@ mod switch;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -427,6 +428,46 @@ async fn active_loop(host: String, port: u16, shared: SharedRc, mut stop: watch:
     }
 }
 
+/// How long a connection polls its socket after sending a reply (see
+/// `serve`). Bounded so an idle controller costs at most this much CPU per
+/// reply, and other connections wait at most this long.
+const SPIN_READ: Duration = Duration::from_micros(SPIN_US);
+const SPIN_US: u64 = 100;
+
+enum SpinRead {
+    Data(usize),
+    Closed,
+    Failed(std::io::Error),
+    Nothing,
+}
+
+/// Poll `fd` without blocking for up to `limit`. Reads the socket directly:
+/// tokio's readiness flag is not refreshed while we spin, and a later
+/// `read().await` that finds the socket empty just waits for the next edge.
+fn spin_read(fd: std::os::fd::RawFd, buf: &mut [u8], limit: Duration) -> SpinRead {
+    let start = Instant::now();
+    loop {
+        // SAFETY: `buf` is a live, writable buffer of the length passed;
+        // `fd` is the connection's socket, open for the call.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        match n {
+            0 => return SpinRead::Closed,
+            n if n > 0 => return SpinRead::Data(n as usize),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => {}
+                    _ => return SpinRead::Failed(e),
+                }
+            }
+        }
+        if start.elapsed() >= limit {
+            return SpinRead::Nothing;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// Hand `n` received bytes (in `buf`) to the connection, take what else has
 /// already arrived, and publish the flow-mods they carried.
 fn on_bytes(
@@ -486,6 +527,22 @@ async fn serve(
             if let Err(e) = wr.write_all(&out).await {
                 conn.close("write failed");
                 break format!("write failed: {e}");
+            }
+            // A request/response peer (`ovs-ofctl add-flows` waits for the
+            // barrier reply after every flow-mod) answers within tens of
+            // microseconds. Sleeping in epoll meanwhile lets this core go
+            // idle, and waking an idle (virtual) core costs more than the
+            // whole round trip; polling briefly keeps it awake.
+            if conn.close_reason().is_none() {
+                match spin_read(rd.as_ref().as_raw_fd(), &mut buf, SPIN_READ) {
+                    SpinRead::Data(n) => {
+                        on_bytes(&shared, &mut conn, &mut rd, &mut buf, n);
+                        continue;
+                    }
+                    SpinRead::Closed => break "closed by peer".to_string(),
+                    SpinRead::Failed(e) => break format!("read failed: {e}"),
+                    SpinRead::Nothing => {}
+                }
             }
         }
         if !announced && conn.is_negotiated() {
