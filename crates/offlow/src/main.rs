@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod demo;
+mod flowmod_bench;
 mod ofctl_syntax;
 mod run;
 mod trace;
@@ -47,6 +48,10 @@ enum Bench {
     /// (AF_PACKET ports), vs Open vSwitch's userspace datapath and a Linux
     /// bridge, with the generator's own rate on a direct veth.
     Forward(offlow_bench::forward::ForwardArgs),
+    /// Flow-mods of an ovs-ofctl flow file sent back to back with one
+    /// barrier at the end, to one or more switches (Open vSwitch too):
+    /// flow-mods per second until the barrier reply.
+    FlowMods(flowmod_bench::FlowModArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,5 +65,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Datapath(a)) => offlow_bench::datapath::main(&a),
         Command::Bench(Bench::Update(a)) => offlow_bench::update::main(&a),
         Command::Bench(Bench::Forward(a)) => offlow_bench::forward::main(&a),
+        Command::Bench(Bench::FlowMods(a)) => flowmod_bench::main(&a),
     }
 }
