@@ -49,6 +49,15 @@ pub struct DemoArgs {
     /// Bytes sent over TCP.
     #[arg(long, default_value_t = 4 << 20)]
     pub tcp_bytes: usize,
+    /// UDP datagrams per second in the burst (0: as fast as the sockets
+    /// go; on two cores the hosts' own UDP stacks then drop most of it).
+    #[arg(long, default_value_t = 100_000)]
+    pub udp_rate: u64,
+    /// Port kind: `af_xdp` (an XDP program redirects the frames to the
+    /// switch's AF_XDP sockets) or `af_packet` (TPACKET_V3 rings; blocks
+    /// are handed over at least every millisecond, which shows in ping).
+    #[arg(long, default_value = "af_xdp", value_parser = ["af_xdp", "af_packet"])]
+    pub ports: String,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -106,7 +115,7 @@ pub struct Topology {
 
 impl Topology {
     /// Create the switch namespace and `n` hosts under `prefix`.
-    pub fn create(prefix: &str, n: usize) -> anyhow::Result<Topology> {
+    pub fn create(prefix: &str, n: usize, tx_csum_off: bool) -> anyhow::Result<Topology> {
         let mut t = Topology {
             switch_ns: format!("{prefix}-sw"),
             hosts: Vec::new(),
@@ -149,7 +158,7 @@ impl Topology {
                 "eth0",
             ])?;
             ip(&["-n", &host, "link", "set", "eth0", "up"])?;
-            no_segmentation_offload(&host)?;
+            no_segmentation_offload(&host, tx_csum_off)?;
             t.hosts.push(host);
             t.ports.push(port);
         }
@@ -161,17 +170,23 @@ impl Topology {
 /// that were never cut to the MTU; a packet socket receives them as one
 /// oversized frame, which a switch cannot forward onto a 1500-byte link.
 /// Real NICs segment in hardware; here the hosts must segment in software.
-/// (Checksum offload can stay on: the switch finishes partial checksums.)
-fn no_segmentation_offload(ns: &str) -> anyhow::Result<()> {
+/// Checksum offload can stay on with AF_PACKET ports (the switch finishes
+/// partial checksums); `tx_csum_off` turns it off for AF_XDP ports.
+fn no_segmentation_offload(ns: &str, tx_csum_off: bool) -> anyhow::Result<()> {
+    let mut args = vec![
+        "netns", "exec", ns, "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
+    ];
+    if tx_csum_off {
+        args.extend(["tx", "off"]);
+    }
     let out = Command::new("ip")
-        .args([
-            "netns", "exec", ns, "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
-        ])
+        .args(&args)
         .output()
         .context("running ethtool")?;
     if !out.status.success() {
         bail!(
-            "ethtool -K eth0 tso off gso off in {ns}: {}",
+            "ethtool {} in {ns}: {}",
+            args[3..].join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
@@ -227,7 +242,10 @@ pub fn main(args: &DemoArgs) -> anyhow::Result<()> {
     }
     install_signal_handlers();
     let prefix = format!("ofd{}", std::process::id() % 1_000_000);
-    let topo = Topology::create(&prefix, args.hosts)?;
+    // AF_XDP does not flag a local sender's unfinished checksums (AF_PACKET
+    // does, and the switch finishes them): with AF_XDP ports the hosts
+    // compute their own.
+    let topo = Topology::create(&prefix, args.hosts, args.ports == "af_xdp")?;
     let result = with_switch(&topo, args);
     drop(topo);
     if INTERRUPTED.load(Ordering::SeqCst) {
@@ -252,7 +270,11 @@ fn with_switch(topo: &Topology, args: &DemoArgs) -> anyhow::Result<()> {
             .map(|(i, p)| run::config::PortConfig {
                 name: p.clone(),
                 number: i as u32 + 1,
-                kind: run::PortKind::AfPacket,
+                kind: if args.ports == "af_xdp" {
+                    run::PortKind::AfXdp
+                } else {
+                    run::PortKind::AfPacket
+                },
             })
             .collect(),
         netns: Some(topo.switch_ns.clone()),
@@ -401,12 +423,16 @@ fn udp_burst(src: &str, dst: &str, args: &DemoArgs) -> anyhow::Result<(u64, u64,
     let t0 = Instant::now();
     let until = Duration::from_secs_f64(args.seconds.max(0.05));
     let mut sent = 0u64;
+    // Paced in rounds of one datagram per flow: never ahead of the rate.
+    let per_sec = args.udp_rate as f64;
     while t0.elapsed() < until && !INTERRUPTED.load(Ordering::SeqCst) {
+        if per_sec > 0.0 && sent as f64 >= t0.elapsed().as_secs_f64() * per_sec {
+            std::hint::spin_loop();
+            continue;
+        }
         for s in &senders {
-            for _ in 0..16 {
-                if s.send(&payload).is_ok() {
-                    sent += 1;
-                }
+            if s.send(&payload).is_ok() {
+                sent += 1;
             }
         }
     }
@@ -457,8 +483,9 @@ fn pct(a: u64, b: u64) -> f64 {
 
 fn report(topo: &Topology, args: &DemoArgs, r: &Results, s: &DataplaneStats, flows: Option<&str>) {
     println!(
-        "offlow demo: {} hosts on one switch ({} worker{}, standalone MAC-learning mode)",
+        "offlow demo: {} hosts on one switch ({} ports, {} worker{}, standalone MAC-learning mode)",
         topo.hosts.len(),
+        args.ports,
         args.workers,
         if args.workers == 1 { "" } else { "s" }
     );
@@ -487,12 +514,19 @@ fn report(topo: &Topology, args: &DemoArgs, r: &Results, s: &DataplaneStats, flo
     );
     println!(
         "                      the switch forwarded {:.0} kpps during the burst \
-         (the senders' sockets are the limit here, see `offlow bench`)",
+         (paced at --udp-rate; `offlow bench forward` measures the limit)",
         burst_pkts as f64 / secs / 1e3
     );
     let w = &s.worker;
     println!("\nper-tier counters (all traffic, all workers)");
-    println!("  offload tier (XDP)              not built yet: every packet took the fast path");
+    println!(
+        "  offload tier (XDP exact match)  not built yet: every packet took the fast path{}",
+        if args.ports == "af_xdp" {
+            " (the ports' XDP program only redirects frames to the switch)"
+        } else {
+            ""
+        }
+    );
     println!(
         "  fast path: microflow cache hits {:>10}  ({:.1}% of {} packets)",
         w.cache_hits,
@@ -517,8 +551,13 @@ fn report(topo: &Topology, args: &DemoArgs, r: &Results, s: &DataplaneStats, flo
         s.ports.iter().map(|p| p.tx_dropped).sum::<u64>()
     );
     println!(
-        "  checksums finished in software  {:>10}  (veth checksum offload)",
-        s.csum_finished
+        "  checksums finished in software  {:>10}  ({})",
+        s.csum_finished,
+        if args.ports == "af_xdp" {
+            "AF_XDP: the hosts compute their own"
+        } else {
+            "veth checksum offload"
+        }
     );
     println!("\nports");
     for (i, (p, name)) in s.ports.iter().zip(&topo.ports).enumerate() {
