@@ -335,13 +335,25 @@ impl OxmMatch {
 
 /// Of the fields stored at `f`'s location, the one `m`'s prerequisites name.
 fn canonical_owner(f: Field, m: &Match) -> Field {
-    use Field::*;
     let exact = |g: Field| {
         let (v, mk) = m.field(g);
         (mk == g.full_mask()).then_some(v)
     };
-    let arp = exact(EthType) == Some(0x0806);
-    let proto = exact(IpProto);
+    // Both fields are at most 16 bits wide.
+    let et = exact(Field::EthType).map(|v| v as u16);
+    let proto = exact(Field::IpProto).map(|v| v as u8);
+    storage_owner(f, et, proto)
+}
+
+/// Several OXM fields share one location of the flow key (`tcp_src`,
+/// `udp_src`, `sctp_src`, `icmpv4_type`, `icmpv6_type`; `ipv4_src` and
+/// `arp_spa`; ...). Of those sharing `f`'s, the one a match (or packet)
+/// with this exact `eth_type` and `ip_proto` means: the name to encode it
+/// under, or to print it as.
+pub fn storage_owner(f: Field, eth_type: Option<u16>, ip_proto: Option<u8>) -> Field {
+    use Field::*;
+    let arp = eth_type == Some(0x0806);
+    let proto = ip_proto;
     match f {
         Ipv4Src | ArpSpa => {
             if arp {

@@ -1168,51 +1168,10 @@ pub fn format_match(m: &Match) -> String {
 }
 
 /// Which of the fields sharing `f`'s storage a match (or packet) with this
-/// `eth_type` and `ip_proto` means.
+/// `eth_type` and `ip_proto` means (the codec's rule, so printing and
+/// encoding agree).
 pub fn canonical(f: Field, et: Option<u16>, proto: Option<u8>) -> Field {
-    use Field::*;
-    let v6 = et == Some(0x86dd);
-    let arp = et == Some(0x0806);
-    let pick = |src: bool| match (proto, v6) {
-        (Some(17), _) => [UdpDst, UdpSrc][src as usize],
-        (Some(132), _) => [SctpDst, SctpSrc][src as usize],
-        (Some(1), false) => [Icmpv4Code, Icmpv4Type][src as usize],
-        (Some(58), true) => [Icmpv6Code, Icmpv6Type][src as usize],
-        _ => [TcpDst, TcpSrc][src as usize],
-    };
-    match f {
-        TcpSrc | UdpSrc | SctpSrc | Icmpv4Type | Icmpv6Type => pick(true),
-        TcpDst | UdpDst | SctpDst | Icmpv4Code | Icmpv6Code => pick(false),
-        Ipv4Src | ArpSpa => {
-            if arp {
-                ArpSpa
-            } else {
-                Ipv4Src
-            }
-        }
-        Ipv4Dst | ArpTpa => {
-            if arp {
-                ArpTpa
-            } else {
-                Ipv4Dst
-            }
-        }
-        ArpSha | Ipv6NdSll => {
-            if arp {
-                ArpSha
-            } else {
-                Ipv6NdSll
-            }
-        }
-        ArpTha | Ipv6NdTll => {
-            if arp {
-                ArpTha
-            } else {
-                Ipv6NdTll
-            }
-        }
-        _ => f,
-    }
+    offlow_openflow::oxm::storage_owner(f, et, proto)
 }
 
 /// One pipeline action in ovs-ofctl syntax.
