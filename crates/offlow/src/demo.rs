@@ -542,10 +542,11 @@ fn report(topo: &Topology, args: &DemoArgs, r: &Results, s: &DataplaneStats, flo
         s.packet_ins, s.packet_in_dropped
     );
     println!(
-        "  drops: table miss {} / no output {} / TTL {} / oversize {} / rx ring full {} / tx refused {}",
+        "  drops: table miss {} / no output {} / TTL {} / runt {} / oversize {} / rx ring full {} / tx refused {}",
         w.drop_table_miss,
         w.drop_no_output,
         w.drop_ttl,
+        s.runts,
         s.oversize,
         s.ports.iter().map(|p| p.rx_dropped).sum::<u64>(),
         s.ports.iter().map(|p| p.tx_dropped).sum::<u64>()

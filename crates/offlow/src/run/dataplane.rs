@@ -43,6 +43,8 @@ use super::config::PortKind;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+/// Bytes of an Ethernet header (two addresses and the EtherType).
+const ETH_HLEN: usize = 14;
 /// Frames taken from one port per round.
 pub const BATCH: usize = 32;
 /// Largest frame a worker buffer holds (beyond the headroom).
@@ -84,10 +86,16 @@ pub struct DataPort {
 pub struct DataplaneStats {
     /// The datapath worker's counters.
     pub worker: WorkerStats,
-    /// Per port, in configuration order.
+    /// Per port the workers serve, in configuration order.
     pub ports: Vec<PortStats>,
+    /// Their OpenFlow numbers (filled in sums from a [`StatsHandle`]).
+    pub port_numbers: Vec<u32>,
     /// Frames longer than [`MAX_FRAME`] (dropped).
     pub oversize: u64,
+    /// Frames shorter than an Ethernet header (dropped).
+    pub runts: u64,
+    /// Ports that reported an error and are no longer polled.
+    pub failed_ports: u64,
     /// Partial checksums finished in software.
     pub csum_finished: u64,
     /// Outputs to a port number this switch does not have (or LOCAL).
@@ -99,6 +107,12 @@ pub struct DataplaneStats {
 }
 
 impl DataplaneStats {
+    /// The counters of OpenFlow port `number`, if a worker serves it.
+    pub fn port(&self, number: u32) -> Option<PortStats> {
+        let i = self.port_numbers.iter().position(|&n| n == number)?;
+        self.ports.get(i).copied()
+    }
+
     /// Field-wise sum (ports by position).
     pub fn add(&mut self, o: &DataplaneStats) {
         let w = &mut self.worker;
@@ -124,6 +138,8 @@ impl DataplaneStats {
             a.add(b);
         }
         self.oversize += o.oversize;
+        self.runts += o.runts;
+        self.failed_ports += o.failed_ports;
         self.csum_finished += o.csum_finished;
         self.drop_unknown_port += o.drop_unknown_port;
         self.packet_in_dropped += o.packet_in_dropped;
@@ -136,14 +152,16 @@ impl DataplaneStats {
 #[derive(Clone)]
 pub struct StatsHandle {
     slots: Vec<Arc<Mutex<DataplaneStats>>>,
-    ports: usize,
+    /// OpenFlow numbers of the ports, in the order of `DataplaneStats::ports`.
+    numbers: Vec<u32>,
 }
 
 impl StatsHandle {
     /// Sum over the workers.
     pub fn stats(&self) -> DataplaneStats {
         let mut total = DataplaneStats {
-            ports: vec![PortStats::default(); self.ports],
+            ports: vec![PortStats::default(); self.numbers.len()],
+            port_numbers: self.numbers.clone(),
             ..DataplaneStats::default()
         };
         for s in &self.slots {
@@ -259,7 +277,9 @@ impl Dataplane {
                 stop: stop.clone(),
                 slot,
                 oversize: 0,
+                runts: 0,
                 csum_finished: 0,
+                failed_ports: 0,
             };
             let h = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
@@ -294,7 +314,7 @@ impl Dataplane {
     pub fn stats_handle(&self) -> StatsHandle {
         StatsHandle {
             slots: self.slots.clone(),
-            ports: self.ports.len(),
+            numbers: self.ports.iter().map(|p| p.number).collect(),
         }
     }
 
@@ -388,7 +408,9 @@ struct WorkerThread {
     stop: Arc<AtomicBool>,
     slot: Arc<Mutex<DataplaneStats>>,
     oversize: u64,
+    runts: u64,
     csum_finished: u64,
+    failed_ports: u64,
 }
 
 impl WorkerThread {
@@ -436,12 +458,15 @@ impl WorkerThread {
                 if idle > SPIN_ROUNDS {
                     self.worker.flush_counters();
                     // SAFETY: `pollfds` is a live array of its length.
-                    unsafe {
+                    let ready = unsafe {
                         libc::poll(
                             pollfds.as_mut_ptr(),
                             pollfds.len() as libc::nfds_t,
                             IDLE_SLEEP.as_millis() as libc::c_int,
-                        );
+                        )
+                    };
+                    if ready > 0 {
+                        self.check_port_errors(&mut pollfds);
                     }
                 }
             }
@@ -454,13 +479,58 @@ impl WorkerThread {
         self.publish();
     }
 
+    /// A port whose interface went away (or failed) reports an error on
+    /// every poll: read it (which clears it), report it once, and stop
+    /// polling that descriptor so an idle worker does not spin. The port
+    /// stays in the list: its sends are counted as dropped, and the control
+    /// side announces it down (PORT_STATUS).
+    fn check_port_errors(&mut self, pollfds: &mut [libc::pollfd]) {
+        for pfd in pollfds.iter_mut() {
+            if pfd.fd < 0 || pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
+                continue;
+            }
+            let mut err: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: SO_ERROR writes one int into `err`, of the size given.
+            unsafe {
+                libc::getsockopt(
+                    pfd.fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_ERROR,
+                    (&mut err as *mut libc::c_int).cast(),
+                    &mut len,
+                );
+            }
+            let name = self
+                .ports
+                .iter()
+                .find(|p| p.poll_fd() == Some(pfd.fd))
+                .map_or("?", |p| p.name());
+            warn!(
+                port = name,
+                error = %std::io::Error::from_raw_os_error(err),
+                "port failed (interface gone or down); no longer polled, the others keep forwarding"
+            );
+            self.failed_ports += 1;
+            // poll(2) ignores negative descriptors.
+            pfd.fd = -1;
+        }
+    }
+
     /// Copy up to a batch from port `i` into `bufs`; returns the count.
     fn receive(&mut self, i: usize, bufs: &mut [PacketBuf]) -> usize {
         let mut n = 0;
         let oversize = &mut self.oversize;
+        let runts = &mut self.runts;
         let csum_finished = &mut self.csum_finished;
         let r = self.ports[i].recv(bufs.len(), &mut |frame: &[u8], meta: RxMeta| {
             let Some(buf) = bufs.get_mut(n) else { return };
+            // Shorter than an Ethernet header: not a frame a rule can
+            // meaningfully match (every field would read as absent).
+            if frame.len() < ETH_HLEN && meta.vlan.is_none() {
+                *runts += 1;
+                return;
+            }
             if buf.load(frame).is_err() {
                 *oversize += 1;
                 return;
@@ -491,6 +561,8 @@ impl WorkerThread {
             *d = p.stats();
         }
         s.oversize = self.oversize;
+        s.runts = self.runts;
+        s.failed_ports = self.failed_ports;
         s.csum_finished = self.csum_finished;
         s.drop_unknown_port = self.sink.drop_unknown_port;
         s.packet_in_dropped = self.sink.packet_in_dropped;

@@ -190,11 +190,29 @@ fn start_ports(
     }
     let netns = cfg.netns.as_deref();
     let mut ports = Vec::new();
+    let mut missing = Vec::new();
     for p in &cfg.ports {
         let (tx, link) = match p.kind {
             // Packet-outs leave through a transmit-only packet socket for
             // either kind of interface port.
             PortKind::AfPacket | PortKind::AfXdp => {
+                let exists = in_netns(netns, || offlow_io::afpacket::ifindex(&p.name))
+                    .context("entering the ports' network namespace")?;
+                if let Err(e) = exists {
+                    // Reported, and the switch runs with its other ports;
+                    // the port is listed down and takes no traffic.
+                    warn!(port = p.number, name = %p.name, error = %e,
+                        "port interface not found: the port stays down");
+                    missing.push(p.number);
+                    ports.push(SwitchPort {
+                        number: p.number,
+                        name: p.name.clone(),
+                        tx: None,
+                        link: offlow_io::LinkState::default(),
+                        tx_packets: 0,
+                    });
+                    continue;
+                }
                 let tx = in_netns(netns, || AfPacketTx::open(&p.name))
                     .context("entering the ports' network namespace")?
                     .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
@@ -225,6 +243,7 @@ fn start_ports(
     let data_ports: Vec<DataPort> = cfg
         .ports
         .iter()
+        .filter(|p| !missing.contains(&p.number))
         .map(|p| DataPort {
             ifname: p.name.clone(),
             number: p.number,
@@ -348,6 +367,9 @@ async fn run(
             packet_ins = d.packet_ins,
             packet_in_dropped = d.packet_in_dropped,
             csum_finished = d.csum_finished,
+            runts = d.runts,
+            oversize = d.oversize,
+            failed_ports = d.failed_ports,
             "data plane stopped"
         );
     }
@@ -689,7 +711,7 @@ async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
         }
         let mut s = shared.borrow_mut();
         for desc in s.switch.refresh_links() {
-            info!(port = desc.port_no, name = ?desc.name, state = desc.state, config = desc.config,
+            info!(port = desc.port_no, name = %desc.name.to_string_lossy(), state = desc.state, config = desc.config,
                 "port status changed");
             let _ = s.events.send(Arc::new(Body::PortStatus(PortStatus {
                 reason: OFPPR_MODIFY,

@@ -261,11 +261,24 @@ impl DatapathSwitch {
         let mut changed = Vec::new();
         for p in &mut self.ports {
             let Some(tx) = &p.tx else { continue };
-            if let Ok(now) = tx.link() {
-                if now != p.link {
-                    p.link = now;
-                    changed.push(p.desc());
+            let now = match tx.link() {
+                Ok(now) => now,
+                // The interface is gone: down, address kept for the record.
+                Err(e) => {
+                    if p.link.admin_up || p.link.link_up {
+                        tracing::warn!(port = p.number, name = %p.name, error = %e,
+                            "port interface disappeared");
+                    }
+                    LinkState {
+                        hw_addr: p.link.hw_addr,
+                        admin_up: false,
+                        link_up: false,
+                    }
                 }
+            };
+            if now != p.link {
+                p.link = now;
+                changed.push(p.desc());
             }
         }
         changed
@@ -408,13 +421,13 @@ impl DatapathSwitch {
         let stats = self.dataplane_stats();
         let age = self.started.elapsed();
         let mut out = Vec::new();
-        for (i, p) in self.ports.iter().enumerate() {
+        for p in &self.ports {
             if port_no != PortNo::ANY.0 && port_no != p.number {
                 continue;
             }
             let s = stats
                 .as_ref()
-                .and_then(|s| s.ports.get(i).copied())
+                .and_then(|s| s.port(p.number))
                 .unwrap_or_default();
             out.push(offlow_openflow::multipart::PortStats {
                 port_no: p.number,
