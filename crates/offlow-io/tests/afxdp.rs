@@ -16,76 +16,22 @@
 //! - veth has no zero-copy AF_XDP: sockets bind in copy mode (checked).
 
 use std::process::Command;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use offlow_io::netns::in_netns;
 use offlow_io::{
     AfPacketConfig, AfPacketPort, AfXdpConfig, AfXdpPort, Port, XdpAttach, XdpMode, XdpProgram,
 };
 
-static SEQ: AtomicU32 = AtomicU32::new(0);
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
 
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("running ip");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{ip, is_test, receive, udp_checksum_verifies, Ipv6, Netns};
 
-/// A namespace holding veth pair `va`/`vb`, deleted on drop (with the pair
-/// and anything attached to it).
-struct Netns(String);
-
-impl Netns {
-    fn new() -> Option<Netns> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
-            eprintln!("skipping: needs root");
-            return None;
-        }
-        let name = format!(
-            "oflxdp-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        ip(&["netns", "add", &name]);
-        let ns = Netns(name);
-        ip(&[
-            "-n", &ns.0, "link", "add", "name", "va", "type", "veth", "peer", "name", "vb",
-        ]);
-        // No IPv6 on the pair: no router solicitations or MLD reports mixed
-        // into the counts.
-        for dev in ["va", "vb"] {
-            let _ = Command::new("ip")
-                .args(["netns", "exec", &ns.0, "sysctl", "-qw"])
-                .arg(format!("net.ipv6.conf.{dev}.disable_ipv6=1"))
-                .status();
-        }
-        ip(&["-n", &ns.0, "link", "set", "va", "up"]);
-        ip(&["-n", &ns.0, "link", "set", "vb", "up"]);
-        Some(ns)
-    }
-
-    fn run<T>(&self, f: impl FnOnce() -> T) -> T {
-        in_netns(Some(&self.0), f).expect("entering the namespace")
-    }
-
-    fn link_details(&self, dev: &str) -> String {
-        ip(&["-n", &self.0, "-d", "link", "show", dev])
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
+/// A namespace with the veth pair `va`/`vb` (IPv6 off: nothing but the
+/// test's frames to count), or `None` when skipped.
+fn netns() -> Option<Netns> {
+    Netns::new("oflxdp", Ipv6::Off)
 }
 
 fn afpacket(ns: &Netns, ifname: &str) -> AfPacketPort {
@@ -98,50 +44,19 @@ fn afxdp(ns: &Netns, cfg: &AfXdpConfig) -> AfXdpPort {
         .expect("opening the AF_XDP port")
 }
 
-/// Receive test frames until `want` arrived or two seconds passed;
-/// re-inserts VLAN tags a port reports as stripped.
+/// Receive test frames until `want` arrived or two seconds passed, VLAN
+/// tags in place.
 fn collect(port: &mut dyn Port, want: usize) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut got = Vec::new();
-    while got.len() < want && Instant::now() < deadline {
-        let n = port
-            .recv(64, &mut |f, meta| {
-                let mut v = f.to_vec();
-                if let Some((tpid, tci)) = meta.vlan {
-                    let mut tag = tpid.to_be_bytes().to_vec();
-                    tag.extend_from_slice(&tci.to_be_bytes());
-                    v.splice(12..12, tag);
-                }
-                if is_test(&v) {
-                    got.push(v);
-                }
-            })
-            .unwrap();
-        if n == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    got
+    receive(port, want, is_test)
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect()
 }
 
-/// Frame `i`: broadcast, experimental ethertype 0x88b5, optionally behind
-/// an 802.1Q tag, its index and a length that varies with it.
+/// Test frame `i`, its length varying with `i` (see
+/// [`common::test_frame`]).
 fn test_frame(i: u16, tagged: bool) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
-    if tagged {
-        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
-    }
-    f.extend_from_slice(&[0x88, 0xb5]);
-    f.extend_from_slice(&i.to_be_bytes());
-    f.extend((0..usize::from(i % 97) * 13).map(|k| (k as u8) ^ (i as u8)));
-    f.resize(f.len().max(60), 0x5a);
-    f
-}
-
-fn is_test(f: &[u8]) -> bool {
-    let et = |at: usize| f.get(at..at + 2).map(|b| [b[0], b[1]]);
-    et(12) == Some([0x88, 0xb5]) || (et(12) == Some([0x81, 0x00]) && et(16) == Some([0x88, 0xb5]))
+    common::test_frame(i, tagged, usize::from(i % 97) * 13)
 }
 
 fn frames(n: u16) -> Vec<Vec<u8>> {
@@ -181,7 +96,7 @@ fn afpacket_to_afxdp(ns: &Netns, xdp: &mut AfXdpPort, sent: &[Vec<u8>], chunk: u
 
 #[test]
 fn frames_from_the_peer_arrive_through_af_xdp_in_native_mode() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let mut xdp = afxdp(&ns, &AfXdpConfig::new("va"));
     let prog = xdp.program().expect("own program");
     assert_eq!(prog.mode(), XdpMode::Native, "veth supports native XDP");
@@ -195,7 +110,7 @@ fn frames_from_the_peer_arrive_through_af_xdp_in_native_mode() {
 
 #[test]
 fn frames_from_the_peer_arrive_through_af_xdp_in_generic_mode_with_small_rings() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let mut cfg = AfXdpConfig::new("va");
     cfg.attach = XdpAttach::Generic;
     cfg.frame_count = 32; // 16 RX frames: the rings wrap many times
@@ -209,7 +124,7 @@ fn frames_from_the_peer_arrive_through_af_xdp_in_generic_mode_with_small_rings()
 
 #[test]
 fn frames_sent_through_af_xdp_arrive_at_the_peer() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let mut cfg = AfXdpConfig::new("va");
     cfg.frame_count = 64; // 32 TX frames: completions must be reclaimed
     let mut xdp = afxdp(&ns, &cfg);
@@ -239,7 +154,7 @@ fn frames_sent_through_af_xdp_arrive_at_the_peer() {
 
 #[test]
 fn transmit_drops_are_counted_and_frames_come_back() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let mut cfg = AfXdpConfig::new("va");
     cfg.frame_count = 8; // 4 TX frames
     let mut xdp = afxdp(&ns, &cfg);
@@ -282,7 +197,7 @@ fn detached(ns: &Netns, dev: &str) -> Result<(), String> {
 
 #[test]
 fn dropping_the_port_detaches_the_program() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let mut xdp = afxdp(&ns, &AfXdpConfig::new("va"));
     let shown = ns.link_details("va");
     assert!(shown.contains("prog/xdp"), "attached: {shown}");
@@ -301,7 +216,7 @@ fn dropping_the_port_detaches_the_program() {
 
 #[test]
 fn a_queue_without_a_socket_passes_frames_to_the_stack() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let prog = ns
         .run(|| XdpProgram::redirect_to_sockets("va", 1, XdpAttach::Native))
         .expect("attaching");
@@ -318,7 +233,7 @@ fn a_queue_without_a_socket_passes_frames_to_the_stack() {
 
 #[test]
 fn one_program_shared_by_ports_and_a_pass_program_on_the_peer() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let prog = Arc::new(
         ns.run(|| XdpProgram::redirect_to_sockets("va", 1, XdpAttach::Auto))
             .expect("attaching"),
@@ -351,7 +266,7 @@ fn one_program_shared_by_ports_and_a_pass_program_on_the_peer() {
 
 #[test]
 fn receive_drops_are_read_from_the_kernel() {
-    let Some(ns) = Netns::new() else { return };
+    let Some(ns) = netns() else { return };
     let mut cfg = AfXdpConfig::new("va");
     cfg.frame_count = 8; // 4 RX frames
     cfg.rx_ring_size = 4;
@@ -412,13 +327,7 @@ fn local_udp_checksum_verifies(ns: &Netns, attach: XdpAttach) -> bool {
         })
         .unwrap();
     }
-    let frame = frame.expect("the datagram arrives");
-    let seg = &frame[34..];
-    let mut pseudo = frame[26..34].to_vec();
-    pseudo.extend_from_slice(&[0, 17]);
-    pseudo.extend_from_slice(&(seg.len() as u16).to_be_bytes());
-    let total = offlow_wire::checksum::sum(seg, offlow_wire::checksum::sum(&pseudo, 0));
-    offlow_wire::checksum::fold(total) == 0xffff
+    udp_checksum_verifies(&frame.expect("the datagram arrives"))
 }
 
 /// XDP runs before anything completes an offloaded checksum and has no
@@ -430,7 +339,7 @@ fn local_udp_checksum_verifies(ns: &Netns, attach: XdpAttach) -> bool {
 #[test]
 fn locally_sent_checksums_are_complete_once_peer_offload_is_off() {
     for attach in [XdpAttach::Native, XdpAttach::Generic] {
-        let Some(ns) = Netns::new() else { return };
+        let Some(ns) = netns() else { return };
         udp_setup(&ns);
         let with_offload = local_udp_checksum_verifies(&ns, attach);
         eprintln!("{attach:?}, peer tx checksum offload on: verifies = {with_offload}");

@@ -18,46 +18,44 @@
 //! wait has a deadline and the whole run (after the one-time venv build)
 //! must finish within [`TEST_BUDGET`].
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use offlow_io::netns::in_netns;
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
 
+use common::{
+    can_run, flow_lines, free_ports, number_after, ofctl_at, skip_or_fail, tcp_transfer, udp, Net,
+};
+
+/// Makes scratch directory names unique within this process.
 static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The hosts' offloads: software segmentation, so frames stay within the
+/// MTU the workers' buffers hold (see the demo).
+const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
 /// Longest a test may take once the environments exist.
 const TEST_BUDGET: Duration = Duration::from_secs(60);
 /// Longest wait for a controller to listen, or to program the switch.
 const PROGRAM_WAIT: Duration = Duration::from_secs(20);
 
-fn skip_or_fail(why: &str) {
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "CI must run the controller tests: {why}"
-    );
-    eprintln!("NOTICE: skipping controller tests: {why}");
-}
+/// What the tests are called in skip notices and CI failures.
+const WHAT: &str = "the controller tests";
 
 /// The environments' root, built once per test process (the script also
-/// locks against other processes); `None` after a skip notice.
+/// locks against other processes); `None` after a skip notice (root,
+/// `ovs-ofctl`, `ethtool` and `ip` are checked first).
 fn venv() -> Option<PathBuf> {
+    if !can_run(WHAT, true, &["ovs-ofctl", "ethtool", "ip"]) {
+        return None;
+    }
     static ROOT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let r = ROOT.get_or_init(|| {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("not root".into());
-        }
-        for tool in ["ovs-ofctl", "ethtool", "ip"] {
-            if Command::new(tool).arg("-V").output().is_err() {
-                return Err(format!("no {tool}"));
-            }
-        }
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../scripts/controllers-venv.sh"
@@ -80,115 +78,8 @@ fn venv() -> Option<PathBuf> {
     match r {
         Ok(p) => Some(p.clone()),
         Err(why) => {
-            skip_or_fail(why);
+            skip_or_fail(WHAT, why);
             None
-        }
-    }
-}
-
-fn sh(cmd: &str, args: &[&str]) -> Output {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd}: {e}"))
-}
-
-fn ip(args: &[&str]) {
-    let out = sh("ip", args);
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Switch namespace + two hosts (10.0.0.1, 10.0.0.2), deleted on drop.
-struct Net {
-    sw: String,
-    h: [String; 2],
-    ports: [String; 2],
-}
-
-impl Net {
-    fn new() -> Net {
-        let tag = format!(
-            "ofc{}x{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        // Built before the first `ip` call, so a failure half-way still
-        // deletes what exists.
-        let net = Net {
-            sw: format!("{tag}s"),
-            h: [format!("{tag}a"), format!("{tag}b")],
-            ports: [format!("{tag}p1"), format!("{tag}p2")],
-        };
-        ip(&["netns", "add", &net.sw]);
-        for i in 0..2 {
-            ip(&["netns", "add", &net.h[i]]);
-            ip(&[
-                "link",
-                "add",
-                &net.ports[i],
-                "netns",
-                &net.sw,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                &net.h[i],
-            ]);
-            ip(&["-n", &net.sw, "link", "set", &net.ports[i], "up"]);
-            let addr = format!("10.0.0.{}/24", i + 1);
-            ip(&["-n", &net.h[i], "addr", "add", &addr, "dev", "eth0"]);
-            ip(&["-n", &net.h[i], "link", "set", "eth0", "up"]);
-            ip(&["-n", &net.h[i], "link", "set", "lo", "up"]);
-            // Software segmentation: frames stay within the MTU the
-            // workers' buffers hold (see the demo).
-            let out = sh(
-                "ip",
-                &[
-                    "netns", "exec", &net.h[i], "ethtool", "-K", "eth0", "tso", "off", "gso", "off",
-                ],
-            );
-            assert!(
-                out.status.success(),
-                "ethtool: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        net
-    }
-
-    fn ping(&self, from: usize, to: &str, count: u32) -> bool {
-        sh(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.h[from],
-                "ping",
-                "-c",
-                &count.to_string(),
-                "-i",
-                "0.2",
-                "-W",
-                "1",
-                to,
-            ],
-        )
-        .status
-        .success()
-    }
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in self.h.iter().chain([&self.sw]) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
     }
 }
@@ -277,15 +168,6 @@ impl Drop for Proc {
     }
 }
 
-/// `N` distinct free loopback ports (the listeners are held together so
-/// the kernel cannot hand out one twice).
-fn free_ports<const N: usize>() -> [u16; N] {
-    let held: Vec<TcpListener> = (0..N)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
-        .collect();
-    std::array::from_fn(|i| held[i].local_addr().expect("bound address").port())
-}
-
 /// Whether something listens on 127.0.0.1:`port` (read from
 /// /proc/net/tcp, so the probe does not itself open an OpenFlow session).
 fn listening(port: u16) -> bool {
@@ -318,19 +200,10 @@ fn dump_flows(listen_port: u16) -> String {
     ofctl(listen_port, "dump-flows")
 }
 
-/// One `ovs-ofctl` command over the switch's passive listener.
+/// One `ovs-ofctl` command over the switch's passive listener (a short
+/// `--timeout`: it polls while the controller programs the switch).
 fn ofctl(listen_port: u16, command: &str) -> String {
-    let out = Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow13", "--no-names", "--timeout=5", command])
-        .arg(format!("tcp:127.0.0.1:{listen_port}"))
-        .output()
-        .expect("ovs-ofctl");
-    assert!(
-        out.status.success(),
-        "ovs-ofctl {command}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    ofctl_at(Duration::from_secs(5), listen_port, &[command])
 }
 
 /// Poll dump-flows until `ready` holds (bounded by [`PROGRAM_WAIT`]).
@@ -370,102 +243,6 @@ fn start_switch(net: &Net, ctl_port: u16, listen_port: u16, scratch: &Scratch) -
     p
 }
 
-/// Send `bytes` over TCP from host 0 to host 1; true when every byte
-/// arrived intact. Every blocking call has a timeout.
-fn tcp_transfer(net: &Net, bytes: usize) -> bool {
-    let l = in_netns(Some(&net.h[1]), || TcpListener::bind("10.0.0.2:7001"))
-        .expect("enter host b")
-        .expect("bind 10.0.0.2:7001");
-    l.set_nonblocking(true).expect("nonblocking listener");
-    let rx = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut s = loop {
-            match l.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return Err(e);
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => return Err(e),
-            }
-        };
-        s.set_nonblocking(false)?;
-        s.set_read_timeout(Some(Duration::from_secs(10)))?;
-        let mut v = Vec::new();
-        s.read_to_end(&mut v).map(|_| v)
-    });
-    let data: Vec<u8> = (0..bytes)
-        .map(|i| (i % 253) as u8 ^ (i >> 11) as u8)
-        .collect();
-    let sent = in_netns(Some(&net.h[0]), || {
-        TcpStream::connect_timeout(&"10.0.0.2:7001".parse().unwrap(), Duration::from_secs(5))
-    })
-    .expect("enter host a")
-    .and_then(|mut s| {
-        s.set_write_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(&data)?;
-        s.shutdown(std::net::Shutdown::Write)
-    });
-    let got = rx.join().expect("receiver thread");
-    match (sent, got) {
-        (Ok(()), Ok(v)) => v == data,
-        (s, g) => {
-            eprintln!(
-                "TCP transfer failed: send {s:?}, receive {:?}",
-                g.map(|v| v.len())
-            );
-            false
-        }
-    }
-}
-
-/// Send `n` UDP datagrams from host 0 to host 1, paced; returns how many
-/// arrived.
-fn udp(net: &Net, n: usize) -> usize {
-    let rx = in_netns(Some(&net.h[1]), || UdpSocket::bind("10.0.0.2:7002"))
-        .expect("enter host b")
-        .expect("bind udp");
-    rx.set_read_timeout(Some(Duration::from_millis(500)))
-        .expect("timeout");
-    // A loaded machine can starve the counting thread for tens of
-    // milliseconds; the default receive buffer (~270 small datagrams)
-    // would then drop in the host, not the switch. 4 MiB holds them all
-    // (FORCE: above rmem_max, allowed to root).
-    let size: libc::c_int = 4 << 20;
-    // SAFETY: setsockopt on an open socket with a c_int option value of
-    // the size given.
-    let rc = unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&rx),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
-    let tx = in_netns(Some(&net.h[0]), || UdpSocket::bind("10.0.0.1:7100"))
-        .expect("enter host a")
-        .expect("bind udp");
-    let counter = std::thread::spawn(move || {
-        let mut buf = [0u8; 256];
-        let mut got = 0;
-        while rx.recv(&mut buf).is_ok() {
-            got += 1;
-        }
-        got
-    });
-    for i in 0..n {
-        tx.send_to(&i.to_be_bytes(), "10.0.0.2:7002").expect("send");
-        if i % 32 == 31 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-    counter.join().expect("counter thread")
-}
-
 /// The traffic checks every controller must pass.
 /// (Failures show the switch's port counters: where frames were lost.)
 fn traffic(net: &Net, listen_port: u16) {
@@ -477,20 +254,15 @@ fn traffic(net: &Net, listen_port: u16) {
         "1 MiB of TCP arrives intact: {}",
         ports()
     );
-    let got = udp(net, 500);
+    let got = udp(net, 500, 1, 32);
     assert!(got >= 490, "UDP: {got} of 500 arrived: {}", ports());
-}
-
-/// Flow lines of a dump (without the reply header).
-fn flow_lines(flows: &str) -> Vec<&str> {
-    flows.lines().filter(|l| l.contains("actions=")).collect()
 }
 
 #[test]
 fn osken_simple_switch_13_programs_the_switch_and_hosts_talk() {
     let Some(venv) = venv() else { return };
     let t0 = Instant::now();
-    let net = Net::new();
+    let net = Net::new("ofc", OFFLOADS);
     let scratch = Scratch::new("osken");
     let [ctl_port, listen_port] = free_ports();
 
@@ -550,7 +322,7 @@ fn osken_simple_switch_13_programs_the_switch_and_hosts_talk() {
 fn faucet_programs_the_switch_and_hosts_talk() {
     let Some(venv) = venv() else { return };
     let t0 = Instant::now();
-    let net = Net::new();
+    let net = Net::new("ofc", OFFLOADS);
     let scratch = Scratch::new("faucet");
     let [ctl_port, listen_port, prom_port] = free_ports();
 
@@ -625,14 +397,4 @@ fn faucet_programs_the_switch_and_hosts_talk() {
     ctl.check_alive();
     sw.check_alive();
     assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
-}
-
-fn number_after(text: &str, key: &str) -> Option<u64> {
-    text.split(key).nth(1).and_then(|r| {
-        r.chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect::<String>()
-            .parse()
-            .ok()
-    })
 }

@@ -9,7 +9,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use offlow_flow::Field;
@@ -19,163 +19,23 @@ use offlow_openflow::{
 };
 use offlow_pipeline::BadMatchCode;
 
-/// A running `offlow run`, killed on drop.
-struct Daemon {
-    child: Child,
-    port: u16,
-}
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::{
+    can_run, first_number_after, flow_lines, ofctl, ofctl_output, spawn_offlow, Daemon,
+    OFCTL_TIMEOUT,
+};
 
-/// A port nobody listens on right now (the OS picks it; the tiny window
-/// before the daemon binds it is acceptable in tests).
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
-}
-
-fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_offlow"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start offlow")
-}
-
-impl Daemon {
-    /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` and wait
-    /// until it accepts connections.
-    fn start(extra: &[&str]) -> Daemon {
-        let port = free_port();
-        let listen = format!("ptcp:{port}:127.0.0.1");
-        let mut args = vec!["run", "--listen", &listen];
-        args.extend_from_slice(extra);
-        let mut d = Daemon {
-            child: spawn(&args),
-            port,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return d;
-            }
-            if let Ok(Some(st)) = d.child.try_wait() {
-                panic!("offlow exited early: {st}");
-            }
-            assert!(Instant::now() < deadline, "offlow did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn target(&self) -> String {
-        format!("tcp:127.0.0.1:{}", self.port)
-    }
-}
-
-/// Whether `ovs-ofctl` can be used; without it, skip (or fail under CI).
+/// Whether `ovs-ofctl` can be used; without it, skip (or fail under CI:
+/// install openvswitch-common).
 fn have_ofctl() -> bool {
-    let ok = Command::new("ovs-ofctl")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "ovs-ofctl not found and CI is set: install openvswitch-common"
-        );
-        eprintln!("NOTICE: ovs-ofctl not found; skipping (apt-get install openvswitch-common)");
-    }
-    ok
+    can_run("the ovs-ofctl tests", false, &["ovs-ofctl"])
 }
 
-/// Run `ovs-ofctl -O OpenFlow13 --no-names ARGS` with a time limit.
-fn ofctl_raw(args: &[&str]) -> Output {
-    let mut child = Command::new("ovs-ofctl")
-        .args(["-O", "OpenFlow13", "--no-names", "--timeout=20"])
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ovs-ofctl");
-    // Drain both pipes on threads: a big dump would fill a pipe and block
-    // ovs-ofctl while we wait for it to exit.
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut v);
-            }
-            v
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    // --timeout bounds ovs-ofctl itself; this bounds everything else.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait ovs-ofctl") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("ovs-ofctl {args:?} hung");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout reader"),
-        stderr: err.join().expect("stderr reader"),
-    }
-}
-
-/// Run ovs-ofctl, require success, return stdout.
-fn ofctl(args: &[&str]) -> String {
-    let o = ofctl_raw(args);
-    let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(
-        o.status.success(),
-        "ovs-ofctl {args:?} failed: {}\nstdout: {out}\nstderr: {}",
-        o.status,
-        String::from_utf8_lossy(&o.stderr)
-    );
-    out
-}
-
-/// The flow lines of a dump-flows output.
-fn flow_lines(dump: &str) -> Vec<&str> {
-    dump.lines().filter(|l| l.contains("actions=")).collect()
-}
-
+/// The flow count `dump-aggregate` reports.
 fn flow_count(t: &str) -> u64 {
-    let out = ofctl(&["dump-aggregate", t]);
-    let n = out
-        .split("flow_count=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok());
-    n.unwrap_or_else(|| panic!("no flow_count in {out}"))
+    first_number_after(&ofctl(&["dump-aggregate", t]), "flow_count=")
 }
 
 #[test]
@@ -314,7 +174,7 @@ fn ofctl_flow_lifecycle_10k() {
 
     // An invalid flow-mod is refused with the right error, and ovs-ofctl
     // says so.
-    let o = ofctl_raw(&["add-flow", &t, "table=200,actions=drop"]);
+    let o = ofctl_output(OFCTL_TIMEOUT, &["add-flow", &t, "table=200,actions=drop"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("OFPFMFC_BAD_TABLE_ID"), "{err}");
@@ -440,7 +300,7 @@ fn active_connection_reconnects() {
     let port = l.local_addr().expect("addr").port();
     let ctl = format!("tcp:127.0.0.1:{port}");
     let mut d = Daemon {
-        child: spawn(&["run", "--controller", &ctl, "--dpid", "7"]),
+        child: spawn_offlow(&["run", "--controller", &ctl, "--dpid", "7"]),
         port: 0,
     };
     for round in 0..2 {
@@ -529,12 +389,7 @@ fn tshark_decodes_a_whole_ovs_ofctl_session() {
     if !have_ofctl() {
         return;
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    let tshark = Command::new("tshark").arg("--version").output().is_ok();
-    if !(root && tshark) {
-        assert!(std::env::var_os("CI").is_none(), "CI needs root and tshark");
-        eprintln!("NOTICE: skipping: capturing needs root and tshark");
+    if !can_run("capturing an ovs-ofctl session", true, &["tshark"]) {
         return;
     }
     let d = Daemon::start(&[]);
@@ -599,7 +454,10 @@ fn tshark_decodes_a_whole_ovs_ofctl_session() {
     ofctl(&["packet-out", &t, "CONTROLLER", "output:1", frame]);
     // ovs-ofctl adds OXM 44 (packet_type, an OpenFlow 1.5 field) when it
     // normalises this match: the switch answers OFPBMC_BAD_FIELD.
-    let refused = ofctl_raw(&["add-flow", &t, "priority=1,tp_dst=80,actions=drop"]);
+    let refused = ofctl_output(
+        OFCTL_TIMEOUT,
+        &["add-flow", &t, "priority=1,tp_dst=80,actions=drop"],
+    );
     assert!(!refused.status.success());
     ofctl(&["del-flows", &t]);
     std::thread::sleep(Duration::from_millis(500));

@@ -10,37 +10,22 @@
 //! created), stopped and removed on the way out, pass or fail. Without the
 //! OVS binaries the test prints a notice and passes, unless `CI` is set.
 
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn have(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(std::env::var_os("CI").is_none(), "{tool} absent under CI");
-        eprintln!("NOTICE: {tool} absent, test skipped");
-    }
-    ok
-}
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
-}
+use common::{can_run, flow_lines, free_port, ofctl_at, target, wait_accepting, Daemon};
 
-fn wait_listening(port: u16, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// `ovs-ofctl --timeout` here: loading a large file (`OFFLOW_FLOWS`) into
+/// either switch on a busy machine takes far longer than one command.
+const LIMIT: Duration = Duration::from_secs(300);
+
+/// `ovs-ofctl COMMAND tcp:127.0.0.1:PORT ARGS...`, required to succeed.
+fn ofctl(port: u16, args: &[&str]) -> String {
+    ofctl_at(LIMIT, port, args)
 }
 
 /// A private OVS instance; stopped and its directory removed on drop.
@@ -126,7 +111,7 @@ impl Ovs {
             "brd",
             &listen,
         ]);
-        wait_listening(port, "ovs-vswitchd");
+        wait_accepting(port, "ovs-vswitchd", None);
         ovs
     }
 }
@@ -143,57 +128,10 @@ impl Drop for Ovs {
     }
 }
 
-/// `offlow run`, killed on drop.
-struct Offlow {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Offlow {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Offlow {
-    fn start() -> Offlow {
-        let port = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_offlow"))
-            .args(["run", "--listen", &format!("ptcp:{port}:127.0.0.1")])
-            .args(["--tables", "254"])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("start offlow");
-        let o = Offlow { child, port };
-        wait_listening(port, "offlow run");
-        o
-    }
-}
-
-fn ofctl(port: u16, args: &[&str]) -> String {
-    let target = format!("tcp:127.0.0.1:{port}");
-    let mut a = vec!["-O", "OpenFlow13", "--no-names", args[0], &target];
-    a.extend_from_slice(&args[1..]);
-    let out = Command::new("ovs-ofctl")
-        .args(&a)
-        .output()
-        .expect("run ovs-ofctl");
-    assert!(
-        out.status.success(),
-        "ovs-ofctl {a:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Flow lines with duration and counters removed, sorted.
 fn normalized(dump: &str) -> Vec<String> {
-    let mut v: Vec<String> = dump
-        .lines()
-        .filter(|l| l.contains("actions="))
+    let mut v: Vec<String> = flow_lines(dump)
+        .into_iter()
         .map(|l| {
             l.split(", ")
                 .filter(|f| {
@@ -252,11 +190,15 @@ fn flow_file(n: usize) -> String {
 
 #[test]
 fn dump_flows_matches_open_vswitch() {
-    if !(have("ovs-ofctl") && have("ovs-vswitchd") && have("ovsdb-server")) {
+    if !can_run(
+        "the Open vSwitch comparison",
+        false,
+        &["ovs-ofctl", "ovs-vswitchd", "ovsdb-server"],
+    ) {
         return;
     }
     let ovs = Ovs::start();
-    let offlow = Offlow::start();
+    let offlow = Daemon::start(&["--tables", "254"]);
     let dir = std::env::temp_dir().join(format!("offlow-ovsdiff-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("flows.txt");
@@ -309,20 +251,8 @@ fn dump_flows_matches_open_vswitch() {
         vec!["--strict", "del-flows", "table=2,priority=5,udp"],
         vec!["del-flows", "cookie=0x10/0xff"],
     ] {
-        let (cmd, rest) = if args[0] == "--strict" {
-            (vec!["--strict"], &args[1..])
-        } else {
-            (vec![], &args[..])
-        };
         for port in [ovs.port, offlow.port] {
-            let target = format!("tcp:127.0.0.1:{port}");
-            let mut a = vec!["-O", "OpenFlow13", "--no-names"];
-            a.extend_from_slice(&cmd);
-            a.push(rest[0]);
-            a.push(&target);
-            a.extend_from_slice(&rest[1..]);
-            let st = Command::new("ovs-ofctl").args(&a).status().expect("ofctl");
-            assert!(st.success(), "ovs-ofctl {a:?}");
+            ofctl(port, &args);
         }
     }
     let a2 = normalized(&ofctl(ovs.port, &["dump-flows"]));
@@ -338,8 +268,8 @@ fn dump_flows_matches_open_vswitch() {
     }
     let out = Command::new(env!("CARGO_BIN_EXE_offlow"))
         .args(["bench", "flow-mods", "--flows", &f, "--json"])
-        .args(["--switch", &format!("tcp:127.0.0.1:{}", ovs.port)])
-        .args(["--switch", &format!("tcp:127.0.0.1:{}", offlow.port)])
+        .args(["--switch", &target(ovs.port)])
+        .args(["--switch", &target(offlow.port)])
         .output()
         .expect("offlow bench flow-mods");
     let text = String::from_utf8_lossy(&out.stdout);

@@ -6,20 +6,16 @@
 //! test skips (fails under CI).
 
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use offlow_io::pcap::PcapReader;
 
-struct Daemon(Child);
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{can_run, number_after, ofctl_output, skip_or_fail, Daemon, OFCTL_TIMEOUT};
 
+/// A capture from the shared data set, or `None` after a skip notice.
 fn capture(name: &str) -> Option<PathBuf> {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut dirs = Vec::new();
@@ -29,8 +25,10 @@ fn capture(name: &str) -> Option<PathBuf> {
     dirs.push(repo.join("../shared/data/pcap"));
     let found = dirs.iter().map(|d| d.join(name)).find(|p| p.exists());
     if found.is_none() {
-        assert!(std::env::var_os("CI").is_none(), "{name} absent under CI");
-        eprintln!("NOTICE: {name} not found in {dirs:?}; skipping");
+        skip_or_fail(
+            "the capture replay",
+            &format!("{name} not found in {dirs:?}"),
+        );
     }
     found
 }
@@ -57,21 +55,12 @@ fn expected_out(frame: &[u8]) -> bool {
     proto != Some(17)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn a_capture_replays_through_the_flow_tables_into_a_capture() {
     let Some(input) = capture("SkypeIRC.cap") else {
         return;
     };
-    if Command::new("ovs-ofctl").arg("--version").output().is_err() {
-        assert!(std::env::var_os("CI").is_none(), "CI needs ovs-ofctl");
-        eprintln!("NOTICE: no ovs-ofctl; skipping");
+    if !can_run("the capture replay", false, &["ovs-ofctl"]) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("offlow-pcap-{}", std::process::id()));
@@ -88,24 +77,17 @@ fn a_capture_replays_through_the_flow_tables_into_a_capture() {
     )
     .unwrap();
     let out = dir.join("out.pcap");
-    let port = free_port();
-    let target = format!("tcp:127.0.0.1:{port}");
-    let mut d = Daemon(
-        Command::new(env!("CARGO_BIN_EXE_offlow"))
-            .arg("run")
-            .arg("--listen")
-            .arg(format!("ptcp:{port}:127.0.0.1"))
-            .arg("--flows")
-            .arg(&flows)
-            .arg("--port")
-            .arg(format!("pcap:{}", input.display()))
-            .arg("--port")
-            .arg(format!("pcap::{}", out.display()))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let input_port = format!("pcap:{}", input.display());
+    let output_port = format!("pcap::{}", out.display());
+    let mut d = Daemon::start(&[
+        "--flows",
+        flows.to_str().expect("utf-8 temp path"),
+        "--port",
+        &input_port,
+        "--port",
+        &output_port,
+    ]);
+    let target = d.target();
     let bytes = std::fs::read(&input).unwrap();
     let mut r = PcapReader::new(&bytes).unwrap();
     let mut frames = Vec::new();
@@ -116,20 +98,12 @@ fn a_capture_replays_through_the_flow_tables_into_a_capture() {
     // counted them all.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let o = Command::new("ovs-ofctl")
-            .args(["-O", "OpenFlow13", "--no-names", "dump-aggregate", &target])
-            .output()
-            .unwrap();
+        let o = ofctl_output(OFCTL_TIMEOUT, &["dump-aggregate", &target]);
         let text = String::from_utf8_lossy(&o.stdout);
-        let n: Option<usize> = text
-            .split("packet_count=")
-            .nth(1)
-            .and_then(|s| s.split_whitespace().next())
-            .and_then(|s| s.parse().ok());
-        if n == Some(frames.len()) {
+        if number_after(&text, "packet_count=") == Some(frames.len() as u64) {
             break;
         }
-        if let Ok(Some(st)) = d.0.try_wait() {
+        if let Ok(Some(st)) = d.child.try_wait() {
             panic!("offlow exited: {st}");
         }
         assert!(Instant::now() < deadline, "replay incomplete: {text}");
@@ -138,9 +112,9 @@ fn a_capture_replays_through_the_flow_tables_into_a_capture() {
     // SIGTERM: the worker flushes and the file is complete.
     // SAFETY: kill(2) on our own child.
     unsafe {
-        libc::kill(d.0.id() as i32, libc::SIGTERM);
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
     }
-    let st = d.0.wait().unwrap();
+    let st = d.child.wait().unwrap();
     assert!(st.success(), "{st}");
     let written = std::fs::read(&out).unwrap();
     let mut r = PcapReader::new(&written).unwrap();

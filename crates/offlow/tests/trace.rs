@@ -7,11 +7,14 @@
 //! or fail ([`Daemon`]'s `Drop`, [`run_bounded`]). Without `ovs-ofctl` the
 //! switch tests print a notice and pass, unless `CI` is set.
 
-use std::io::Read;
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
+
+use common::{can_run, ofctl, run_bounded, Daemon};
 
 const FLOWS: &str = "\
 # table 0: classify
@@ -49,44 +52,6 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// Run a command with a time limit, draining its pipes.
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut v = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut v);
-            }
-            v
-        })
-    };
-    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
-    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: out.join().expect("stdout"),
-        stderr: err.join().expect("stderr"),
     }
 }
 
@@ -271,76 +236,10 @@ fn errors_name_file_line_and_token() {
 // ---------------------------------------------------------------------
 // Against a running switch.
 
-/// A running `offlow run`, killed on drop.
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Daemon {
-    fn start() -> Daemon {
-        // Bind port 0 for a free port (the window before the daemon binds
-        // it is acceptable in a test).
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_offlow"))
-            .args(["run", "--listen", &format!("ptcp:{port}:127.0.0.1")])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start offlow run");
-        let mut d = Daemon { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(st)) = d.child.try_wait() {
-                panic!("offlow run exited early: {st}");
-            }
-            assert!(Instant::now() < deadline, "offlow run did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        d
-    }
-
-    fn target(&self) -> String {
-        format!("tcp:127.0.0.1:{}", self.port)
-    }
-}
-
+/// Whether `ovs-ofctl` can be used; without it, skip (or fail under CI:
+/// install openvswitch-common).
 fn have_ofctl() -> bool {
-    let ok = Command::new("ovs-ofctl")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "ovs-ofctl not found and CI is set: install openvswitch-common"
-        );
-        eprintln!("NOTICE: ovs-ofctl not found; skipping");
-    }
-    ok
-}
-
-fn ofctl(args: &[&str]) {
-    let mut cmd = Command::new("ovs-ofctl");
-    cmd.args(["-O", "OpenFlow13", "--timeout=20"]).args(args);
-    let o = run_bounded(cmd, Duration::from_secs(60));
-    assert!(
-        o.status.success(),
-        "ovs-ofctl {args:?}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    can_run("the switch trace tests", false, &["ovs-ofctl"])
 }
 
 /// The report minus its "Rules:" line (which names the source).
@@ -357,7 +256,7 @@ fn switch_trace_equals_file_trace() {
     if !have_ofctl() {
         return;
     }
-    let d = Daemon::start();
+    let d = Daemon::start(&[]);
     let f = TempFile::new("switch", FLOWS);
     ofctl(&["add-flows", &d.target(), f.path()]);
     for packet in [
@@ -385,7 +284,7 @@ fn switch_dump_spanning_many_multipart_replies() {
     if !have_ofctl() {
         return;
     }
-    let d = Daemon::start();
+    let d = Daemon::start(&[]);
     // ~3000 flows are a few hundred KiB of flow stats: more than one
     // 64 KiB multipart reply, so OFPMPF_REPLY_MORE reassembly is exercised.
     let mut text = String::new();

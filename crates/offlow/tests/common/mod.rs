@@ -1,0 +1,529 @@
+//! The harness the `offlow` integration tests share (each file under
+//! `tests/` is its own crate and declares `mod common;`; a file uses a
+//! subset, hence `#[allow(dead_code)]` on its declaration).
+//!
+//! What it holds:
+//! - skip policy: [`can_run`] and [`skip_or_fail`]. A test whose
+//!   prerequisites (root, tools, data) are missing prints a `NOTICE` and
+//!   passes, unless `CI` is set: then it fails, because CI runs as root
+//!   with the packages installed and must not skip silently.
+//! - processes: [`run_bounded`] (a command with a time limit, its pipes
+//!   drained), [`Daemon`] (`offlow run --listen ptcp:PORT:127.0.0.1 ...`,
+//!   started and waited for until it accepts), [`free_port`],
+//!   [`free_ports`], [`wait_accepting`].
+//! - `ovs-ofctl`: [`ofctl_output`], [`ofctl_checked`], [`ofctl`],
+//!   [`ofctl_at`]: always `-O OpenFlow13 --no-names --timeout=SECS`.
+//! - namespaces: [`Net`], a switch namespace with two veth ports and two
+//!   host namespaces (10.0.0.1 and 10.0.0.2 on their `eth0`), and traffic
+//!   across it: [`Net::ping`], [`tcp_transfer`], [`udp`].
+//! - text: [`number_after`], [`first_number_after`], [`flow_lines`].
+//!
+//! Invariants:
+//! - Everything a helper creates is owned by a guard whose `Drop` removes
+//!   it, and `Drop` runs while a failing test unwinds: [`Net`] deletes its
+//!   namespaces (the veth pairs go with them), [`Daemon`] kills and reaps
+//!   its process. A guard is built before the first step that can fail,
+//!   so a half-built topology is removed too.
+//! - Every wait has a deadline and every child process a time limit: a
+//!   broken switch fails a test instead of hanging the suite.
+//! - Names are unique per process and per call (a tag, the pid and an
+//!   atomic counter), so parallel tests and concurrently running test
+//!   binaries never share a namespace or an interface; interface names
+//!   stay within Linux's 15 bytes (checked in [`Net::new`]).
+//!
+//! Thread-safety: the test harness runs tests on parallel threads. The
+//! only shared state is the name counter (an atomic); [`in_netns`] moves
+//! only the calling thread into a namespace and moves it back before it
+//! returns; everything else is owned by the test that made it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use offlow_io::netns::in_netns;
+
+/// Makes namespace and interface names unique within this process.
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Longest wait for a started process to accept connections.
+pub const START_WAIT: Duration = Duration::from_secs(15);
+
+/// The `ovs-ofctl --timeout` most calls use.
+pub const OFCTL_TIMEOUT: Duration = Duration::from_secs(20);
+
+// ---------------------------------------------------------------------
+// Skip policy.
+
+/// Print why `what` is skipped, or fail when `CI` is set (CI must run
+/// every test: it has root and the packages).
+pub fn skip_or_fail(what: &str, why: &str) {
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run {what}: {why}"
+    );
+    eprintln!("NOTICE: skipping {what}: {why}");
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether `tool` is installed: it can be started (with `--version`; the
+/// exit status is not looked at, `ip --version` for one fails).
+pub fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok()
+}
+
+/// Whether `what` can run here: root when `root` is set, and every tool
+/// in `tools`. Otherwise a notice (and `false`), or a failure under CI.
+pub fn can_run(what: &str, root: bool, tools: &[&str]) -> bool {
+    let mut missing: Vec<&str> = Vec::new();
+    if root && !is_root() {
+        missing.push("root");
+    }
+    missing.extend(tools.iter().filter(|t| !have(t)));
+    if missing.is_empty() {
+        return true;
+    }
+    skip_or_fail(what, &format!("needs {}", missing.join(", ")));
+    false
+}
+
+// ---------------------------------------------------------------------
+// Processes.
+
+/// Run `cmd` with a time limit, stdin empty; stdout and stderr are
+/// collected. Panics (after killing the child) when it outlives `limit`.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
+    // Drain both pipes on threads: a big output would fill a pipe and
+    // block the child while we wait for it to exit.
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
+    let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("stdout reader"),
+        stderr: err.join().expect("stderr reader"),
+    }
+}
+
+/// `N` distinct loopback ports nobody listens on right now (the listeners
+/// are held together so the kernel cannot hand out one twice; the window
+/// before the user binds a port is acceptable in tests).
+pub fn free_ports<const N: usize>() -> [u16; N] {
+    let held: Vec<TcpListener> = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
+        .collect();
+    std::array::from_fn(|i| held[i].local_addr().expect("bound address").port())
+}
+
+/// One free loopback port (see [`free_ports`]).
+pub fn free_port() -> u16 {
+    let [port] = free_ports();
+    port
+}
+
+/// The `ovs-ofctl` target for a switch listening on 127.0.0.1:`port`.
+pub fn target(port: u16) -> String {
+    format!("tcp:127.0.0.1:{port}")
+}
+
+/// Wait until 127.0.0.1:`port` accepts a connection (bounded by
+/// [`START_WAIT`]); `what` names the listener in failures. With `child`,
+/// fail at once when it exits first.
+pub fn wait_accepting(port: u16, what: &str, mut child: Option<&mut Child>) {
+    let deadline = Instant::now() + START_WAIT;
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(Ok(Some(st))) = child.as_mut().map(|c| c.try_wait()) {
+            panic!("{what} exited early: {st}");
+        }
+        assert!(Instant::now() < deadline, "{what} did not listen on {port}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Start the built `offlow` binary with `args`: `RUST_LOG=warn`, no
+/// stdin, stdout discarded, stderr shown with the test's output.
+pub fn spawn_offlow(args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start offlow")
+}
+
+/// A running `offlow` process, killed and reaped on drop.
+pub struct Daemon {
+    pub child: Child,
+    /// Its passive OpenFlow listener on 127.0.0.1 (0 if it has none).
+    pub port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` on a free
+    /// port and wait until it accepts connections.
+    pub fn start(extra: &[&str]) -> Daemon {
+        let port = free_port();
+        let listen = format!("ptcp:{port}:127.0.0.1");
+        let mut args = vec!["run", "--listen", &listen];
+        args.extend_from_slice(extra);
+        // The guard exists before the wait, so a timeout still kills it.
+        let mut d = Daemon {
+            child: spawn_offlow(&args),
+            port,
+        };
+        wait_accepting(port, "offlow run", Some(&mut d.child));
+        d
+    }
+
+    /// Its `ovs-ofctl` target.
+    pub fn target(&self) -> String {
+        target(self.port)
+    }
+
+    /// `ovs-ofctl COMMAND TARGET ARGS...` against it (see [`ofctl_at`]),
+    /// required to succeed; its stdout.
+    pub fn ofctl(&self, args: &[&str]) -> String {
+        ofctl_at(OFCTL_TIMEOUT, self.port, args)
+    }
+}
+
+// ---------------------------------------------------------------------
+// ovs-ofctl.
+
+/// Run `ovs-ofctl -O OpenFlow13 --no-names --timeout=SECS ARGS`: ARGS
+/// hold the command and its target. `--timeout` bounds ovs-ofctl's own
+/// work; the process as a whole gets 10 s more before it is killed.
+pub fn ofctl_output(timeout: Duration, args: &[&str]) -> Output {
+    let mut cmd = Command::new("ovs-ofctl");
+    cmd.args(["-O", "OpenFlow13", "--no-names"])
+        .arg(format!("--timeout={}", timeout.as_secs().max(1)))
+        .args(args);
+    run_bounded(cmd, timeout + Duration::from_secs(10))
+}
+
+/// [`ofctl_output`], required to succeed; its stdout.
+pub fn ofctl_checked(timeout: Duration, args: &[&str]) -> String {
+    let o = ofctl_output(timeout, args);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "ovs-ofctl {args:?} failed: {}\nstdout: {out}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+/// [`ofctl_checked`] with [`OFCTL_TIMEOUT`].
+pub fn ofctl(args: &[&str]) -> String {
+    ofctl_checked(OFCTL_TIMEOUT, args)
+}
+
+/// [`ofctl_checked`] against the switch on 127.0.0.1:`port`: its target
+/// goes right after the command (the first argument that is not an
+/// option), as ovs-ofctl wants it: `["--strict", "del-flows", "table=1"]`
+/// runs `--strict del-flows tcp:127.0.0.1:PORT table=1`.
+pub fn ofctl_at(timeout: Duration, port: u16, args: &[&str]) -> String {
+    let target = target(port);
+    let command = args
+        .iter()
+        .position(|a| !a.starts_with('-'))
+        .expect("an ovs-ofctl command");
+    let mut a: Vec<&str> = args[..=command].to_vec();
+    a.push(&target);
+    a.extend_from_slice(&args[command + 1..]);
+    ofctl_checked(timeout, &a)
+}
+
+// ---------------------------------------------------------------------
+// Namespaces.
+
+/// `ip ARGS` (or another tool), its output; panics if it cannot start.
+pub fn sh(cmd: &str, args: &[&str]) -> Output {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd}: {e}"))
+}
+
+/// `ip ARGS`, required to succeed.
+pub fn ip(args: &[&str]) {
+    let out = sh("ip", args);
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A switch namespace `sw` holding veth ports `ports[0]` and `ports[1]`,
+/// whose peers are `eth0` in host namespaces `h[0]` (10.0.0.1/24) and
+/// `h[1]` (10.0.0.2/24). All three namespaces are deleted on drop.
+pub struct Net {
+    pub sw: String,
+    pub h: [String; 2],
+    pub ports: [String; 2],
+}
+
+impl Net {
+    /// Build the topology with names starting `tag` (three characters,
+    /// one per test file) and these `ethtool -K eth0` settings on both
+    /// hosts.
+    pub fn new(tag: &str, offloads: &[&str]) -> Net {
+        let tag = format!(
+            "{tag}{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        // Built before the first `ip` call, so a failure half-way still
+        // deletes what exists.
+        let net = Net {
+            sw: format!("{tag}s"),
+            h: [format!("{tag}a"), format!("{tag}b")],
+            ports: [format!("{tag}p1"), format!("{tag}p2")],
+        };
+        for p in &net.ports {
+            assert!(p.len() <= 15, "interface name {p} is over 15 bytes");
+        }
+        ip(&["netns", "add", &net.sw]);
+        for i in 0..2 {
+            ip(&["netns", "add", &net.h[i]]);
+            ip(&[
+                "link",
+                "add",
+                &net.ports[i],
+                "netns",
+                &net.sw,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                &net.h[i],
+            ]);
+            ip(&["-n", &net.sw, "link", "set", &net.ports[i], "up"]);
+            let addr = format!("10.0.0.{}/24", i + 1);
+            ip(&["-n", &net.h[i], "addr", "add", &addr, "dev", "eth0"]);
+            ip(&["-n", &net.h[i], "link", "set", "eth0", "up"]);
+            ip(&["-n", &net.h[i], "link", "set", "lo", "up"]);
+            let mut args = vec!["netns", "exec", &net.h[i], "ethtool", "-K", "eth0"];
+            args.extend_from_slice(offloads);
+            let out = sh("ip", &args);
+            assert!(
+                out.status.success(),
+                "ethtool: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        net
+    }
+
+    /// `ping -c COUNT` from host `from` to `to` (0.2 s apart, 1 s reply
+    /// wait); whether it succeeded.
+    pub fn ping(&self, from: usize, to: &str, count: u32) -> bool {
+        sh(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &self.h[from],
+                "ping",
+                "-c",
+                &count.to_string(),
+                "-i",
+                "0.2",
+                "-W",
+                "1",
+                to,
+            ],
+        )
+        .status
+        .success()
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in self.h.iter().chain([&self.sw]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Send `bytes` over TCP from host 0 to host 1; true when every byte
+/// arrived intact. Every blocking call has a timeout.
+pub fn tcp_transfer(net: &Net, bytes: usize) -> bool {
+    let l = in_netns(Some(&net.h[1]), || TcpListener::bind("10.0.0.2:7001"))
+        .expect("enter host b")
+        .expect("bind 10.0.0.2:7001");
+    l.set_nonblocking(true).expect("nonblocking listener");
+    let rx = std::thread::spawn(move || -> std::io::Result<Vec<u8>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            match l.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(e);
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        s.set_nonblocking(false)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).map(|_| v)
+    });
+    let data: Vec<u8> = (0..bytes)
+        .map(|i| (i % 253) as u8 ^ (i >> 11) as u8)
+        .collect();
+    let sent = in_netns(Some(&net.h[0]), || {
+        TcpStream::connect_timeout(&"10.0.0.2:7001".parse().unwrap(), Duration::from_secs(5))
+    })
+    .expect("enter host a")
+    .and_then(|mut s| {
+        s.set_write_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(&data)?;
+        s.shutdown(std::net::Shutdown::Write)
+    });
+    let got = rx.join().expect("receiver thread");
+    match (sent, got) {
+        (Ok(()), Ok(v)) => v == data,
+        (s, g) => {
+            eprintln!(
+                "TCP transfer failed: send {s:?}, receive {:?}",
+                g.map(|v| v.len())
+            );
+            false
+        }
+    }
+}
+
+/// Send `n` UDP datagrams from host 0 (source ports 7100 up, `sources` of
+/// them in turn) to 10.0.0.2:7002, sleeping 1 ms after every `burst`;
+/// returns how many arrived.
+pub fn udp(net: &Net, n: usize, sources: u16, burst: usize) -> usize {
+    let rx = in_netns(Some(&net.h[1]), || UdpSocket::bind("10.0.0.2:7002"))
+        .expect("enter host b")
+        .expect("bind udp");
+    rx.set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("timeout");
+    // A loaded machine can starve the counting thread for tens of
+    // milliseconds; the default receive buffer (~270 small datagrams)
+    // would then drop in the host, not the switch. 4 MiB holds them all
+    // (FORCE: above rmem_max, allowed to root).
+    let size: libc::c_int = 4 << 20;
+    // SAFETY: setsockopt on an open socket with a c_int option value of
+    // the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&rx),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
+    let tx: Vec<UdpSocket> = in_netns(Some(&net.h[0]), || {
+        (0..sources)
+            .map(|i| UdpSocket::bind(("10.0.0.1", 7100 + i)))
+            .collect::<std::io::Result<_>>()
+    })
+    .expect("enter host a")
+    .expect("bind udp");
+    let counter = std::thread::spawn(move || {
+        let mut buf = [0u8; 256];
+        let mut got = 0;
+        while rx.recv(&mut buf).is_ok() {
+            got += 1;
+        }
+        got
+    });
+    for i in 0..n {
+        tx[i % tx.len()]
+            .send_to(&i.to_be_bytes(), "10.0.0.2:7002")
+            .expect("send");
+        if i % burst == burst - 1 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    counter.join().expect("counter thread")
+}
+
+// ---------------------------------------------------------------------
+// Text.
+
+/// The number right after the first `key` in `text` (leading blanks
+/// skipped), if any.
+pub fn number_after(text: &str, key: &str) -> Option<u64> {
+    text.split(key).nth(1).and_then(|r| {
+        r.trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<String>()
+            .parse()
+            .ok()
+    })
+}
+
+/// [`number_after`], required to be there.
+pub fn first_number_after(text: &str, key: &str) -> u64 {
+    number_after(text, key).unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+/// The flow lines of a `dump-flows` output (without the reply header).
+pub fn flow_lines(dump: &str) -> Vec<&str> {
+    dump.lines().filter(|l| l.contains("actions=")).collect()
+}
