@@ -45,11 +45,24 @@
 //! in bulk (the worker decides when; see `worker`). The credit targets are
 //! resolved at intern time, so a flush never looks anything up.
 //!
+//! # Steering
+//! An entry whose actions hold [`Action::SetWorkers`] records its mask once,
+//! at intern time ([`ActionEntry::workers`]), so the worker's hit path tests
+//! one field already in cache. A packet handed to another worker must not
+//! A configured steering table ([`crate::SteeringTable`]) can also give a
+//! mask, per key rather than per path: such decisions are interned by path
+//! *and* that mask ([`ActionTable::intern_steered`]), so every microflow
+//! sharing an entry shares its effective mask. A mask in the actions wins
+//! over the configured one. A packet handed to another worker must not
+//! be credited here: [`ActionTable::uncount`] takes back the count the hit
+//! (or the miss) just added, before any flush can see it.
+//!
 //! # Invariants
 //! - A live slot's generation equals the generation in every `ActionRef`
 //!   handed out for it since it was last allocated; a freed slot's
 //!   generation has moved on, so stale refs miss.
-//! - `by_path` maps exactly the live entries' paths to their slots.
+//! - `by_path` maps exactly the live unsteered entries' paths to their
+//!   slots, `by_steered` the configuration-steered ones' (path, mask).
 //! - A live entry is listed under every dep it has in `by_dep` (lists may
 //!   also hold refs to since-freed entries; they are skipped by generation).
 //! - An entry is freed only with zero pending counts (callers drain first;
@@ -219,12 +232,33 @@ pub enum Shape {
 
 impl Shape {
     fn of(actions: &[Action]) -> Shape {
-        match actions {
-            [] => Shape::Drop,
-            [Action::Output { port, .. }] if port.is_physical() => Shape::Output(port.0),
+        // Steering is decided before execution and does nothing to the
+        // frame, so it does not make a list general.
+        let mut rest = actions
+            .iter()
+            .filter(|a| !matches!(a, Action::SetWorkers(_)));
+        match (rest.next(), rest.next()) {
+            (None, _) => Shape::Drop,
+            (Some(Action::Output { port, .. }), None) if port.is_physical() => {
+                Shape::Output(port.0)
+            }
             _ => Shape::General,
         }
     }
+}
+
+/// The worker mask a decision carries: its last [`Action::SetWorkers`]
+/// (a later one overrides an earlier one, as in the executor's "last
+/// set-queue wins"). A zero mask (refused at validation) means no steering.
+pub fn workers_of(actions: &[Action]) -> Option<u64> {
+    actions
+        .iter()
+        .rev()
+        .find_map(|a| match a {
+            Action::SetWorkers(m) => Some(*m),
+            _ => None,
+        })
+        .filter(|&m| m != 0)
 }
 
 /// One interned decision.
@@ -238,6 +272,13 @@ pub struct ActionEntry {
     pub last_write: Option<usize>,
     /// What kind of list `actions` is.
     pub shape: Shape,
+    /// The workers allowed to process packets of this decision
+    /// ([`workers_of`] `actions`, else the configured mask it was interned
+    /// with; `None`: any worker).
+    pub workers: Option<u64>,
+    /// The configured steering mask this entry was interned with (part of
+    /// its identity, with the path).
+    config_workers: Option<u64>,
     /// The rules matched, table by table.
     pub path: Box<[PathStep]>,
     /// How the pipeline ended.
@@ -332,6 +373,10 @@ pub struct ActionTable {
     // Keys are paths the pipeline produced (rule ids it allocated), not
     // values a peer chooses: a fast unseeded hash is enough (see IdMap).
     by_path: IdMap<Box<[PathStep]>, u32>,
+    /// Entries interned with a configured steering mask, by (path, mask).
+    by_steered: IdMap<(Vec<PathStep>, u64), u32>,
+    /// Reused lookup key for `by_steered` (no allocation per lookup).
+    steer_key: (Vec<PathStep>, u64),
     /// Reverse index; lists may hold refs to freed entries (skipped).
     by_dep: IdMap<Dep, Vec<ActionRef>>,
     /// Slots with pending counts in the current batch.
@@ -389,7 +434,30 @@ impl ActionTable {
         credit_of: impl Fn(&PathStep) -> RuleCredit,
         keeps_key: impl Fn(&PathStep) -> bool,
     ) -> ActionRef {
-        if let Some(&slot) = self.by_path.get(res.path.as_slice()) {
+        self.intern_steered(res, None, credit_of, keeps_key)
+    }
+
+    /// [`intern`](Self::intern) for a key the configured steering table
+    /// gave `config_workers` (`None` or `Some(0)`: no mask): the entry is
+    /// shared only by keys with the same path and the same configured mask.
+    pub fn intern_steered(
+        &mut self,
+        res: &Resolution,
+        config_workers: Option<u64>,
+        credit_of: impl Fn(&PathStep) -> RuleCredit,
+        keeps_key: impl Fn(&PathStep) -> bool,
+    ) -> ActionRef {
+        let config_workers = config_workers.filter(|&m| m != 0);
+        let found = match config_workers {
+            None => self.by_path.get(res.path.as_slice()).copied(),
+            Some(m) => {
+                self.steer_key.0.clear();
+                self.steer_key.0.extend_from_slice(&res.path);
+                self.steer_key.1 = m;
+                self.by_steered.get(&self.steer_key).copied()
+            }
+        };
+        if let Some(slot) = found {
             self.stats.shared += 1;
             let e = &self.slots[slot as usize];
             return ActionRef::new(slot, e.generation);
@@ -408,6 +476,8 @@ impl ActionTable {
         e.actions = res.actions.as_slice().into();
         e.last_write = crate::execute::last_frame_write(&e.actions);
         e.shape = Shape::of(&e.actions);
+        e.workers = workers_of(&e.actions).or(config_workers);
+        e.config_workers = config_workers;
         e.path = res.path.as_slice().into();
         e.outcome = res.outcome;
         e.credits = res.path.iter().map(credit_of).collect();
@@ -423,7 +493,14 @@ impl ActionTable {
         for dep in e.deps() {
             self.by_dep.entry(dep).or_default().push(r);
         }
-        self.by_path.insert(e.path.clone(), slot);
+        match config_workers {
+            None => {
+                self.by_path.insert(e.path.clone(), slot);
+            }
+            Some(m) => {
+                self.by_steered.insert((e.path.to_vec(), m), slot);
+            }
+        }
         self.stats.interned += 1;
         r
     }
@@ -474,6 +551,18 @@ impl ActionTable {
         HitCheck::Served { checked: n as u32 }
     }
 
+    /// Take back one packet of `bytes` that [`count_live`](Self::count_live)
+    /// or [`count_checked`](Self::count_checked) just counted on `r` in
+    /// this batch (the packet went to another worker, which counts it).
+    #[inline]
+    pub fn uncount(&mut self, r: ActionRef, bytes: u64) {
+        if let Some(e) = self.slots.get_mut(r.slot() as usize) {
+            // A slot left at zero stays in `dirty`; draining skips it.
+            e.pending_packets = e.pending_packets.saturating_sub(1);
+            e.pending_bytes = e.pending_bytes.saturating_sub(bytes);
+        }
+    }
+
     /// The entry in `r`'s slot without the liveness check: for a ref just
     /// validated by [`count_live`](Self::count_live) or returned by
     /// [`intern`](Self::intern). `None` only for a slot never allocated.
@@ -505,7 +594,14 @@ impl ActionTable {
         e.filters.clear();
         e.actions = Box::default();
         e.credits = Box::default();
-        self.by_path.remove(&path);
+        match e.config_workers.take() {
+            None => {
+                self.by_path.remove(&path);
+            }
+            Some(m) => {
+                self.by_steered.remove(&(path.into_vec(), m));
+            }
+        }
         self.free.push(slot);
     }
 
@@ -677,6 +773,60 @@ mod tests {
         assert!(t.get(a).is_none() && t.get(c).is_none());
         assert_eq!(t.get(d).map(|e| e.path.len()), Some(1));
         assert_eq!(t.invalidate(Dep::Rule(1)), 0, "already freed via rule 7");
+    }
+
+    #[test]
+    fn steered_entries_are_keyed_by_path_and_mask() {
+        let mut t = ActionTable::new();
+        let r = res(&[(0, 1)], Outcome::Forward, 2);
+        let plain = t.intern_plain(&r);
+        let s2 = t.intern_steered(&r, Some(2), |_| None, |_| true);
+        let s2b = t.intern_steered(&r, Some(2), |_| None, |_| true);
+        let s4 = t.intern_steered(&r, Some(4), |_| None, |_| true);
+        assert_eq!(s2, s2b);
+        assert_ne!(plain, s2);
+        assert_ne!(s2, s4);
+        // A zero mask is no mask.
+        assert_eq!(t.intern_steered(&r, Some(0), |_| None, |_| true), plain);
+        assert_eq!(t.get(plain).unwrap().workers, None);
+        assert_eq!(t.get(s2).unwrap().workers, Some(2));
+        assert_eq!(t.get(s4).unwrap().workers, Some(4));
+        // A mask in the actions wins; the last one of several.
+        let mut own = res(&[(0, 5)], Outcome::Forward, 2);
+        own.actions.insert(0, Action::SetWorkers(8));
+        own.actions.push(Action::SetWorkers(16));
+        let o = t.intern_steered(&own, Some(2), |_| None, |_| true);
+        assert_eq!(t.get(o).unwrap().workers, Some(16));
+        assert_eq!(t.get(o).unwrap().shape, Shape::Output(2));
+        // Invalidation frees every variant; re-interning makes new ones.
+        assert_eq!(t.invalidate(Dep::Rule(1)), 3);
+        assert!(t.get(s2).is_none() && t.get(s4).is_none() && t.get(plain).is_none());
+        let again = t.intern_steered(&r, Some(2), |_| None, |_| true);
+        assert_ne!(again, s2, "the freed (path, mask) key was removed");
+        assert_eq!(t.len(), 2);
+        t.clear();
+        assert!(t.is_empty());
+        let fresh = t.intern_steered(&r, Some(2), |_| None, |_| true);
+        assert_eq!(t.get(fresh).unwrap().workers, Some(2));
+        assert_eq!(t.stats().shared, 2);
+    }
+
+    #[test]
+    fn uncount_takes_back_one_packet() {
+        let mut t = ActionTable::new();
+        let a = t.intern_plain(&res(&[(0, 1)], Outcome::Forward, 2));
+        assert!(t.count_live(a, 100));
+        assert!(t.count_live(a, 50));
+        t.uncount(a, 50);
+        let mut got = Vec::new();
+        t.drain_counts(|_, n, b| got.push((n, b)));
+        assert_eq!(got, vec![(1, 100)]);
+        // Back to zero: nothing to credit.
+        assert!(t.count_live(a, 70));
+        t.uncount(a, 70);
+        let mut n = 0;
+        t.drain_counts(|_, _, _| n += 1);
+        assert_eq!(n, 0);
     }
 
     #[test]

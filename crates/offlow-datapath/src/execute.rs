@@ -106,6 +106,18 @@ pub trait OutputSink {
     fn port_count(&self) -> usize;
     /// The `index`-th port (`index < port_count()`).
     fn port_info(&self, index: usize) -> Option<PortInfo>;
+    /// Hand a packet to another worker: its decision allows only the
+    /// workers in `mask` (bit i = worker i), and not the one calling.
+    /// `frame` is as received on `in_port` (nothing executed yet); `hash` is
+    /// the packet's flow hash, for picking one worker of the mask so a flow
+    /// stays on one worker. Return true when the frame was taken (or
+    /// dropped and counted by the sink): the caller then neither executes
+    /// nor counts it. False (the default: no other workers) processes it
+    /// here.
+    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], in_port: u32) -> bool {
+        let _ = (mask, hash, frame, in_port);
+        false
+    }
 }
 
 /// How execution ended.
@@ -415,6 +427,8 @@ where
             Action::CopyTtlOut => copy_ttl(&mut cx, buf.frame_mut(), false),
             Action::CopyTtlIn => copy_ttl(&mut cx, buf.frame_mut(), true),
             Action::SetQueue(q) => cx.out.queue = Some(q),
+            // Steering is the worker's business, decided before execution.
+            Action::SetWorkers(_) => {}
             Action::Group(_) => cx.stats.group_unsupported += 1,
             Action::Experimenter(_) => cx.stats.experimenter_unsupported += 1,
         }
@@ -438,6 +452,7 @@ fn modifies_frame(a: &Action) -> bool {
         | Action::DecMplsTtl => true,
         Action::Output { .. }
         | Action::SetQueue(_)
+        | Action::SetWorkers(_)
         | Action::Group(_)
         | Action::Experimenter(_) => false,
     }

@@ -29,6 +29,11 @@
 //!   rule matches are re-resolved.
 //! - [`TxBatches`]: per-port transmit queues of reused buffers, the sink a
 //!   worker's outputs go to before the port layer sends them in batches.
+//! - Steering: a decision carrying [`offlow_pipeline::Action::SetWorkers`]
+//!   is processed only by the workers in its mask; another worker hands the
+//!   unmodified frame to [`OutputSink::steer`] before executing or crediting
+//!   anything (see [`worker`]); a configured [`SteeringTable`] gives a
+//!   mask to the packets it matches the same way.
 //! - [`Control`] and [`Worker`]: the single writer publishes flow-mods
 //!   (left-right, readers never block) with an invalidation record per
 //!   version; a worker processes a batch in one read section, catching up on
@@ -56,12 +61,13 @@ pub mod action_table;
 pub mod buf;
 pub mod execute;
 pub mod microflow;
+pub mod steer;
 pub mod tx;
 pub mod worker;
 
 pub use action_table::{
-    preserves_key, ActionEntry, ActionRef, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck,
-    RuleCredit, Shape, FILTER_RING, MAX_FILTERS,
+    preserves_key, workers_of, ActionEntry, ActionRef, ActionTable, ActionTableStats, CachedRef,
+    Dep, HitCheck, RuleCredit, Shape, FILTER_RING, MAX_FILTERS,
 };
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
@@ -71,6 +77,7 @@ pub use execute::{
 pub use microflow::{
     flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,
 };
+pub use steer::{SteerRule, SteeringTable};
 pub use tx::{TxBatches, TxQueue};
 pub use worker::{
     AddFilter, Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats,

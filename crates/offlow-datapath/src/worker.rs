@@ -86,6 +86,19 @@
 //! `FLUSH_EVERY_BATCHES` batches per worker. Uncached packets (cache off)
 //! are credited at once.
 //!
+//! # Steering ([`offlow_pipeline::Action::SetWorkers`])
+//! A decision may name the workers allowed to process its packets
+//! ([`ActionEntry::workers`](crate::ActionEntry::workers), from the last
+//! `SetWorkers` of its action list). After resolution and before execution,
+//! a worker whose bit ([`WorkerConfig::worker_index`]) is not in the mask
+//! offers the unmodified frame to [`OutputSink::steer`]; when the sink takes
+//! it, the worker takes back the count the lookup added
+//! ([`ActionTable::uncount`]), executes nothing and counts `steered_out`.
+//! The receiving worker resolves the same decision at the same or a newer
+//! version, finds itself in the mask and processes (and credits) the packet
+//! normally, so every packet is credited exactly once. A decision without a
+//! mask pays one branch on a field of the entry the hit already touched.
+//!
 //! # Invariants
 //! - No lock, allocation or syscall per packet on the hit path; a miss
 //!   allocates only when it interns a new decision (a new path).
@@ -116,6 +129,7 @@ use crate::execute::{
     execute, execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Verdict,
 };
 use crate::microflow::{flow_hash, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
+use crate::steer::SteeringTable;
 
 /// Invalidation records kept; a worker more than this many versions behind
 /// clears its caches instead of catching up record by record.
@@ -422,6 +436,11 @@ pub struct WorkerConfig {
     /// the same version, counting disagreements in `stale` (tests and the
     /// update bench; costs a pipeline lookup per packet).
     pub check: bool,
+    /// This worker's index among the packet workers: bit `worker_index` of
+    /// a decision's worker mask allows it to process the packet. An index
+    /// of 64 or more is in no mask (every masked packet is offered to the
+    /// sink's `steer`).
+    pub worker_index: usize,
 }
 
 impl Default for WorkerConfig {
@@ -431,6 +450,7 @@ impl Default for WorkerConfig {
             cache_capacity: 8192,
             policy: InsertPolicy::default(),
             check: false,
+            worker_index: 0,
         }
     }
 }
@@ -467,12 +487,16 @@ pub struct WorkerStats {
     pub records_applied: u64,
     /// Times the worker fell behind the log and cleared its caches.
     pub log_overruns: u64,
+    /// Packets handed to another worker by the sink's `steer` (not
+    /// executed or credited here; included in `packets`).
+    pub steered_out: u64,
 }
 
 /// One worker: parse → cache → pipeline → execute, a batch at a time.
 pub struct Worker {
     reader: ReadHandle<DatapathState>,
     config: WorkerConfig,
+    steering: SteeringTable,
     cache: MicroflowCache<CachedRef>,
     actions: ActionTable,
     seen: u64,
@@ -551,6 +575,7 @@ impl Worker {
         Worker {
             reader,
             config,
+            steering: SteeringTable::default(),
             cache: MicroflowCache::new(capacity, config.policy),
             actions: ActionTable::new(),
             seen,
@@ -574,6 +599,29 @@ impl Worker {
     /// Counters.
     pub fn stats(&self) -> WorkerStats {
         self.stats
+    }
+
+    /// This worker's index among the packet workers
+    /// ([`WorkerConfig::worker_index`]).
+    pub fn worker_index(&self) -> usize {
+        self.config.worker_index
+    }
+
+    /// Use `table` for packets whose decision carries no mask of its own
+    /// (see [`crate::steer`]). Clears the caches: decisions cached so far
+    /// were made without it.
+    pub fn set_steering(&mut self, table: SteeringTable) {
+        self.flush_counters();
+        self.actions.clear();
+        self.cache.clear();
+        self.steering = table;
+    }
+
+    /// Set the index (for a data plane that numbers its workers as it
+    /// starts their threads). Decisions already cached keep their masks;
+    /// only the test against them changes.
+    pub fn set_worker_index(&mut self, index: usize) {
+        self.config.worker_index = index;
     }
 
     /// Parser anomaly counters.
@@ -640,6 +688,7 @@ impl Worker {
         let Worker {
             reader,
             config,
+            steering,
             cache,
             actions,
             seen,
@@ -671,6 +720,11 @@ impl Worker {
         }
         maybe_collect(actions, cache, table_credit, pipeline);
         stats.batches += 1;
+        // 0 for an index past 63: such a worker is in no mask.
+        let my_bit = u32::try_from(config.worker_index)
+            .ok()
+            .and_then(|i| 1u64.checked_shl(i))
+            .unwrap_or(0);
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
             for (i, buf) in chunk.iter().enumerate() {
@@ -722,15 +776,34 @@ impl Worker {
                         }
                         stats.pipeline_lookups += 1;
                         pipeline.lookup_into(&keys[i], res);
+                        // Configured steering: on the packet's own key, only
+                        // here (a miss); the result is cached with the entry.
+                        let configured = if steering.is_empty() {
+                            None
+                        } else {
+                            steering.lookup(&keys[i])
+                        };
                         if !config.cache {
+                            // Cache off (packet-out, tests): no entry to
+                            // hold the mask, so find it in the list.
+                            let mask = crate::action_table::workers_of(&res.actions).or(configured);
+                            if let Some(mask) = mask {
+                                if mask & my_bit == 0
+                                    && sink.steer(mask, hashes[i], buf.frame(), in_port)
+                                {
+                                    stats.steered_out += 1;
+                                    continue;
+                                }
+                            }
                             pipeline.credit_resolution(res, 1, bytes);
                             let done =
                                 execute(&res.actions, buf, &mut layouts[i], in_port, sink, exec);
                             account(stats, done, res.outcome);
                             continue;
                         }
-                        let r = actions.intern(
+                        let r = actions.intern_steered(
                             res,
+                            configured,
                             |step| {
                                 pipeline.entry_in(step.table_id, step.rule).map(|e| {
                                     (
@@ -758,6 +831,16 @@ impl Worker {
                 };
                 // Always `Some`: `r` was validated or interned just above.
                 if let Some(e) = actions.entry(r) {
+                    // Steering: the only cost for an unmasked decision is
+                    // this test of a field of the entry read just below.
+                    if let Some(mask) = e.workers {
+                        if mask & my_bit == 0 && sink.steer(mask, hashes[i], buf.frame(), in_port) {
+                            // The other worker counts it.
+                            actions.uncount(r, bytes);
+                            stats.steered_out += 1;
+                            continue;
+                        }
+                    }
                     // The two commonest lists skip the executor; what they
                     // do is exactly what it would do (see `Shape`).
                     match e.shape {

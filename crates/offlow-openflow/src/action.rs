@@ -14,6 +14,13 @@
 //! or unknown field is `OFPBAC_BAD_SET_TYPE`, a wrong OXM length
 //! `OFPBAC_BAD_SET_LEN`, a mask (§7.2.5: set-field OXMs carry no mask) or a value wider than the field `OFPBAC_BAD_SET_ARGUMENT`.
 //!
+//! offlow's own experimenter action (experimenter id [`OFLW_EXPERIMENTER`],
+//! "OFLW") carries a u16 subtype after the id; subtype
+//! [`OFLW_SUBTYPE_WORKERS`] is `offlow_workers` ([`Action::SetWorkers`]):
+//! 6 pad bytes then a u64 worker mask, 24 bytes in all. An OFLW action with
+//! another subtype is `OFPBAC_BAD_EXP_TYPE`, a wrong length `OFPBAC_BAD_LEN`.
+//! Other experimenter ids decode to [`Action::Experimenter`] as before.
+//!
 //! Thread-safety: plain data.
 
 use offlow_flow::Field;
@@ -46,6 +53,14 @@ pub mod action_type {
     pub const POP_PBB: u16 = 27;
     pub const EXPERIMENTER: u16 = 0xffff;
 }
+
+/// offlow's experimenter id: "OFLW" in ASCII.
+pub const OFLW_EXPERIMENTER: u32 = 0x4f46_4c57;
+/// OFLW action subtype of `offlow_workers` ([`Action::SetWorkers`]).
+pub const OFLW_SUBTYPE_WORKERS: u16 = 1;
+/// Wire length of the `offlow_workers` action: type, length, experimenter
+/// id, subtype, 6 pad bytes, u64 mask.
+const OFLW_WORKERS_LEN: usize = 24;
 
 /// `enum ofp_instruction_type` wire values.
 #[allow(missing_docs)]
@@ -99,8 +114,13 @@ pub enum Action {
     PushPbb(u16),
     /// `OFPAT_POP_PBB`.
     PopPbb,
+    /// offlow's `offlow_workers` experimenter action (see the module docs):
+    /// the packet workers allowed to process the packet, bit i = worker i.
+    SetWorkers(u64),
     /// `OFPAT_EXPERIMENTER`: id and the bytes after it (length a multiple
-    /// of 8 for the action to be encodable).
+    /// of 8 for the action to be encodable). Never carries
+    /// [`OFLW_EXPERIMENTER`] when decoded: those actions have their own
+    /// variants.
     Experimenter {
         /// Experimenter id.
         experimenter: u32,
@@ -116,6 +136,7 @@ impl Action {
             Action::Output { .. } => 16,
             Action::SetField(f, _) => round8(8 + oxm_size(*f)),
             Action::Experimenter { data, .. } => 8 + data.len(),
+            Action::SetWorkers(_) => OFLW_WORKERS_LEN,
             _ => 8,
         }
     }
@@ -140,6 +161,7 @@ impl Action {
             Action::SetField(..) => (T::SET_FIELD, self.wire_len()),
             Action::PushPbb(_) => (T::PUSH_PBB, 8),
             Action::PopPbb => (T::POP_PBB, 8),
+            Action::SetWorkers(_) => (T::EXPERIMENTER, OFLW_WORKERS_LEN),
             Action::Experimenter { data, .. } => {
                 if data.len() % 8 != 0 {
                     return Err(EncodeError::Misaligned("experimenter action"));
@@ -166,6 +188,12 @@ impl Action {
                     return Err(EncodeError::Invalid("set-field value wider than field"));
                 }
                 Oxm::exact(*f, *v).emit(out);
+            }
+            Action::SetWorkers(mask) => {
+                out.put_u32(OFLW_EXPERIMENTER);
+                out.put_u16(OFLW_SUBTYPE_WORKERS);
+                out.put_zeros(6);
+                out.put_u64(*mask);
             }
             Action::Experimenter { experimenter, data } => {
                 out.put_u32(*experimenter);
@@ -214,9 +242,12 @@ impl Action {
             T::PUSH_PBB => fixed(8).and_then(|_| a.u16().map(Action::PushPbb))?,
             T::POP_PBB => fixed(8).map(|_| Action::PopPbb)?,
             T::SET_FIELD => parse_set_field(&mut a, len)?,
-            T::EXPERIMENTER => Action::Experimenter {
-                experimenter: a.u32()?,
-                data: a.rest().to_vec(),
+            T::EXPERIMENTER => match a.u32()? {
+                OFLW_EXPERIMENTER => parse_oflw(&mut a, len)?,
+                experimenter => Action::Experimenter {
+                    experimenter,
+                    data: a.rest().to_vec(),
+                },
             },
             _ => return Err(DecodeError::action(AC::BadType, "unknown action type")),
         };
@@ -245,6 +276,7 @@ impl Action {
             Action::DecNwTtl => PAction::DecNwTtl,
             Action::SetField(f, v) => PAction::SetField(f, v),
             Action::PushPbb(_) | Action::PopPbb => return Err(OfError::BadAction(AC::BadType)),
+            Action::SetWorkers(mask) => PAction::SetWorkers(mask),
             Action::Experimenter { experimenter, .. } => PAction::Experimenter(experimenter),
         })
     }
@@ -270,11 +302,30 @@ impl From<&PAction> for Action {
             PAction::DecMplsTtl => Action::DecMplsTtl,
             PAction::SetQueue(q) => Action::SetQueue(q),
             PAction::Group(g) => Action::Group(g),
+            PAction::SetWorkers(m) => Action::SetWorkers(m),
             PAction::Experimenter(e) => Action::Experimenter {
                 experimenter: e,
                 data: Vec::new(),
             },
         }
+    }
+}
+
+/// An OFLW experimenter action; `a` is positioned after the experimenter id
+/// and `len` is the whole action's length.
+fn parse_oflw(a: &mut Reader<'_>, len: usize) -> Result<Action, DecodeError> {
+    // The shortest (8-aligned) OFLW action still holds a subtype.
+    let bad_len = DecodeError::action(AC::BadLen, "OFLW action length");
+    let subtype = a.u16().map_err(|_| bad_len)?;
+    match subtype {
+        OFLW_SUBTYPE_WORKERS => {
+            if len != OFLW_WORKERS_LEN {
+                return Err(bad_len);
+            }
+            a.skip(6)?;
+            Ok(Action::SetWorkers(a.u64()?))
+        }
+        _ => Err(DecodeError::action(AC::BadExpType, "unknown OFLW action")),
     }
 }
 
@@ -517,4 +568,74 @@ pub(crate) fn emit_instructions(
     out: &mut Vec<u8>,
 ) -> Result<(), EncodeError> {
     instrs.iter().try_for_each(|i| i.emit(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `offlow_workers:0x2` as it must appear on the wire.
+    const WORKERS_2: [u8; 24] = [
+        0xff, 0xff, 0x00, 0x18, // OFPAT_EXPERIMENTER, length 24
+        0x4f, 0x46, 0x4c, 0x57, // "OFLW"
+        0x00, 0x01, // subtype 1
+        0, 0, 0, 0, 0, 0, // pad
+        0, 0, 0, 0, 0, 0, 0, 0x02, // mask
+    ];
+
+    fn decode_err(bytes: &[u8]) -> OfError {
+        parse_actions(bytes).unwrap_err().of_error()
+    }
+
+    #[test]
+    fn oflw_workers_exact_bytes() {
+        let mut out = Vec::new();
+        emit_actions(&[Action::SetWorkers(2)], &mut out).unwrap();
+        assert_eq!(out, WORKERS_2);
+        assert_eq!(Action::SetWorkers(2).wire_len(), 24);
+        assert_eq!(
+            parse_actions(&WORKERS_2).unwrap(),
+            vec![Action::SetWorkers(2)]
+        );
+        let a = Action::SetWorkers(u64::MAX);
+        let mut out = Vec::new();
+        emit_actions(std::slice::from_ref(&a), &mut out).unwrap();
+        assert_eq!(parse_actions(&out).unwrap(), vec![a.clone()]);
+        // Pipeline conversion both ways.
+        assert_eq!(a.to_pipeline().unwrap(), PAction::SetWorkers(u64::MAX));
+        assert_eq!(Action::from(&PAction::SetWorkers(5)), Action::SetWorkers(5));
+    }
+
+    #[test]
+    fn oflw_bad_subtype_and_length() {
+        let mut other = WORKERS_2;
+        other[9] = 2;
+        assert_eq!(decode_err(&other), OfError::BadAction(AC::BadExpType));
+        // A 16-byte workers action (mask missing).
+        let mut short = WORKERS_2[..16].to_vec();
+        short[3] = 16;
+        assert_eq!(decode_err(&short), OfError::BadAction(AC::BadLen));
+        // A 32-byte one (trailing bytes).
+        let mut long = WORKERS_2.to_vec();
+        long.extend_from_slice(&[0; 8]);
+        long[3] = 32;
+        assert_eq!(decode_err(&long), OfError::BadAction(AC::BadLen));
+        // 8 bytes: not even room for the subtype.
+        let mut tiny = WORKERS_2[..8].to_vec();
+        tiny[3] = 8;
+        assert_eq!(decode_err(&tiny), OfError::BadAction(AC::BadLen));
+    }
+
+    #[test]
+    fn other_experimenters_unchanged() {
+        let mut bytes = WORKERS_2;
+        bytes[7] = 0x58; // "OFLX"
+        assert_eq!(
+            parse_actions(&bytes).unwrap(),
+            vec![Action::Experimenter {
+                experimenter: 0x4f46_4c58,
+                data: WORKERS_2[8..].to_vec(),
+            }]
+        );
+    }
 }

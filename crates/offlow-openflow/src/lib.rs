@@ -51,7 +51,7 @@ pub mod multipart;
 pub mod oxm;
 mod reader;
 
-pub use action::{Action, Instruction};
+pub use action::{Action, Instruction, OFLW_EXPERIMENTER, OFLW_SUBTYPE_WORKERS};
 pub use conn::{
     AsyncOutcome, CloseReason, ConnConfig, ConnId, ConnStats, Connection, ControllerRole, Roles,
     Switch, DEFAULT_ASYNC, DEFAULT_MISS_SEND_LEN,

@@ -48,6 +48,14 @@ pub enum Action {
     DecMplsTtl,
     /// Set the output queue.
     SetQueue(u32),
+    /// offlow vendor action (OFiS "forward to a subset of CPUs"): only the
+    /// packet workers whose bit is set in the mask (bit i = worker i) may
+    /// process the packet. A worker outside the set hands the unmodified
+    /// frame to one inside it before executing anything. The frame is not
+    /// changed; a decision holding several keeps the last. Validation
+    /// refuses mask 0; bits beyond the running worker count are ignored, and
+    /// a mask naming no running worker means "process locally".
+    SetWorkers(u64),
     /// Process through a group (not supported yet: refused at validation).
     Group(u32),
     /// An experimenter action (not supported: refused at validation).
@@ -82,10 +90,13 @@ impl Action {
             Action::SetNwTtl(_) => 9,
             // 40 basic fields: slots 10..=49.
             Action::SetField(f, _) => 10 + f.oxm(),
-            Action::SetQueue(_) => 50,
-            Action::Group(_) => 51,
-            Action::Output { .. } => 52,
-            Action::Experimenter(_) => 53,
+            // Steering belongs with the "qos" step, next to set_queue (the
+            // order inside that step is unspecified and has no effect).
+            Action::SetWorkers(_) => 50,
+            Action::SetQueue(_) => 51,
+            Action::Group(_) => 52,
+            Action::Output { .. } => 53,
+            Action::Experimenter(_) => 54,
         }
     }
 
@@ -105,6 +116,7 @@ impl Action {
             Action::SetMplsTtl(_) => "set_mpls_ttl",
             Action::DecMplsTtl => "dec_mpls_ttl",
             Action::SetQueue(_) => "set_queue",
+            Action::SetWorkers(_) => "offlow_workers",
             Action::Group(_) => "group",
             Action::Experimenter(_) => "experimenter",
         }

@@ -1132,6 +1132,7 @@ fn exec_on_key(k: &mut FlowKey, a: &Action, hidden: &mut [u16; VLAN_STACK], n_hi
         | Action::SetMplsTtl(_)
         | Action::DecMplsTtl
         | Action::SetQueue(_)
+        | Action::SetWorkers(_)
         | Action::Group(_)
         | Action::Experimenter(_) => {}
     }

@@ -221,6 +221,16 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
         // TTL copies are represented, not yet executed; their validity depends
         // on the header stack, which the executor checks.
         Action::CopyTtlOut | Action::CopyTtlIn | Action::SetQueue(_) => {}
+        Action::SetWorkers(mask) => {
+            // A mask naming no worker at all could never be honoured; bits
+            // beyond the running worker count are only known at run time
+            // and are ignored there (see `Action::SetWorkers`).
+            if mask == 0 {
+                return Err(PipelineError::BadArgument(
+                    "offlow_workers mask must name at least one worker",
+                ));
+            }
+        }
         Action::PushVlan(tpid) => {
             if tpid != 0x8100 && tpid != 0x88a8 {
                 return Err(PipelineError::BadArgument(
@@ -433,6 +443,39 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(e, PipelineError::MatchInconsistent { .. }));
+    }
+
+    #[test]
+    fn set_workers_mask() {
+        let apply = |m| vec![Instruction::ApplyActions(vec![Action::SetWorkers(m)])];
+        let e = validate_instructions(0, 4, &Match::ANY, &apply(0)).unwrap_err();
+        assert!(matches!(e, PipelineError::BadArgument(_)), "{e}");
+        assert_eq!(e.of_error().wire(), (2, 5));
+        // Any non-zero mask is accepted, whatever the worker count.
+        for m in [1, 0x2, u64::MAX] {
+            let p = validate_instructions(0, 4, &Match::ANY, &apply(m)).unwrap();
+            assert_eq!(p.apply, vec![Action::SetWorkers(m)]);
+        }
+        // In the action set it takes the qos step: before group and output,
+        // a later write replacing an earlier one.
+        let p = validate_instructions(
+            0,
+            4,
+            &Match::ANY,
+            &[Instruction::WriteActions(vec![
+                Action::output(PortNo(2)),
+                Action::SetWorkers(1),
+                Action::SetWorkers(4),
+            ])],
+        )
+        .unwrap();
+        let mut set = ActionSet::new();
+        for a in &p.write {
+            set.write(*a);
+        }
+        let mut out = Vec::new();
+        set.drain_ordered_into(&mut out);
+        assert_eq!(out, vec![Action::SetWorkers(4), Action::output(PortNo(2))]);
     }
 
     #[test]

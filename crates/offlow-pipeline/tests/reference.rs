@@ -42,7 +42,8 @@ fn rank(a: &Action) -> u32 {
         Action::CopyTtlOut => 6,
         Action::DecNwTtl | Action::DecMplsTtl => 7,
         Action::SetField(..) | Action::SetNwTtl(_) | Action::SetMplsTtl(_) => 8,
-        Action::SetQueue(_) => 9,
+        // "qos" step; within it ties sort by name (offlow_workers first).
+        Action::SetQueue(_) | Action::SetWorkers(_) => 9,
         Action::Group(_) => 10,
         Action::Output { .. } => 11,
         Action::Experimenter(_) => 12,
@@ -155,6 +156,7 @@ fn arb_action() -> impl Strategy<Value = Action> {
         1 => Just(Action::output(PortNo::CONTROLLER)),
         3 => (0usize..3, 0u128..3).prop_map(|(f, v)| Action::SetField(SET_FIELDS[f], v)),
         1 => (0u32..2).prop_map(Action::SetQueue),
+        1 => (1u64..4).prop_map(Action::SetWorkers),
     ]
 }
 

@@ -17,7 +17,9 @@
 //! - Actions after `actions=` (the rest of the line): outputs (`N`,
 //!   `output:N`, reserved port names, `controller[:LEN]`,
 //!   `controller(max_len=LEN)`), the `mod_*` family, `set_field:V->F`,
-//!   VLAN and MPLS push/pop, TTL actions, `set_queue`, `group`, and the
+//!   VLAN and MPLS push/pop, TTL actions, `set_queue`, `group`, offlow's
+//!   own `offlow_workers:MASK` (hex or decimal: the packet workers allowed
+//!   to process the packet, bit i = worker i; printed in hex), and the
 //!   instructions `write_actions(...)`, `clear_actions`, `write_metadata`,
 //!   `goto_table`, in the order OpenFlow 1.1+ executes them (ovs-ofctl
 //!   enforces the same order).
@@ -960,6 +962,8 @@ fn parse_action(tok: &str, cx: &mut ActCx, out: &mut Vec<Action>) -> Result<(), 
             }
         }
         "set_queue" => out.push(Action::SetQueue(num(tok, need(tok, arg)?, 32)? as u32)),
+        // 64 bits checked by `num`, so the cast cannot truncate.
+        "offlow_workers" => out.push(Action::SetWorkers(num(tok, need(tok, arg)?, 64)? as u64)),
         "group" => out.push(Action::Group(num(tok, need(tok, arg)?, 32)? as u32)),
         "set_field" => {
             let a = need(tok, arg)?;
@@ -1199,6 +1203,7 @@ pub fn format_action(a: &offlow_pipeline::Action) -> String {
         A::SetMplsTtl(t) => format!("set_mpls_ttl:{t}"),
         A::DecMplsTtl => "dec_mpls_ttl".into(),
         A::SetQueue(q) => format!("set_queue:{q}"),
+        A::SetWorkers(m) => format!("offlow_workers:{m:#x}"),
         A::Group(g) => format!("group:{g}"),
         A::Experimenter(e) => format!("experimenter:{e:#x}"),
     }
@@ -1694,6 +1699,42 @@ mod tests {
                 String::from_utf8_lossy(&theirs.stderr)
             );
         }
+    }
+
+    #[test]
+    fn offlow_workers_action() {
+        use Instruction as I;
+        let f = flow("udp,actions=offlow_workers:0x2,output:2");
+        assert_eq!(
+            f.instructions,
+            vec![I::ApplyActions(vec![
+                Action::SetWorkers(2),
+                Action::Output {
+                    port: 2,
+                    max_len: CONTROLLER_NO_BUFFER
+                }
+            ])]
+        );
+        // Decimal too, and in write_actions; printed back in hex.
+        let f = flow("actions=write_actions(offlow_workers:6,output:1)");
+        let ins: Vec<offlow_pipeline::Instruction> = f
+            .to_wire()
+            .instructions
+            .iter()
+            .map(|i| i.to_pipeline().unwrap())
+            .collect();
+        let text = format_instructions(&ins);
+        assert_eq!(text, "write_actions(offlow_workers:0x6,output:1)");
+        let back = flow(&format!("actions={text}"));
+        assert_eq!(back.instructions, f.instructions);
+        assert_eq!(
+            format_action(&offlow_pipeline::Action::SetWorkers(u64::MAX)),
+            "offlow_workers:0xffffffffffffffff"
+        );
+        // Wider than 64 bits, or no argument: refused, naming the token.
+        let e = parse_flow("actions=offlow_workers:0x10000000000000000").unwrap_err();
+        assert_eq!(e.token, "offlow_workers:0x10000000000000000");
+        assert!(parse_flow("actions=offlow_workers").is_err());
     }
 
     proptest! {

@@ -208,7 +208,12 @@ pub fn arb_action() -> BoxedStrategy<Action> {
         set_field,
         any::<u16>().prop_map(Action::PushPbb),
         Just(Action::PopPbb),
-        (any::<u32>(), aligned_bytes())
+        any::<u64>().prop_map(Action::SetWorkers),
+        // OFLW actions decode to their own variants, never to Experimenter.
+        (
+            any::<u32>().prop_filter("not OFLW", |e| *e != OFLW_EXPERIMENTER),
+            aligned_bytes()
+        )
             .prop_map(|(experimenter, data)| Action::Experimenter { experimenter, data }),
     ]
     .boxed()

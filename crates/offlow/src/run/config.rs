@@ -26,7 +26,19 @@
 //! name = "veth1"             # the Linux interface
 //! number = 1                 # its OpenFlow port number (default: position)
 //! kind = "af_packet"         # or "af_xdp", or "pcap" with input = "in.pcap" and/or output = "out.pcap"
+//!
+//! [[steer]]                  # OFiS "forward to a subset of CPUs"
+//! match = "udp,tp_dst=53"    # ovs-ofctl match syntax
+//! workers = [1]              # only these packet workers process such packets
 //! ```
+//!
+//! `[[steer]]` entries form the workers' steering table
+//! ([`offlow_datapath::SteeringTable`]): they change which worker processes
+//! a packet, never what the flow tables do with it (no flow is added or
+//! rewritten). A packet matching several takes the first; an
+//! `offlow_workers` action in the packet's decision takes precedence.
+//! Worker indices must be below `workers` (checked once the flags are
+//! applied).
 //!
 //! Thread-safety: plain data.
 
@@ -327,6 +339,78 @@ pub struct RunConfig {
     pub fail_mode: FailMode,
     /// Flow file installed at start.
     pub flows: Option<PathBuf>,
+    /// `[[steer]]` entries, in file order.
+    pub steer: Vec<SteerConfig>,
+}
+
+/// One `[[steer]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SteerConfig {
+    /// The packets it applies to.
+    pub matcher: offlow_flow::Match,
+    /// The worker indices (each below 64).
+    pub workers: Vec<usize>,
+    /// Where it was written (`FILE, line L`), for later errors.
+    pub origin: String,
+}
+
+impl SteerConfig {
+    /// The worker mask (bit i = worker i).
+    pub fn mask(&self) -> u64 {
+        // Indices are checked below 64 when parsed.
+        self.workers.iter().fold(0, |m, &w| m | 1u64 << (w % 64))
+    }
+}
+
+impl RunConfig {
+    /// The workers' steering table (empty without `[[steer]]` entries).
+    pub fn steering(&self) -> offlow_datapath::SteeringTable {
+        offlow_datapath::SteeringTable::new(self.steer.iter().map(|s| offlow_datapath::SteerRule {
+            matcher: s.matcher,
+            workers: s.mask(),
+        }))
+    }
+}
+
+/// Parse a `[[steer]]` match: ovs-ofctl match fields only (no settings,
+/// no actions), prerequisites included (`tp_dst` needs `udp` or `tcp`).
+fn parse_steer_match(text: &str) -> anyhow::Result<offlow_flow::Match> {
+    if text.contains("actions") {
+        bail!("`{text}`: a match only (no actions)");
+    }
+    let spec = crate::ofctl_syntax::parse_flow(&format!("{text},actions=drop"))
+        .map_err(|e| anyhow::anyhow!("`{text}`: {e}"))?;
+    let plain = crate::ofctl_syntax::parse_flow("actions=drop")
+        .map_err(|e| anyhow::anyhow!("internal: {e}"))?;
+    let settings = |s: &crate::ofctl_syntax::FlowSpec| {
+        (
+            s.table_id,
+            s.priority,
+            s.cookie,
+            s.idle_timeout,
+            s.hard_timeout,
+            s.flags,
+        )
+    };
+    if settings(&spec) != settings(&plain) {
+        bail!("`{text}`: match fields only (no table, priority, cookie, timeouts or flags)");
+    }
+    offlow_pipeline::check_match_prerequisites(&spec.matcher)
+        .map_err(|e| anyhow::anyhow!("`{text}`: {e}"))?;
+    Ok(spec.matcher)
+}
+
+/// Check the `[[steer]]` entries against the worker count.
+fn check_steer(steer: &[SteerConfig], workers: usize) -> anyhow::Result<()> {
+    for s in steer {
+        if let Some(w) = s.workers.iter().find(|&&w| w >= workers) {
+            bail!(
+                "{}, key `steer.workers`: worker {w} does not exist (workers = {workers}; indices start at 0)",
+                s.origin
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Default microflow cache entries per worker.
@@ -346,6 +430,7 @@ impl Default for RunConfig {
             cache_size: DEFAULT_CACHE_SIZE,
             fail_mode: FailMode::Secure,
             flows: None,
+            steer: Vec::new(),
         }
     }
 }
@@ -380,6 +465,16 @@ struct FileConfig {
     cache_size: Option<toml::Spanned<usize>>,
     fail_mode: Option<toml::Spanned<String>>,
     flows: Option<String>,
+    #[serde(default)]
+    steer: Vec<FileSteer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSteer {
+    #[serde(rename = "match")]
+    matcher: toml::Spanned<String>,
+    workers: toml::Spanned<Vec<usize>>,
 }
 
 /// 1-based line of byte offset `at` in `text`.
@@ -501,6 +596,32 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
             .map_err(|e| at("fail_mode", m.span(), anyhow::anyhow!(e)))?,
         None => FailMode::Secure,
     };
+    let mut steer = Vec::new();
+    for e in &f.steer {
+        let matcher = parse_steer_match(e.matcher.get_ref())
+            .map_err(|x| at("steer.match", e.matcher.span(), x))?;
+        let list = e.workers.get_ref();
+        if list.is_empty() {
+            return Err(at(
+                "steer.workers",
+                e.workers.span(),
+                anyhow::anyhow!("name at least one worker"),
+            ));
+        }
+        if let Some(w) = list.iter().find(|&&w| w >= 64) {
+            return Err(at(
+                "steer.workers",
+                e.workers.span(),
+                anyhow::anyhow!("worker {w}: indices are 0..=63"),
+            ));
+        }
+        steer.push(SteerConfig {
+            matcher,
+            workers: list.clone(),
+            origin: format!("{shown}, line {}", line_of(text, e.workers.span().start)),
+        });
+    }
+    // The worker count is checked in `resolve`, after `--workers`.
     if workers > 1 && ports.iter().any(|p| p.kind != PortKind::AfPacket) {
         let span = f.workers.as_ref().map(|w| w.span()).unwrap_or(0..0);
         return Err(at(
@@ -523,6 +644,7 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
         cache_size,
         fail_mode,
         flows: f.flows.map(PathBuf::from),
+        steer,
     })
 }
 
@@ -555,6 +677,8 @@ impl RunArgs {
             }
             c.workers = w;
         }
+        // After `--workers`, which may change the count either way.
+        check_steer(&c.steer, c.workers)?;
         if let Some(m) = self.fail_mode {
             c.fail_mode = m;
         }
@@ -730,6 +854,61 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("fail_mode"), "{e}");
+    }
+
+    #[test]
+    fn steer_entries_and_their_errors() {
+        let text = "workers = 4\n[[steer]]\nmatch = \"udp,tp_dst=53\"\nworkers = [1, 3]\n[[steer]]\nmatch = \"ip,nw_src=10.0.0.0/8\"\nworkers = [0]\n";
+        let c = parse_file(Path::new("s.toml"), text).unwrap();
+        assert_eq!(c.steer.len(), 2);
+        assert_eq!(c.steer[0].mask(), 0b1010);
+        assert_eq!(c.steer[0].origin, "s.toml, line 4");
+        let mut m = offlow_flow::Match::ANY;
+        m.set_exact(offlow_flow::Field::EthType, 0x0800)
+            .set_exact(offlow_flow::Field::IpProto, 17)
+            .set_exact(offlow_flow::Field::UdpDst, 53);
+        assert_eq!(c.steer[0].matcher, m);
+        let t = c.steering();
+        assert_eq!(t.rules().len(), 2);
+        assert_eq!(t.rules()[1].workers, 1);
+
+        let err = |text: &str| {
+            parse_file(Path::new("s.toml"), text)
+                .unwrap_err()
+                .to_string()
+        };
+        // Bad match: file, line and key.
+        let e = err("workers = 2\n[[steer]]\nmatch = \"udp,bogus=1\"\nworkers = [1]\n");
+        assert!(
+            e.contains("s.toml, line 3") && e.contains("steer.match"),
+            "{e}"
+        );
+        let e = err("[[steer]]\nmatch = \"tp_dst=53\"\nworkers = [0]\n");
+        assert!(e.contains("line 2") && e.contains("steer.match"), "{e}");
+        let e = err("[[steer]]\nmatch = \"priority=5,udp\"\nworkers = [0]\n");
+        assert!(
+            e.contains("line 2") && e.contains("match fields only"),
+            "{e}"
+        );
+        let e = err("[[steer]]\nmatch = \"udp,actions=drop\"\nworkers = [0]\n");
+        assert!(e.contains("line 2") && e.contains("steer.match"), "{e}");
+        // Bad workers.
+        let e = err("[[steer]]\nmatch = \"udp\"\nworkers = []\n");
+        assert!(e.contains("line 3") && e.contains("steer.workers"), "{e}");
+        let c = parse_file(
+            Path::new("s.toml"),
+            "workers = 2\n[[steer]]\nmatch = \"udp\"\nworkers = [2]\n",
+        )
+        .unwrap();
+        let e = check_steer(&c.steer, c.workers).unwrap_err().to_string();
+        assert!(
+            e.contains("s.toml, line 4") && e.contains("steer.workers") && e.contains("worker 2"),
+            "{e}"
+        );
+        let e = err("[[steer]]\nmatch = \"udp\"\nworkers = [64]\n");
+        assert!(e.contains("line 3") && e.contains("0..=63"), "{e}");
+        let e = err("[[steer]]\nmatch = \"udp\"\nworkers = [0]\ncpus = 1\n");
+        assert!(e.contains("cpus"), "{e}");
     }
 
     #[test]

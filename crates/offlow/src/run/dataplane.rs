@@ -17,13 +17,37 @@
 //! channel to the control thread; when it is full they are counted and
 //! dropped ([`DataplaneStats::packet_in_dropped`]), never waited for.
 //!
+//! Steering (the `offlow_workers` action): worker `i` is datapath worker
+//! index `i`. A decision whose worker mask leaves out the receiving worker
+//! is handed over before execution ([`OutputSink::steer`]): the sink picks
+//! one worker among the mask's bits that name running workers (bits past
+//! the worker count are ignored; a mask naming none is processed where it
+//! arrived) by the packet's flow hash, so a flow stays on one worker, and
+//! copies the frame into a per-destination staging batch. After the round's
+//! ports, each non-empty staging batch is appended to its destination's
+//! [`Inbox`] under the inbox's mutex (one lock per destination per round
+//! with steered traffic, none without); an inbox holds at most
+//! [`INBOX_FRAMES`] frames, the excess is dropped and counted
+//! ([`DataplaneStats::steer_dropped`]). Every round a worker checks its
+//! inbox's flag (one relaxed-cost atomic load; the mutex is taken only when
+//! it is set), swaps the batch out and processes its frames with their
+//! ingress ports; a sleeping worker sees them within [`IDLE_SLEEP`].
+//! Frames taken from an inbox are never steered again (a rule changed in
+//! between cannot make a frame bounce). Why a mutex and not a lock-free
+//! ring: steering is per batch, not per packet, the buffers (one byte
+//! arena and an index per batch) are swapped, not allocated, and unsteered
+//! traffic never touches it.
+//!
 //! Invariants: no allocation per packet except packet-in copies; no lock
-//! on the packet path (statistics are published to a per-worker mutex
-//! every [`PUBLISH_EVERY`], which only the control thread also takes).
+//! on the packet path of unsteered traffic (statistics are published to a
+//! per-worker mutex every [`PUBLISH_EVERY`], which only the control thread
+//! also takes; steered frames cost one inbox lock per destination per
+//! round).
 //!
 //! Thread-safety: a worker thread owns its ports, buffers and [`Worker`];
 //! it meets the control thread only through the datapath's `Control`
-//! (read side), the packet-in channel, its stats slot and the stop flag.
+//! (read side), the packet-in channel, its stats slot and the stop flag,
+//! and the other workers only through the inboxes.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,7 +57,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use offlow_datapath::{
-    OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerStats, DEFAULT_HEADROOM,
+    OutputMeta, OutputSink, PacketBuf, PortInfo, SteeringTable, Worker, WorkerStats,
+    DEFAULT_HEADROOM,
 };
 use offlow_io::afxdp::{AfXdpConfig, AfXdpPort};
 use offlow_io::pcap::PcapPort;
@@ -57,6 +82,97 @@ const SPIN_ROUNDS: u32 = 64;
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 /// Packet-ins queued towards the control thread before drops.
 pub const PACKET_IN_QUEUE: usize = 1024;
+/// Steered frames a worker's inbox holds before the excess is dropped.
+pub const INBOX_FRAMES: usize = 1024;
+
+/// Frames stored back to back: one byte arena and an index, both reused,
+/// so moving frames between workers allocates nothing once warm.
+#[derive(Debug, Default)]
+struct SteerBatch {
+    data: Vec<u8>,
+    /// `(in_port, start, len)` of each frame in `data`, in arrival order.
+    frames: Vec<(u32, usize, usize)>,
+}
+
+impl SteerBatch {
+    fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn push(&mut self, in_port: u32, frame: &[u8]) {
+        let start = self.data.len();
+        self.data.extend_from_slice(frame);
+        self.frames.push((in_port, start, frame.len()));
+    }
+
+    fn clear(&mut self) {
+        self.data.clear();
+        self.frames.clear();
+    }
+
+    fn frame(&self, i: usize) -> Option<(u32, &[u8])> {
+        let &(port, start, len) = self.frames.get(i)?;
+        Some((port, self.data.get(start..start + len)?))
+    }
+}
+
+/// One worker's queue of frames steered to it by the others.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Inbox {
+    /// Set (under the lock) when frames were added; read without the
+    /// lock every round so an empty inbox costs one atomic load.
+    queued: AtomicBool,
+    batch: Mutex<SteerBatch>,
+    /// An eventfd the owner polls with its ports: a sleeping worker wakes
+    /// as soon as frames are delivered instead of after its idle sleep
+    /// (under load, waiting let inboxes fill and frames drop).
+    wake: std::os::fd::OwnedFd,
+}
+
+impl Inbox {
+    fn new() -> std::io::Result<Inbox> {
+        // SAFETY: eventfd takes no pointers; the result is checked.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Inbox {
+            queued: AtomicBool::new(false),
+            batch: Mutex::new(SteerBatch::default()),
+            // SAFETY: a fresh descriptor nobody else owns.
+            wake: unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) },
+        })
+    }
+
+    /// Wake the owner (a no-op if it is awake; the counter just grows).
+    fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd. A full
+        // counter (EAGAIN) means a wake-up is already pending.
+        unsafe {
+            libc::write(
+                std::os::fd::AsRawFd::as_raw_fd(&self.wake),
+                (&one as *const u64).cast(),
+                8,
+            );
+        }
+    }
+
+    /// Reset the wake-up counter.
+    fn clear(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads at most 8 bytes into a live u64; EAGAIN (nothing
+        // pending) is fine.
+        unsafe {
+            libc::read(
+                std::os::fd::AsRawFd::as_raw_fd(&self.wake),
+                (&mut v as *mut u64).cast(),
+                8,
+            );
+        }
+    }
+}
 
 /// A frame for the controller (`OFPR_ACTION` or a table-miss entry's
 /// output to CONTROLLER).
@@ -104,6 +220,13 @@ pub struct DataplaneStats {
     pub packet_in_dropped: u64,
     /// Packet-ins queued.
     pub packet_ins: u64,
+    /// Frames this worker handed to another worker's inbox.
+    pub steered_out: u64,
+    /// Frames other workers steered here, processed.
+    pub steered_in: u64,
+    /// Frames to steer away dropped because the destination's inbox
+    /// was full.
+    pub steer_dropped: u64,
 }
 
 impl DataplaneStats {
@@ -131,6 +254,7 @@ impl DataplaneStats {
         w.stale += v.stale;
         w.records_applied += v.records_applied;
         w.log_overruns += v.log_overruns;
+        w.steered_out += v.steered_out;
         if self.ports.len() < o.ports.len() {
             self.ports.resize(o.ports.len(), PortStats::default());
         }
@@ -144,6 +268,9 @@ impl DataplaneStats {
         self.drop_unknown_port += o.drop_unknown_port;
         self.packet_in_dropped += o.packet_in_dropped;
         self.packet_ins += o.packet_ins;
+        self.steered_out += o.steered_out;
+        self.steered_in += o.steered_in;
+        self.steer_dropped += o.steer_dropped;
     }
 }
 
@@ -169,6 +296,17 @@ impl StatsHandle {
         }
         total
     }
+
+    /// Each worker's counters, by worker index.
+    pub fn per_worker(&self) -> Vec<DataplaneStats> {
+        self.slots
+            .iter()
+            .map(|s| DataplaneStats {
+                port_numbers: self.numbers.clone(),
+                ..lock(s).clone()
+            })
+            .collect()
+    }
 }
 
 /// The running worker threads.
@@ -191,6 +329,8 @@ pub struct DataplaneConfig<'a> {
     pub cores: &'a [usize],
     /// Where packet-ins go.
     pub packet_in: mpsc::Sender<PacketInFrame>,
+    /// The configured steering table (`[[steer]]`), given to every worker.
+    pub steering: SteeringTable,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -254,7 +394,17 @@ impl Dataplane {
             .collect();
         let mut threads = Vec::new();
         let mut slots = Vec::new();
-        for (i, (worker, ports)) in cfg.workers.into_iter().zip(per_worker).enumerate() {
+        let inboxes: Arc<[Inbox]> = (0..n_workers)
+            .map(|_| Inbox::new())
+            .collect::<std::io::Result<Vec<_>>>()
+            .context("creating the workers' wake-up eventfds")?
+            .into();
+        for (i, (mut worker, ports)) in cfg.workers.into_iter().zip(per_worker).enumerate() {
+            // Thread i is worker i of the masks.
+            worker.set_worker_index(i);
+            if !cfg.steering.is_empty() {
+                worker.set_steering(cfg.steering.clone());
+            }
             let slot = Arc::new(Mutex::new(DataplaneStats {
                 ports: vec![PortStats::default(); ports.len()],
                 ..DataplaneStats::default()
@@ -273,7 +423,16 @@ impl Dataplane {
                     packet_ins: 0,
                     in_port: 0,
                     ports_tx: Vec::new(),
+                    me: i,
+                    n_workers,
+                    staged: (0..n_workers).map(|_| SteerBatch::default()).collect(),
+                    no_steer: false,
+                    steer_dropped: 0,
                 },
+                inboxes: inboxes.clone(),
+                incoming: SteerBatch::default(),
+                steered_out: 0,
+                steered_in: 0,
                 stop: stop.clone(),
                 slot,
                 oversize: 0,
@@ -295,6 +454,7 @@ impl Dataplane {
         info!(
             workers = n_workers,
             ports = cfg.ports.len(),
+            steer_entries = cfg.steering.rules().len(),
             "data plane running"
         );
         Ok(Dataplane {
@@ -310,6 +470,11 @@ impl Dataplane {
         self.stats_handle().stats()
     }
 
+    /// Each worker's last published counters, by worker index.
+    pub fn worker_stats(&self) -> Vec<DataplaneStats> {
+        self.stats_handle().per_worker()
+    }
+
     /// A handle other threads can read the counters through.
     pub fn stats_handle(&self) -> StatsHandle {
         StatsHandle {
@@ -319,8 +484,20 @@ impl Dataplane {
     }
 
     /// Stop the workers and wait for them (they flush their counters).
+    /// Each worker's final counters are logged (`worker stopped`).
     pub fn stop(mut self) -> DataplaneStats {
         self.shutdown();
+        for (i, d) in self.worker_stats().iter().enumerate() {
+            info!(
+                worker = i,
+                packets = d.worker.packets,
+                outputs = d.worker.outputs,
+                steered_out = d.steered_out,
+                steered_in = d.steered_in,
+                steer_dropped = d.steer_dropped,
+                "worker stopped"
+            );
+        }
         self.stats()
     }
 
@@ -365,6 +542,38 @@ struct PortSink {
     in_port: u32,
     /// The ports, lent for one batch (taken back after `process`).
     ports_tx: Vec<Box<dyn Port>>,
+    /// This worker's index.
+    me: usize,
+    /// Running workers (mask bits at or past this are ignored).
+    n_workers: usize,
+    /// Frames steered this round, per destination worker.
+    staged: Vec<SteerBatch>,
+    /// Set while processing frames taken from the inbox: they stay here.
+    no_steer: bool,
+    /// Frames refused because their destination's staging batch was full.
+    steer_dropped: u64,
+}
+
+impl PortSink {
+    /// The worker of `mask` (among the running ones) that `hash` picks, if
+    /// the mask names any running worker.
+    fn steer_target(&self, mask: u64, hash: u64) -> Option<usize> {
+        let running = match self.n_workers {
+            n if n >= 64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        };
+        let m = mask & running;
+        if m == 0 {
+            return None;
+        }
+        // Pick the k-th set bit: a flow's hash is stable, so is its worker.
+        let k = hash % u64::from(m.count_ones());
+        let mut rest = m;
+        for _ in 0..k {
+            rest &= rest - 1; // clear the lowest set bit
+        }
+        Some(rest.trailing_zeros() as usize)
+    }
 }
 
 impl OutputSink for PortSink {
@@ -399,12 +608,36 @@ impl OutputSink for PortSink {
     fn port_info(&self, index: usize) -> Option<PortInfo> {
         self.infos.get(index).copied()
     }
+
+    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], in_port: u32) -> bool {
+        if self.no_steer {
+            return false;
+        }
+        let Some(to) = self.steer_target(mask, hash).filter(|&t| t != self.me) else {
+            return false;
+        };
+        let Some(batch) = self.staged.get_mut(to) else {
+            return false;
+        };
+        if batch.len() >= INBOX_FRAMES {
+            self.steer_dropped += 1;
+        } else {
+            batch.push(in_port, frame);
+        }
+        true
+    }
 }
 
 struct WorkerThread {
     worker: Worker,
     ports: Vec<Box<dyn Port>>,
     sink: PortSink,
+    /// Every worker's inbox, by worker index.
+    inboxes: Arc<[Inbox]>,
+    /// The frames last taken from this worker's inbox (swapped with it).
+    incoming: SteerBatch,
+    steered_out: u64,
+    steered_in: u64,
     stop: Arc<AtomicBool>,
     slot: Arc<Mutex<DataplaneStats>>,
     oversize: u64,
@@ -418,7 +651,10 @@ impl WorkerThread {
         let mut bufs: Vec<PacketBuf> = (0..BATCH)
             .map(|_| PacketBuf::new(DEFAULT_HEADROOM, MAX_FRAME))
             .collect();
-        let fds: Vec<RawFd> = self.ports.iter().filter_map(|p| p.poll_fd()).collect();
+        let mut fds: Vec<RawFd> = self.ports.iter().filter_map(|p| p.poll_fd()).collect();
+        if let Some(inbox) = self.inboxes.get(self.sink.me) {
+            fds.push(std::os::fd::AsRawFd::as_raw_fd(&inbox.wake));
+        }
         let mut pollfds: Vec<libc::pollfd> = fds
             .iter()
             .map(|&fd| libc::pollfd {
@@ -443,6 +679,11 @@ impl WorkerThread {
                 self.sink.ports_tx = std::mem::take(&mut self.ports);
                 self.worker.process(&mut bufs[..n], in_port, &mut self.sink);
                 self.ports = std::mem::take(&mut self.sink.ports_tx);
+            }
+            self.deliver_steered();
+            if self.take_inbox() {
+                any = true;
+                self.process_incoming(&mut bufs);
             }
             for (i, p) in self.ports.iter_mut().enumerate() {
                 if std::mem::take(&mut self.sink.pending[i]) {
@@ -477,6 +718,90 @@ impl WorkerThread {
         }
         self.worker.flush_counters();
         self.publish();
+    }
+
+    /// Append the frames steered this round to their destinations'
+    /// inboxes (one lock per destination with frames).
+    fn deliver_steered(&mut self) {
+        for (to, batch) in self.sink.staged.iter_mut().enumerate() {
+            if batch.len() == 0 {
+                continue;
+            }
+            let Some(inbox) = self.inboxes.get(to) else {
+                batch.clear();
+                continue;
+            };
+            let mut q = lock(&inbox.batch);
+            let room = INBOX_FRAMES.saturating_sub(q.len());
+            let mut moved = 0;
+            for i in 0..batch.len().min(room) {
+                if let Some((port, f)) = batch.frame(i) {
+                    q.push(port, f);
+                    moved += 1;
+                }
+            }
+            inbox.queued.store(true, Ordering::Release);
+            drop(q);
+            inbox.ring();
+            self.steered_out += moved as u64;
+            self.sink.steer_dropped += (batch.len() - moved) as u64;
+            batch.clear();
+        }
+    }
+
+    /// Swap this worker's inbox out into `incoming` if anything is queued.
+    fn take_inbox(&mut self) -> bool {
+        let Some(inbox) = self.inboxes.get(self.sink.me) else {
+            return false;
+        };
+        // Acquire pairs with the sender's Release; the mutex orders the
+        // data itself.
+        if !inbox.queued.load(Ordering::Acquire) {
+            return false;
+        }
+        inbox.clear();
+        self.incoming.clear();
+        let mut q = lock(&inbox.batch);
+        std::mem::swap(&mut *q, &mut self.incoming);
+        inbox.queued.store(false, Ordering::Relaxed);
+        drop(q);
+        self.incoming.len() > 0
+    }
+
+    /// Process the frames taken from the inbox, in order, in runs of the
+    /// same ingress port of at most a batch.
+    fn process_incoming(&mut self, bufs: &mut [PacketBuf]) {
+        let total = self.incoming.len();
+        let mut i = 0;
+        while i < total {
+            let Some((in_port, _)) = self.incoming.frame(i) else {
+                break;
+            };
+            let mut n = 0;
+            while i < total && n < bufs.len() {
+                match self.incoming.frame(i) {
+                    Some((p, f)) if p == in_port => {
+                        // They fitted a buffer on the sending worker, so
+                        // they fit ours (same size); counted if not.
+                        if bufs[n].load(f).is_ok() {
+                            n += 1;
+                        } else {
+                            self.oversize += 1;
+                        }
+                        i += 1;
+                    }
+                    _ => break,
+                }
+            }
+            self.steered_in += n as u64;
+            self.sink.in_port = in_port;
+            self.sink.no_steer = true;
+            self.sink.ports_tx = std::mem::take(&mut self.ports);
+            self.worker.process(&mut bufs[..n], in_port, &mut self.sink);
+            self.ports = std::mem::take(&mut self.sink.ports_tx);
+            self.sink.no_steer = false;
+        }
+        self.incoming.clear();
     }
 
     /// A port whose interface went away (or failed) reports an error on
@@ -567,5 +892,77 @@ impl WorkerThread {
         s.drop_unknown_port = self.sink.drop_unknown_port;
         s.packet_in_dropped = self.sink.packet_in_dropped;
         s.packet_ins = self.sink.packet_ins;
+        s.steered_out = self.steered_out;
+        s.steered_in = self.steered_in;
+        s.steer_dropped = self.sink.steer_dropped;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(me: usize, n_workers: usize) -> PortSink {
+        let (tx, _rx) = mpsc::channel(1);
+        PortSink {
+            infos: Vec::new(),
+            pending: Vec::new(),
+            packet_in: tx,
+            drop_unknown_port: 0,
+            packet_in_dropped: 0,
+            packet_ins: 0,
+            in_port: 0,
+            ports_tx: Vec::new(),
+            me,
+            n_workers,
+            staged: (0..n_workers).map(|_| SteerBatch::default()).collect(),
+            no_steer: false,
+            steer_dropped: 0,
+        }
+    }
+
+    #[test]
+    fn steer_target_picks_running_set_bits_by_hash() {
+        let s = sink(0, 4);
+        // Bits past the worker count are ignored; none left: no target.
+        assert_eq!(s.steer_target(0b1_0000, 7), None);
+        assert_eq!(s.steer_target(0, 7), None);
+        for hash in 0..64u64 {
+            let t = s.steer_target(0b1_1010, hash).unwrap();
+            assert!(t == 1 || t == 3, "{t}");
+            // Reference: the (hash mod 2)-th of [1, 3].
+            assert_eq!(t, [1, 3][(hash % 2) as usize]);
+            assert_eq!(s.steer_target(0b1_1010, hash), Some(t), "stable");
+        }
+        // Every running bit of a full mask is reachable.
+        let mut seen = [false; 4];
+        for hash in 0..16 {
+            seen[s.steer_target(u64::MAX, hash).unwrap()] = true;
+        }
+        assert_eq!(seen, [true; 4]);
+        // 64 workers: the top bit is a worker too.
+        assert_eq!(sink(0, 64).steer_target(1 << 63, 5), Some(63));
+    }
+
+    #[test]
+    fn steer_stages_copies_and_bounds() {
+        let mut s = sink(0, 2);
+        // One worker, or a mask naming only this one: nothing taken.
+        assert!(!sink(0, 1).steer(0b10, 0, b"x", 1));
+        assert!(!s.steer(0b01, 0, b"x", 1));
+        assert!(s.steer(0b10, 9, b"frame-a", 3));
+        assert!(s.steer(0b10, 9, b"frame-b", 4));
+        assert_eq!(s.staged[1].frame(0), Some((3, &b"frame-a"[..])));
+        assert_eq!(s.staged[1].frame(1), Some((4, &b"frame-b"[..])));
+        assert_eq!(s.staged[0].len(), 0);
+        // Frames from an inbox are never steered again.
+        s.no_steer = true;
+        assert!(!s.steer(0b10, 9, b"frame-c", 3));
+        s.no_steer = false;
+        for _ in 2..INBOX_FRAMES {
+            assert!(s.steer(0b10, 9, b"f", 3));
+        }
+        assert!(s.steer(0b10, 9, b"f", 3), "taken, and counted as dropped");
+        assert_eq!((s.staged[1].len(), s.steer_dropped), (INBOX_FRAMES, 1));
     }
 }

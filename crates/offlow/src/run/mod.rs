@@ -265,6 +265,7 @@ fn start_ports(
         workers,
         cores: &cfg.cores,
         packet_in: tx,
+        steering: cfg.steering(),
     })?;
     switch.attach(ports, dp);
     Ok(Some(rx))
