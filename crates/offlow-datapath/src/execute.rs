@@ -118,6 +118,14 @@ pub trait OutputSink {
         let _ = (mask, hash, frame, in_port);
         false
     }
+
+    /// A Dec-TTL found the TTL at 0 or 1 and the packet was dropped: the
+    /// frame as it was then, for a packet-in with reason
+    /// `OFPR_INVALID_TTL` (OpenFlow 1.3: sent when the controller's async
+    /// mask asks for that reason). The default ignores it.
+    fn ttl_expired(&mut self, frame: &[u8], in_port: u32) {
+        let _ = (frame, in_port);
+    }
 }
 
 /// How execution ended.

@@ -799,6 +799,9 @@ impl Worker {
                             let done =
                                 execute(&res.actions, buf, &mut layouts[i], in_port, sink, exec);
                             account(stats, done, res.outcome);
+                            if done.verdict != Verdict::Done {
+                                sink.ttl_expired(buf.frame(), in_port);
+                            }
                             continue;
                         }
                         let r = actions.intern_steered(
@@ -869,6 +872,10 @@ impl Worker {
                         exec,
                     );
                     account(stats, done, e.outcome);
+                    if done.verdict != Verdict::Done {
+                        // Rare: the controller may ask for these.
+                        sink.ttl_expired(buf.frame(), in_port);
+                    }
                 }
             }
         }

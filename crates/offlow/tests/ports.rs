@@ -105,6 +105,12 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         "add-flow",
         "priority=20,udp,tp_dst=9,actions=CONTROLLER:200",
     ]);
+    // UDP to port 10 has its TTL decremented: a TTL of 1 expires and is
+    // reported with reason invalid_ttl.
+    d.ofctl(&[
+        "add-flow",
+        "priority=20,udp,tp_dst=10,actions=dec_ttl,output:2",
+    ]);
     // A flow that times out and says so.
     d.ofctl(&[
         "add-flow",
@@ -122,6 +128,8 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         .unwrap()
         .unwrap();
     s.send_to(b"to the controller", "10.0.0.2:9").unwrap();
+    s.set_ttl(1).unwrap();
+    s.send_to(b"dies here", "10.0.0.2:10").unwrap();
     std::thread::sleep(Duration::from_millis(1800));
     let flows = d.ofctl(&["dump-flows"]);
     assert!(
@@ -157,6 +165,10 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         "flow removed seen: {text}"
     );
     assert!(text.contains("reason=hard"), "{text}");
+    assert!(
+        text.contains("(via invalid_ttl)") && text.contains("tp_dst=10"),
+        "an expired TTL reported as such: {text}"
+    );
     assert!(
         text.contains("OFPT_PORT_STATUS"),
         "port status seen: {text}"

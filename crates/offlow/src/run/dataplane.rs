@@ -184,6 +184,9 @@ pub struct PacketInFrame {
     pub data: Vec<u8>,
     /// Its full length.
     pub total_len: usize,
+    /// A Dec-TTL expired (reason `OFPR_INVALID_TTL`) rather than an output
+    /// to CONTROLLER.
+    pub invalid_ttl: bool,
 }
 
 /// One configured data port as the workers see it.
@@ -594,6 +597,21 @@ impl OutputSink for PortSink {
             in_port: self.in_port,
             data: frame.to_vec(),
             total_len,
+            invalid_ttl: false,
+        };
+        match self.packet_in.try_send(pi) {
+            Ok(()) => self.packet_ins += 1,
+            Err(_) => self.packet_in_dropped += 1,
+        }
+    }
+
+    fn ttl_expired(&mut self, frame: &[u8], in_port: u32) {
+        // Sent whole, like OFPCML_NO_BUFFER: no output action gave a length.
+        let pi = PacketInFrame {
+            in_port,
+            data: frame.to_vec(),
+            total_len: frame.len(),
+            invalid_ttl: true,
         };
         match self.packet_in.try_send(pi) {
             Ok(()) => self.packet_ins += 1,

@@ -73,6 +73,7 @@ const EVENT_QUEUE: usize = 4096;
 /// `OFPR_NO_MATCH`, `OFPR_ACTION` (§7.4.1).
 const OFPR_NO_MATCH: u8 = 0;
 const OFPR_ACTION: u8 = 1;
+const OFPR_INVALID_TTL: u8 = 2;
 /// `OFPPR_MODIFY` (§7.4.3).
 const OFPPR_MODIFY: u8 = 2;
 
@@ -677,22 +678,35 @@ async fn packet_in_loop(
             ..
         } = &mut *s;
         if standalone.is_engaged() {
+            if frame.invalid_ttl {
+                // Nobody to tell: the learning switch has no use for it.
+                continue;
+            }
             standalone.learn(switch, frame.in_port, &frame.data, now);
             // Take what else is queued before publishing the flows.
             while let Ok(f) = rx.try_recv() {
-                standalone.learn(switch, f.in_port, &f.data, now);
+                if !f.invalid_ttl {
+                    standalone.learn(switch, f.in_port, &f.data, now);
+                }
             }
             switch.commit_pending();
             continue;
         }
         let (table_id, cookie, miss) = switch.classify_for_packet_in(&frame.data, frame.in_port);
+        let reason = if frame.invalid_ttl {
+            OFPR_INVALID_TTL
+        } else if miss {
+            OFPR_NO_MATCH
+        } else {
+            OFPR_ACTION
+        };
         let mut m = Match::ANY;
         m.set_exact(Field::InPort, u128::from(frame.in_port));
         let body = Body::PacketIn(PacketIn {
             buffer_id: offlow_openflow::OFP_NO_BUFFER,
             // Frames are at most a few KiB (the workers' buffers).
             total_len: frame.total_len.min(usize::from(u16::MAX)) as u16,
-            reason: if miss { OFPR_NO_MATCH } else { OFPR_ACTION },
+            reason,
             table_id,
             cookie,
             matcher: OxmMatch::from_match(&m),
