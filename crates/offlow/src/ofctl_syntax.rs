@@ -1648,8 +1648,15 @@ mod tests {
                         m.set_exact(VlanPcp, pcp);
                     }
                     4 => {
-                        m.set_masked(VlanVid, vv, (vr >> 20) & 0x1fff);
-                        m.set_masked(VlanPcp, pcp, if (vr >> 40) & 1 == 1 { 7 } else { 0 });
+                        let vmask = (vr >> 20) & 0x1fff;
+                        // A VID that matches "no tag" (present bit masked and
+                        // clear) has no VID bits (§7.2.3.8: OFPVID_NONE), and
+                        // VLAN_PCP's prerequisite is a tag (§7.2.3.6).
+                        let no_tag = vmask & 0x1000 != 0 && vv & 0x1000 == 0;
+                        m.set_masked(VlanVid, if no_tag { 0 } else { vv }, vmask);
+                        if !no_tag {
+                            m.set_masked(VlanPcp, pcp, if (vr >> 40) & 1 == 1 { 7 } else { 0 });
+                        }
                     }
                     _ => {}
                 }
