@@ -40,7 +40,7 @@
 //! # Counters
 //! A cached packet must credit the same rule and table counters the pipeline
 //! would have. Crediting shared atomics per packet would put shared writes on
-//! the hot path, so [`ActionTable::count`] accumulates per entry, worker
+//! the hot path, so `ActionTable::count_checked` accumulates per entry, worker
 //! locally, and [`ActionTable::drain_counts`] hands the sums to the caller
 //! in bulk (the worker decides when; see `worker`). The credit targets are
 //! resolved at intern time, so a flush never looks anything up.
@@ -48,8 +48,7 @@
 //! # Steering
 //! An entry whose actions hold [`Action::SetWorkers`] records its mask once,
 //! at intern time ([`ActionEntry::workers`]), so the worker's hit path tests
-//! one field already in cache. A packet handed to another worker must not
-//! A configured steering table ([`crate::SteeringTable`]) can also give a
+//! one field already in cache. A configured steering table ([`crate::SteeringTable`]) can also give a
 //! mask, per key rather than per path: such decisions are interned by path
 //! *and* that mask ([`ActionTable::intern_steered`]), so every microflow
 //! sharing an entry shares its effective mask. A mask in the actions wins

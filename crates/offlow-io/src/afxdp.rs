@@ -1416,6 +1416,12 @@ impl Port for AfXdpPort {
         Some(self.fd.as_raw_fd())
     }
 
+    fn tx_outstanding(&self) -> bool {
+        // Copy mode transmits only inside a kick: descriptors left in the
+        // ring after one that stopped early wait for the next flush.
+        !self.zerocopy && self.tx_pending_in_kernel()
+    }
+
     fn stats(&mut self) -> PortStats {
         let mut st = self.stats;
         if let Ok(k) = self.xdp_statistics() {

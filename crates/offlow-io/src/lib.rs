@@ -123,6 +123,13 @@ pub trait Port: Send {
     /// dropped; an error is returned only for a failure of the port itself.
     fn flush(&mut self) -> io::Result<()>;
 
+    /// Frames were handed over but not yet taken by the kernel (an AF_XDP
+    /// copy-mode ring the kernel refused to drain, `ENOBUFS`): flush again
+    /// later, even without new frames.
+    fn tx_outstanding(&self) -> bool {
+        false
+    }
+
     /// A descriptor that polls readable when frames wait (`None`: never
     /// sleep on this port, poll it).
     fn poll_fd(&self) -> Option<RawFd>;

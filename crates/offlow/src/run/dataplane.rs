@@ -1,8 +1,10 @@
 //! The data plane: packet worker threads moving frames between the ports
 //! and the datapath's [`Worker`]s.
 //!
-//! Each worker thread owns one [`AfPacketPort`] per configured interface
-//! (with several workers, the ports of one interface form a fanout group:
+//! Each worker thread owns one port per configured interface — AF_PACKET
+//! ([`AfPacketPort`]), AF_XDP or a capture file, the last two with one
+//! worker only — (with several workers, the AF_PACKET ports of one
+//! interface form a fanout group:
 //! the kernel's symmetric flow hash picks the worker, so both directions of
 //! a flow meet the same microflow cache) and a [`Worker`]. A round of the
 //! loop takes up to [`BATCH`] frames from each port, copies them into
@@ -31,7 +33,7 @@
 //! ([`DataplaneStats::steer_dropped`]). Every round a worker checks its
 //! inbox's flag (one relaxed-cost atomic load; the mutex is taken only when
 //! it is set), swaps the batch out and processes its frames with their
-//! ingress ports; a sleeping worker sees them within [`IDLE_SLEEP`].
+//! ingress ports; a sleeping worker is woken by its inbox's eventfd.
 //! Frames taken from an inbox are never steered again (a rule changed in
 //! between cannot make a frame bounce). Why a mutex and not a lock-free
 //! ring: steering is per batch, not per packet, the buffers (one byte
@@ -442,6 +444,7 @@ impl Dataplane {
                 runts: 0,
                 csum_finished: 0,
                 failed_ports: 0,
+                flush_failed: 0,
             };
             let h = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
@@ -662,6 +665,8 @@ struct WorkerThread {
     runts: u64,
     csum_finished: u64,
     failed_ports: u64,
+    /// Ports whose transmit error was reported (bit per port index).
+    flush_failed: u64,
 }
 
 impl WorkerThread {
@@ -697,22 +702,20 @@ impl WorkerThread {
                 self.sink.ports_tx = std::mem::take(&mut self.ports);
                 self.worker.process(&mut bufs[..n], in_port, &mut self.sink);
                 self.ports = std::mem::take(&mut self.sink.ports_tx);
+                // After every batch: a round over several ports (or FLOOD)
+                // would otherwise queue more than a transmit batch holds.
+                self.flush_pending();
             }
             self.deliver_steered();
             if self.take_inbox() {
                 any = true;
                 self.process_incoming(&mut bufs);
             }
-            for (i, p) in self.ports.iter_mut().enumerate() {
-                if std::mem::take(&mut self.sink.pending[i]) {
-                    // Refused frames are counted by the port.
-                    let _ = p.flush();
-                }
-            }
             if any {
                 idle = 0;
             } else {
                 self.worker.poll();
+                self.flush_pending();
                 idle += 1;
                 if idle > SPIN_ROUNDS {
                     self.worker.flush_counters();
@@ -726,6 +729,17 @@ impl WorkerThread {
                     };
                     if ready > 0 {
                         self.check_port_errors(&mut pollfds);
+                        // A wake-up whose frames were already taken (the
+                        // sender rang after we swapped the inbox) would
+                        // keep the eventfd readable: reset it.
+                        if let Some(inbox) = self.inboxes.get(self.sink.me) {
+                            if pollfds
+                                .last()
+                                .is_some_and(|p| p.revents & libc::POLLIN != 0)
+                            {
+                                inbox.clear();
+                            }
+                        }
                     }
                 }
             }
@@ -736,6 +750,28 @@ impl WorkerThread {
         }
         self.worker.flush_counters();
         self.publish();
+    }
+
+    /// Hand the ports' queued frames to the kernel (frames it refuses are
+    /// counted by the port).
+    fn flush_pending(&mut self) {
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            if std::mem::take(&mut self.sink.pending[i]) {
+                let r = p.flush();
+                // Left in a ring the kernel did not drain: try again next
+                // round (also when idle).
+                self.sink.pending[i] = p.tx_outstanding();
+                if let Err(e) = r {
+                    // Ports count refused frames; an error of the port
+                    // itself (a capture file that cannot be written) is
+                    // worth one line, not one per batch.
+                    if self.flush_failed & (1u64 << (i % 64)) == 0 {
+                        self.flush_failed |= 1u64 << (i % 64);
+                        warn!(port = p.name(), error = %e, "transmit failed (reported once)");
+                    }
+                }
+            }
+        }
     }
 
     /// Append the frames steered this round to their destinations'
@@ -818,6 +854,7 @@ impl WorkerThread {
             self.worker.process(&mut bufs[..n], in_port, &mut self.sink);
             self.ports = std::mem::take(&mut self.sink.ports_tx);
             self.sink.no_steer = false;
+            self.flush_pending();
         }
         self.incoming.clear();
     }

@@ -4,7 +4,8 @@
 //! serving OpenFlow 1.3 controllers over TCP, passive (`ptcp:`) and active
 //! (`tcp:`, reconnected with exponential backoff from 100 ms doubling to
 //! 8 s), all answering through one [`DatapathSwitch`] and one shared
-//! [`Roles`]. Data ports are not wired yet: the switch has zero ports.
+//! [`Roles`]. With data ports configured, packet worker threads serve them
+//! (see below); without, the switch runs with zero ports.
 //!
 //! Each connection is one task driving the sans-IO
 //! [`offlow_openflow::Connection`]: flush its outbox, then wait for bytes,
@@ -745,7 +746,11 @@ async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
         }
         let mut s = shared.borrow_mut();
         let now = s.now_ns();
-        s.switch.expire(now);
+        let Shared {
+            switch, standalone, ..
+        } = &mut *s;
+        let removed = switch.expire(now);
+        standalone.expired(switch, &removed, now);
         for fr in s.switch.take_flow_removed(now) {
             let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
         }

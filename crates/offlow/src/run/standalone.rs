@@ -16,8 +16,11 @@
 //! per (port, MAC) pair; a MAC seen on a new port misses its table-0 entry
 //! and is re-learned (the old entries are replaced). Group addresses are
 //! never learned. At most [`MAX_MACS`] addresses are learned (beyond that
-//! they are flooded); learned flows idle out after [`IDLE_TIMEOUT`] once
-//! flow expiry runs.
+//! they are flooded). An address ages out when its table-0 entry has seen
+//! no frame from it for [`IDLE_TIMEOUT`]: [`Standalone::expired`] then
+//! forgets it and deletes its table-1 entry (which has no timeout of its
+//! own, so a host that only receives, or only sends, is not half-learned),
+//! and its next frame is learned again.
 //!
 //! Invariants: every flow this module installs carries [`COOKIE`];
 //! [`Standalone::disengage`] deletes exactly those.
@@ -27,7 +30,9 @@
 use std::collections::HashMap;
 
 use offlow_flow::{Field, Match};
-use offlow_pipeline::{Action, FlowMod, FlowModCommand, Instruction, PortNo, TABLE_ALL};
+use offlow_pipeline::{
+    Action, FlowMod, FlowModCommand, Instruction, PortNo, RemovedFlow, TABLE_ALL,
+};
 use tracing::{debug, info, warn};
 
 use super::switch::DatapathSwitch;
@@ -128,6 +133,38 @@ impl Standalone {
         info!("standalone mode: learning switch disengaged (controller connected)");
     }
 
+    /// Entries the switch removed (timeouts): forget the addresses whose
+    /// table-0 entry aged out and delete their table-1 entries, so their
+    /// next frames are learned again.
+    pub fn expired(&mut self, sw: &mut DatapathSwitch, removed: &[RemovedFlow], now_ns: u64) {
+        if !self.engaged {
+            return;
+        }
+        for r in removed {
+            let e = &r.entry;
+            if e.cookie != COOKIE || e.table_id != 0 || e.priority != LEARNED {
+                continue;
+            }
+            let (v, mask) = e.matcher.matcher.field(Field::EthSrc);
+            if mask == 0 {
+                continue;
+            }
+            let mut mac = [0u8; 6];
+            for (i, b) in mac.iter_mut().enumerate() {
+                // 48-bit value: byte i from the top.
+                *b = (v >> (8 * (5 - i))) as u8;
+            }
+            self.macs.remove(&mac);
+            let mut to_port = Match::ANY;
+            to_port.set_exact(Field::EthDst, mac_value(mac));
+            let del = FlowMod::new(FlowModCommand::DeleteStrict, 1, LEARNED, to_port)
+                .with_cookie(COOKIE, u64::MAX);
+            if let Err(e) = sw.internal_flow_mod(&del, now_ns) {
+                warn!(error = %e, "removing an aged-out address's flow");
+            }
+        }
+    }
+
     /// Learn the source address of a table-miss frame from `in_port`.
     pub fn learn(&mut self, sw: &mut DatapathSwitch, in_port: u32, frame: &[u8], now_ns: u64) {
         if !self.engaged {
@@ -177,10 +214,9 @@ impl Standalone {
             to_port,
             vec![apply(vec![output(PortNo(in_port), 0)])],
         );
-        for fm in [&mut a, &mut b] {
-            fm.cookie = COOKIE;
-            fm.idle_timeout = IDLE_TIMEOUT;
-        }
+        a.cookie = COOKIE;
+        a.idle_timeout = IDLE_TIMEOUT;
+        b.cookie = COOKIE;
         ops.push(a);
         ops.push(b);
         for fm in &ops {
@@ -260,5 +296,31 @@ mod tests {
         assert_eq!(moved.instructions, vec![apply(vec![output(PortNo(3), 0)])]);
         st.disengage(&mut sw, 0);
         assert_eq!(cookies(&sw), vec![(2, 7, 0)]);
+    }
+
+    #[test]
+    fn an_aged_out_address_is_forgotten_and_learned_again() {
+        let mut sw = DatapathSwitch::new(1, 2);
+        let mut st = Standalone::default();
+        st.engage(&mut sw, 0);
+        let a = [2, 0, 0, 0, 0, 1];
+        let b = [2, 0, 0, 0, 0, 2];
+        st.learn(&mut sw, 1, &frame(a, b), 0);
+        sw.commit_pending();
+        assert_eq!(sw.pipeline().len(), 4);
+        // No frame from a for longer than the idle timeout.
+        let later = (u64::from(IDLE_TIMEOUT) + 1) * 1_000_000_000;
+        let removed = sw.expire(later);
+        assert_eq!(removed.len(), 1, "only the table-0 entry has a timeout");
+        st.expired(&mut sw, &removed, later);
+        sw.commit_pending();
+        assert_eq!(st.learned(), 0);
+        assert_eq!(sw.pipeline().len(), 2, "both of a's flows are gone");
+        // Its next frame misses table 0 again and is learned again.
+        let (_, _, miss) = sw.classify_for_packet_in(&frame(a, b), 1);
+        assert!(miss);
+        st.learn(&mut sw, 1, &frame(a, b), later);
+        assert_eq!(st.learned(), 1);
+        assert_eq!(sw.pipeline().len(), 4);
     }
 }

@@ -67,7 +67,8 @@ pub struct PacketOutStats {
     pub packets: u64,
     /// Frames submitted to the pipeline by Output:TABLE.
     pub to_table: u64,
-    /// Outputs dropped: the port does not exist (no ports yet).
+    /// Outputs dropped: no such port, or it has no transmit socket (down,
+    /// or a capture port).
     pub drop_unknown_port: u64,
     /// Outputs to CONTROLLER dropped (packet-in from packet-out not wired).
     pub drop_to_controller: u64,
@@ -206,21 +207,23 @@ impl DatapathSwitch {
         }
     }
 
-    /// Remove the entries whose idle or hard timeout has passed (§5.5).
-    /// Also commits. Returns nothing when no entry has a timeout.
-    pub fn expire(&mut self, now_ns: u64) {
+    /// Remove the entries whose idle or hard timeout has passed (§5.5);
+    /// they are published with the next commit.
+    /// Returns every entry removed (whether or not it is reported).
+    pub fn expire(&mut self, now_ns: u64) -> Vec<RemovedFlow> {
         if self.control.pipeline().timed_len() == 0 {
-            return;
+            return Vec::new();
         }
         // Idle detection needs every packet counted so far.
         self.sync_counters();
         let removed = self.control.expire(now_ns);
         if removed.is_empty() {
-            return;
+            return removed;
         }
         self.dirty = true;
         self.removed
-            .extend(removed.into_iter().filter(RemovedFlow::send_flow_rem));
+            .extend(removed.iter().filter(|r| r.send_flow_rem()).cloned());
+        removed
     }
 
     /// FLOW_REMOVED messages for entries removed (by expiry or DELETE) with
