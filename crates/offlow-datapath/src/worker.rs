@@ -492,6 +492,44 @@ pub struct WorkerStats {
     pub steered_out: u64,
 }
 
+impl WorkerStats {
+    /// Field-wise sum (for totals over workers).
+    pub fn add(&mut self, o: &WorkerStats) {
+        let WorkerStats {
+            packets,
+            bytes,
+            batches,
+            cache_hits,
+            stale_hits,
+            filter_checks,
+            pipeline_lookups,
+            drop_table_miss,
+            drop_no_output,
+            drop_ttl,
+            outputs,
+            stale,
+            records_applied,
+            log_overruns,
+            steered_out,
+        } = *o;
+        self.packets += packets;
+        self.bytes += bytes;
+        self.batches += batches;
+        self.cache_hits += cache_hits;
+        self.stale_hits += stale_hits;
+        self.filter_checks += filter_checks;
+        self.pipeline_lookups += pipeline_lookups;
+        self.drop_table_miss += drop_table_miss;
+        self.drop_no_output += drop_no_output;
+        self.drop_ttl += drop_ttl;
+        self.outputs += outputs;
+        self.stale += stale;
+        self.records_applied += records_applied;
+        self.log_overruns += log_overruns;
+        self.steered_out += steered_out;
+    }
+}
+
 /// One worker: parse → cache → pipeline → execute, a batch at a time.
 pub struct Worker {
     reader: ReadHandle<DatapathState>,

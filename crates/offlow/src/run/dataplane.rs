@@ -243,23 +243,7 @@ impl DataplaneStats {
 
     /// Field-wise sum (ports by position).
     pub fn add(&mut self, o: &DataplaneStats) {
-        let w = &mut self.worker;
-        let v = &o.worker;
-        w.packets += v.packets;
-        w.bytes += v.bytes;
-        w.batches += v.batches;
-        w.cache_hits += v.cache_hits;
-        w.stale_hits += v.stale_hits;
-        w.filter_checks += v.filter_checks;
-        w.pipeline_lookups += v.pipeline_lookups;
-        w.drop_table_miss += v.drop_table_miss;
-        w.drop_no_output += v.drop_no_output;
-        w.drop_ttl += v.drop_ttl;
-        w.outputs += v.outputs;
-        w.stale += v.stale;
-        w.records_applied += v.records_applied;
-        w.log_overruns += v.log_overruns;
-        w.steered_out += v.steered_out;
+        self.worker.add(&o.worker);
         if self.ports.len() < o.ports.len() {
             self.ports.resize(o.ports.len(), PortStats::default());
         }
@@ -580,6 +564,15 @@ impl PortSink {
         }
         Some(rest.trailing_zeros() as usize)
     }
+
+    /// Queue a packet-in for the control thread; a full queue drops it
+    /// (counted): a worker never waits for the control side.
+    fn queue_packet_in(&mut self, pi: PacketInFrame) {
+        match self.packet_in.try_send(pi) {
+            Ok(()) => self.packet_ins += 1,
+            Err(_) => self.packet_in_dropped += 1,
+        }
+    }
 }
 
 impl OutputSink for PortSink {
@@ -596,30 +589,22 @@ impl OutputSink for PortSink {
     }
 
     fn controller(&mut self, frame: &[u8], total_len: usize, _meta: OutputMeta) {
-        let pi = PacketInFrame {
+        self.queue_packet_in(PacketInFrame {
             in_port: self.in_port,
             data: frame.to_vec(),
             total_len,
             invalid_ttl: false,
-        };
-        match self.packet_in.try_send(pi) {
-            Ok(()) => self.packet_ins += 1,
-            Err(_) => self.packet_in_dropped += 1,
-        }
+        });
     }
 
     fn ttl_expired(&mut self, frame: &[u8], in_port: u32) {
         // Sent whole, like OFPCML_NO_BUFFER: no output action gave a length.
-        let pi = PacketInFrame {
+        self.queue_packet_in(PacketInFrame {
             in_port,
             data: frame.to_vec(),
             total_len: frame.len(),
             invalid_ttl: true,
-        };
-        match self.packet_in.try_send(pi) {
-            Ok(()) => self.packet_ins += 1,
-            Err(_) => self.packet_in_dropped += 1,
-        }
+        });
     }
 
     fn port_count(&self) -> usize {
