@@ -318,6 +318,10 @@ pub struct DataplaneConfig<'a> {
     pub cores: &'a [usize],
     /// Where packet-ins go.
     pub packet_in: mpsc::Sender<PacketInFrame>,
+    /// Whether anyone may want OFPR_INVALID_TTL packet-ins (a controller
+    /// is connected and standalone mode is off): without, an expired TTL
+    /// is only counted, not copied into the packet-in queue.
+    pub ttl_wanted: Arc<AtomicBool>,
     /// The configured steering table (`[[steer]]`), given to every worker.
     pub steering: SteeringTable,
 }
@@ -407,6 +411,7 @@ impl Dataplane {
                     infos: infos.clone(),
                     pending: vec![false; infos.len()],
                     packet_in: cfg.packet_in.clone(),
+                    ttl_wanted: cfg.ttl_wanted.clone(),
                     drop_unknown_port: 0,
                     packet_in_dropped: 0,
                     packet_ins: 0,
@@ -525,6 +530,7 @@ struct PortSink {
     /// Ports with frames queued since the last flush.
     pending: Vec<bool>,
     packet_in: mpsc::Sender<PacketInFrame>,
+    ttl_wanted: Arc<AtomicBool>,
     drop_unknown_port: u64,
     packet_in_dropped: u64,
     packet_ins: u64,
@@ -598,6 +604,9 @@ impl OutputSink for PortSink {
     }
 
     fn ttl_expired(&mut self, frame: &[u8], in_port: u32) {
+        if !self.ttl_wanted.load(Ordering::Relaxed) {
+            return;
+        }
         // Sent whole, like OFPCML_NO_BUFFER: no output action gave a length.
         self.queue_packet_in(PacketInFrame {
             in_port,
@@ -948,6 +957,7 @@ mod tests {
             infos: Vec::new(),
             pending: Vec::new(),
             packet_in: tx,
+            ttl_wanted: Arc::new(AtomicBool::new(false)),
             drop_unknown_port: 0,
             packet_in_dropped: 0,
             packet_ins: 0,

@@ -103,6 +103,10 @@ struct Shared {
     events: broadcast::Sender<Arc<Body>>,
     /// Active (`tcp:`) controller connections negotiated now.
     active_controllers: usize,
+    /// Connections of either kind negotiated now.
+    negotiated: usize,
+    /// Shared with the workers: see `DataplaneConfig::ttl_wanted`.
+    ttl_wanted: Arc<std::sync::atomic::AtomicBool>,
     fail_mode: FailMode,
     standalone: Standalone,
 }
@@ -186,6 +190,7 @@ fn load_flows(switch: &mut DatapathSwitch, path: &std::path::Path) -> anyhow::Re
 fn start_ports(
     switch: &mut DatapathSwitch,
     cfg: &RunConfig,
+    ttl_wanted: Arc<std::sync::atomic::AtomicBool>,
 ) -> anyhow::Result<Option<mpsc::Receiver<PacketInFrame>>> {
     if cfg.ports.is_empty() {
         return Ok(None);
@@ -267,6 +272,7 @@ fn start_ports(
         workers,
         cores: &cfg.cores,
         packet_in: tx,
+        ttl_wanted,
         steering: cfg.steering(),
     })?;
     switch.attach(ports, dp);
@@ -283,7 +289,8 @@ async fn run(
         let n = load_flows(&mut switch, path)?;
         info!(flows = n, file = %path.display(), "flows installed");
     }
-    let packet_ins = start_ports(&mut switch, &cfg)?;
+    let ttl_wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let packet_ins = start_ports(&mut switch, &cfg, ttl_wanted.clone())?;
     let (events, _) = broadcast::channel(EVENT_QUEUE);
     let shared: SharedRc = Rc::new(RefCell::new(Shared {
         switch,
@@ -292,6 +299,8 @@ async fn run(
         live: 0,
         events,
         active_controllers: 0,
+        negotiated: 0,
+        ttl_wanted,
         fail_mode: cfg.fail_mode,
         standalone: Standalone::default(),
     }));
@@ -573,9 +582,11 @@ async fn serve(
         if !announced && conn.is_negotiated() {
             announced = true;
             info!(%peer, conn = conn.id(), version = "1.3 (0x04)", "OpenFlow version negotiated");
+            shared.borrow_mut().negotiated += 1;
             if active {
                 controller_arrived(&shared);
             }
+            update_ttl_wanted(&shared.borrow());
         }
         if let Some(r) = conn.close_reason() {
             break format!("{r:?}");
@@ -610,8 +621,12 @@ async fn serve(
             _ = stopped(&mut stop) => conn.close("switch stopping"),
         }
     };
-    if active && announced {
-        controller_left(&shared);
+    if announced {
+        shared.borrow_mut().negotiated -= 1;
+        if active {
+            controller_left(&shared);
+        }
+        update_ttl_wanted(&shared.borrow());
     }
     let _ = wr.shutdown().await;
     let stats = conn.stats();
@@ -629,6 +644,14 @@ async fn serve(
         tx_errors = stats.tx_errors,
         "controller disconnected"
     );
+}
+
+/// Invalid-TTL packet-ins are worth copying only when a connection may
+/// take them (standalone mode has no use for them).
+fn update_ttl_wanted(s: &Shared) {
+    let wanted = s.negotiated > 0 && !s.standalone.is_engaged();
+    s.ttl_wanted
+        .store(wanted, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// An active controller negotiated: standalone flows make way.
