@@ -579,6 +579,9 @@ impl Port for AfPacketPort {
 /// queries. Opened in the interface's namespace like a port.
 pub struct AfPacketTx {
     name: String,
+    /// The interface's index when opened: a name that now has another
+    /// index is a re-created interface this socket is not bound to.
+    index: u32,
     fd: OwnedFd,
     /// An `AF_INET` datagram socket of the same namespace for interface
     /// ioctls (sysfs shows the namespace it was mounted in, not ours).
@@ -647,6 +650,7 @@ impl AfPacketTx {
         let ctl = unsafe { OwnedFd::from_raw_fd(c) };
         Ok(AfPacketTx {
             name: ifname.to_string(),
+            index,
             fd,
             ctl,
         })
@@ -666,8 +670,27 @@ impl AfPacketTx {
         rc == frame.len() as isize
     }
 
-    /// The interface's address and up/down state now.
+    /// The interface's address and up/down state now. An error when the
+    /// interface is gone, or was deleted and created again under the same
+    /// name (sockets bound to the old one, like the switch's, are dead).
     pub fn link(&self) -> io::Result<LinkState> {
+        // Through our own control socket: it lives in the interface's
+        // namespace, which the calling thread need not be in.
+        let mut r = ifreq(&self.name)?;
+        // SAFETY: SIOCGIFINDEX fills `ifr_ifindex` of the ifreq we own.
+        let rc = unsafe { libc::ioctl(self.ctl.as_raw_fd(), libc::SIOCGIFINDEX, &mut r) };
+        cvt(rc, "SIOCGIFINDEX")?;
+        // SAFETY: after SIOCGIFINDEX the union holds the index.
+        let now = unsafe { r.ifr_ifru.ifru_ifindex } as u32;
+        if now != self.index {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "interface {} was re-created (index {} is now {now}); its sockets are not bound to it",
+                    self.name, self.index
+                ),
+            ));
+        }
         let mut r = ifreq(&self.name)?;
         // SAFETY: SIOCGIFHWADDR fills `ifr_hwaddr` of the ifreq we own.
         let rc = unsafe { libc::ioctl(self.ctl.as_raw_fd(), libc::SIOCGIFHWADDR, &mut r) };

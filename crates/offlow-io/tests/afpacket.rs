@@ -88,3 +88,26 @@ fn partial_udp_checksums_are_flagged_and_finished() {
     assert!(csum::finish_partial(&mut frame));
     assert!(udp_checksum_verifies(&frame));
 }
+
+#[test]
+fn link_state_follows_the_interface_and_notices_a_re_created_one() {
+    let Some(ns) = netns() else { return };
+    let tx = ns
+        .run(|| offlow_io::AfPacketTx::open("va"))
+        .expect("opening the transmit socket");
+    let up = tx.link().expect("link state");
+    assert!(up.admin_up, "{up:?}");
+    ip(&["-n", &ns.0, "link", "set", "va", "down"]);
+    let down = tx.link().expect("link state");
+    assert!(!down.admin_up && !down.link_up, "{down:?}");
+    assert_eq!(down.hw_addr, up.hw_addr);
+    // Deleted, then created again under the same name: a new interface
+    // this socket is not bound to.
+    ip(&["-n", &ns.0, "link", "del", "va"]);
+    assert!(tx.link().is_err(), "gone");
+    ip(&[
+        "-n", &ns.0, "link", "add", "name", "va", "type", "veth", "peer", "name", "vb",
+    ]);
+    let e = tx.link().expect_err("re-created").to_string();
+    assert!(e.contains("re-created"), "{e}");
+}

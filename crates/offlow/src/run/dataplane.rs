@@ -435,16 +435,25 @@ impl Dataplane {
                 failed_ports: 0,
                 flush_failed: 0,
             };
-            let h = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
                 .spawn(move || {
                     if let Some(c) = core {
                         pin_to(c);
                     }
                     t.run();
-                })
-                .context("starting a worker thread")?;
-            threads.push(h);
+                });
+            match spawned {
+                Ok(h) => threads.push(h),
+                Err(e) => {
+                    // Stop the workers already running before reporting.
+                    stop.store(true, Ordering::Release);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(anyhow::Error::new(e).context("starting a worker thread"));
+                }
+            }
         }
         info!(
             workers = n_workers,
