@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
+use common::{dst_match, eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
 use offlow_datapath::{execute, Control, ExecStats, PacketBuf, Worker, WorkerConfig, MAX_FILTERS};
 use offlow_flow::{extract, Field, Match, ParseStats};
 use offlow_pipeline::*;
@@ -31,16 +31,6 @@ fn frame(src: u8, dst: u8, dport: u8) -> Vec<u8> {
     f[11] = src;
     fill_checksums(&mut f, false);
     f
-}
-
-fn dst_match(d: u8) -> Match {
-    let mut m = Match::ANY;
-    m.set_exact(Field::EthType, 0x0800);
-    m.set_exact(
-        Field::Ipv4Dst,
-        u128::from(u32::from_be_bytes([10, 0, 0, d])),
-    );
-    m
 }
 
 fn out(p: u32) -> Instruction {

@@ -10,9 +10,8 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{eth, fill_checksums, ipv4, udp};
+use common::{dst_match, eth, fill_checksums, ipv4, udp};
 use offlow_datapath::{Control, CountingSink, PacketBuf, WorkerConfig, WorkerStats};
-use offlow_flow::{Field, Match};
 use offlow_pipeline::*;
 
 const S: u64 = 1_000_000_000;
@@ -33,15 +32,6 @@ fn frame(dst_last: u8) -> Vec<u8> {
     );
     fill_checksums(&mut f, false);
     f
-}
-
-fn dst_match(dst_last: u8) -> Match {
-    let mut m = Match::ANY;
-    m.set_exact(Field::EthType, 0x0800).set_exact(
-        Field::Ipv4Dst,
-        u128::from(0x0a00_0000u32 | u32::from(dst_last)),
-    );
-    m
 }
 
 fn add(dst_last: u8, port: u32, idle: u16, hard: u16) -> FlowMod {

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{eth, fill_checksums, ipv4, udp};
+use common::{dst_match, eth, fill_checksums, ipv4, udp};
 use offlow_datapath::{
     Control, OutputMeta, OutputSink, PacketBuf, PortInfo, SteerRule, SteeringTable, Worker,
     WorkerConfig,
@@ -36,16 +36,6 @@ fn frame(dst: u8, sport: u16) -> Vec<u8> {
     );
     fill_checksums(&mut f, false);
     f
-}
-
-fn dst_match(d: u8) -> Match {
-    let mut m = Match::ANY;
-    m.set_exact(Field::EthType, 0x0800);
-    m.set_exact(
-        Field::Ipv4Dst,
-        u128::from(u32::from_be_bytes([10, 0, 0, d])),
-    );
-    m
 }
 
 /// Records outputs and steering offers; `take` says whether `steer` takes

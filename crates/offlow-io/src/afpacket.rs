@@ -213,27 +213,10 @@ impl Drop for Ring {
 // moves that ownership with it. Nothing is shared, so not `Sync`.
 unsafe impl Send for AfPacketPort {}
 
-fn cvt(rc: libc::c_int, what: &str) -> io::Result<libc::c_int> {
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
-    } else {
-        Ok(rc)
-    }
-}
+use crate::sys::cvt;
 
 fn setsockopt<T>(fd: RawFd, opt: libc::c_int, val: &T, what: &str) -> io::Result<()> {
-    // SAFETY: `val` points at a live `T` of the size we pass.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            SOL_PACKET,
-            opt,
-            (val as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    cvt(rc, what).map(|_| ())
+    crate::sys::setsockopt(fd, SOL_PACKET, opt, val, what)
 }
 
 /// The index of interface `name`.

@@ -923,27 +923,10 @@ pub struct AfXdpPort {
 // Nothing is shared between threads, so not `Sync`.
 unsafe impl Send for AfXdpPort {}
 
-fn cvt(rc: libc::c_int, what: &str) -> io::Result<()> {
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
-    } else {
-        Ok(())
-    }
-}
+use crate::sys::cvt;
 
 fn setsockopt<T>(fd: RawFd, opt: libc::c_int, val: &T, what: &str) -> io::Result<()> {
-    // SAFETY: `val` points at a live `T` of the size we pass.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            SOL_XDP,
-            opt,
-            (val as *const T).cast(),
-            std::mem::size_of::<T>() as libc::socklen_t,
-        )
-    };
-    cvt(rc, what)
+    crate::sys::setsockopt(fd, SOL_XDP, opt, val, what)
 }
 
 /// getsockopt into `val`; returns the length the kernel wrote.

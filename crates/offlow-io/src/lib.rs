@@ -46,6 +46,7 @@ pub mod csum;
 pub mod mem;
 pub mod netns;
 pub mod pcap;
+mod sys;
 
 use std::io;
 use std::os::fd::RawFd;

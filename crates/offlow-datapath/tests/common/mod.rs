@@ -285,3 +285,14 @@ pub fn small_domain_match(src: Option<u8>, dst: Option<u8>, dport: Option<u8>) -
     }
     m
 }
+
+/// `ip,nw_dst=10.0.0.D` (exact).
+pub fn dst_match(d: u8) -> Match {
+    let mut m = Match::ANY;
+    m.set_exact(Field::EthType, 0x0800);
+    m.set_exact(
+        Field::Ipv4Dst,
+        u128::from(u32::from_be_bytes([10, 0, 0, d])),
+    );
+    m
+}
