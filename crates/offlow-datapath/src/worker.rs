@@ -64,6 +64,13 @@
 //! matches none of its filters. A filter that has left the ring counts as a
 //! match (re-resolve): correct, merely the old cost.
 //!
+//! Listing the deps an ADD shadows costs the writer an overlap walk of the
+//! table. It only narrows which entries get the filter, so the writer skips
+//! it for a table no worker has yet cached a decision through (a shared bit
+//! per table, set on intern) and records [`Dep::Table`] instead, which
+//! covers every entry through the table: bulk loads into an idle switch
+//! pay nothing for precision nobody needs.
+//!
 //! No loop on re-resolution: the pipeline's answer at the version the
 //! section reads is the truth for this key, so the microflow is pointed at
 //! the interned entry for that path with its mark at that entry's current
@@ -118,7 +125,7 @@ use offlow_classifier::{Apply, ReadHandle, Rule, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError,
-    PipelineOp, RemovedFlow, Resolution,
+    PipelineOp, RemovedFlow, Resolution, ShadowReport,
 };
 
 use crate::action_table::{
@@ -232,12 +239,40 @@ struct CounterSync {
     acks: Mutex<Vec<Weak<AckSlot>>>,
 }
 
+/// Tables some worker has cached a decision through, one bit each: set by
+/// a worker when it interns a decision whose path looked the table up,
+/// never cleared. The writer reads it to skip the overlap walk of an ADD
+/// into a table no cached decision went through (it then reports the whole
+/// table as shadowed, [`ShadowReport::WholeTable`]). The bit is only a
+/// hint for precision: a whole-table report is correct whatever a worker
+/// cached meanwhile, so the bits need no ordering with the versions.
+#[derive(Debug, Default)]
+struct TablesCached([AtomicU64; 4]);
+
+impl TablesCached {
+    /// Mark `table` (a relaxed load first: once set, no further writes, so
+    /// the cache line stays shared between the workers).
+    #[inline]
+    fn mark(&self, table: u8) {
+        let (word, bit) = (usize::from(table / 64), 1u64 << (table % 64));
+        if self.0[word].load(Ordering::Relaxed) & bit == 0 {
+            self.0[word].fetch_or(bit, Ordering::Relaxed);
+        }
+    }
+
+    fn is_marked(&self, table: u8) -> bool {
+        let (word, bit) = (usize::from(table / 64), 1u64 << (table % 64));
+        self.0[word].load(Ordering::Relaxed) & bit != 0
+    }
+}
+
 /// The writer side: flow-mods, commit (publish + quiescent wait).
 pub struct Control {
     state: Versioned<DatapathState, StateOp>,
     pending: Vec<Dep>,
     pending_adds: Vec<AddFilter>,
     sync: Arc<CounterSync>,
+    tables_cached: Arc<TablesCached>,
     /// Writer-side idle-timeout state for [`Control::expire`].
     expiry: ExpiryTracker,
 }
@@ -253,6 +288,7 @@ impl Control {
             pending: Vec::new(),
             pending_adds: Vec::new(),
             sync: Arc::new(CounterSync::default()),
+            tables_cached: Arc::default(),
             expiry: ExpiryTracker::new(),
         }
     }
@@ -265,7 +301,12 @@ impl Control {
         lock(&self.sync.acks).push(Arc::downgrade(&ack));
         // A new worker has nothing cached: records up to now concern it not.
         let seen = self.state.version();
-        Worker::new(self.state.reader(), config, self.sync.clone(), ack, seen)
+        let shared = WorkerShared {
+            sync: self.sync.clone(),
+            ack,
+            tables_cached: self.tables_cached.clone(),
+        };
+        Worker::new(self.state.reader(), config, shared, seen)
     }
 
     /// Make every worker credit its pending counts, and wait (at most
@@ -308,7 +349,14 @@ impl Control {
 
     /// Validate and apply `fm`; workers see it after [`commit`](Self::commit).
     pub fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<FlowModEffect, PipelineError> {
-        let (op, effect) = self.pipeline().prepare(fm, now_ns)?;
+        // Listing what an ADD shadows only narrows which cached decisions
+        // get re-checked; with none cached through the table, skip it.
+        let shadow = if self.tables_cached.is_marked(fm.table_id) {
+            ShadowReport::List
+        } else {
+            ShadowReport::WholeTable
+        };
+        let (op, effect) = self.pipeline().prepare_reporting(fm, now_ns, shadow)?;
         self.state.apply(StateOp::Pipeline(op));
         self.note_effect(fm.table_id, &effect);
         Ok(effect)
@@ -550,8 +598,16 @@ pub struct Worker {
     table_credit: TableCredit,
     sync: Arc<CounterSync>,
     ack: Arc<AckSlot>,
+    tables_cached: Arc<TablesCached>,
     acked: u64,
     unflushed_batches: u32,
+}
+
+/// What a new worker shares with its [`Control`].
+struct WorkerShared {
+    sync: Arc<CounterSync>,
+    ack: Arc<AckSlot>,
+    tables_cached: Arc<TablesCached>,
 }
 
 /// Lock a mutex whose data (a list of weak slots) a panic cannot leave
@@ -600,10 +656,14 @@ impl Worker {
     fn new(
         reader: ReadHandle<DatapathState>,
         config: WorkerConfig,
-        sync: Arc<CounterSync>,
-        ack: Arc<AckSlot>,
+        shared: WorkerShared,
         seen: u64,
     ) -> Worker {
+        let WorkerShared {
+            sync,
+            ack,
+            tables_cached,
+        } = shared;
         let acked = ack.0.load(Ordering::Relaxed);
         let capacity = if config.cache {
             config.cache_capacity
@@ -629,6 +689,7 @@ impl Worker {
             table_credit: TableCredit::new(),
             sync,
             ack,
+            tables_cached,
             acked,
             unflushed_batches: 0,
         }
@@ -742,6 +803,7 @@ impl Worker {
             table_credit,
             sync,
             ack,
+            tables_cached,
             acked,
             unflushed_batches,
         } = self;
@@ -841,6 +903,9 @@ impl Worker {
                                 sink.ttl_expired(buf.frame(), in_port);
                             }
                             continue;
+                        }
+                        for t in res.path.iter().map(|p| p.table_id).chain(res.miss_table()) {
+                            tables_cached.mark(t);
                         }
                         let r = actions.intern_steered(
                             res,

@@ -463,3 +463,56 @@ fn whole_table_shadowing_still_revalidates_by_key() {
     let s2 = worker.stats();
     assert_eq!(s2.pipeline_lookups - s1.pipeline_lookups, 1, "{s2:?}");
 }
+
+/// The writer lists what an ADD shadows only for a table some worker has
+/// cached a decision through: before any traffic, an ADD reports the whole
+/// table without walking it (nothing depends on it yet); once a packet's
+/// decision went through the table, the ADD lists the overlapped entries
+/// again, and a table the traffic never reached still reports the whole
+/// table.
+#[test]
+fn shadow_list_only_for_tables_with_cached_decisions() {
+    let mut control = Control::new(Pipeline::new(3));
+    let dst = |d: u32| {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800);
+        m.set_exact(Field::Ipv4Dst, u128::from(0x0a00_0000 + d));
+        m
+    };
+    let udp = |port: u128| {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800)
+            .set_exact(Field::IpProto, 17)
+            .set_exact(Field::UdpDst, port);
+        m
+    };
+    let eff = control
+        .flow_mod(&FlowMod::add(0, 5, dst(3), vec![out(1)]), 0)
+        .expect("add");
+    // A second, overlapping ADD before any worker cached anything.
+    let eff2 = control
+        .flow_mod(&FlowMod::add(0, 10, udp(52), vec![out(2)]), 0)
+        .expect("add");
+    assert!(eff.shadowed_all && eff2.shadowed_all, "{eff:?} {eff2:?}");
+    control.commit();
+    let mut worker = control.worker(WorkerConfig::default());
+    assert_eq!(send(&mut worker, &[3]), vec![Some(1)]);
+    // Table 0 now holds a cached decision: the overlap is listed exactly.
+    let eff3 = control
+        .flow_mod(&FlowMod::add(0, 20, udp(50), vec![out(3)]), 0)
+        .expect("add");
+    assert!(!eff3.shadowed_all, "{eff3:?}");
+    assert_eq!(
+        eff3.shadowed.len(),
+        1,
+        "overlaps the dst rule only: {eff3:?}"
+    );
+    // Table 2 was never looked up.
+    let eff4 = control
+        .flow_mod(&FlowMod::add(2, 1, udp(50), vec![out(3)]), 0)
+        .expect("add");
+    assert!(eff4.shadowed_all, "{eff4:?}");
+    control.commit();
+    // And the cached flow (UDP port 50) takes the new higher rule.
+    assert_eq!(send(&mut worker, &[3]), vec![Some(3)]);
+}

@@ -54,7 +54,7 @@ pub use expiry::{ExpiryTracker, RemovedFlow, RemovedReason};
 pub use offlow_classifier::{PortRange, Priority, RuleId};
 pub use pipeline::{
     FlowFilter, FlowMod, FlowModCommand, FlowModEffect, FlowStats, Outcome, PathStep, Pipeline,
-    PipelineOp, Resolution, TableClassifier, TableStats, MAX_TABLES, SHADOW_LIMIT,
+    PipelineOp, Resolution, ShadowReport, TableClassifier, TableStats, MAX_TABLES, SHADOW_LIMIT,
 };
 pub use port::{PortNo, CONTROLLER_NO_BUFFER, GROUP_ANY, TABLE_ALL};
 pub use validate::{check_match_prerequisites, is_settable};

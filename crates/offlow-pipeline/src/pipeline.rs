@@ -294,6 +294,17 @@ pub struct FlowModEffect {
 /// with an unbounded list, 9.7 s at 256, 9.0 s at 32.)
 pub const SHADOW_LIMIT: usize = 32;
 
+/// How [`Pipeline::prepare_reporting`] reports the entries an ADD shadows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShadowReport {
+    /// List them in [`FlowModEffect::shadowed`] (up to [`SHADOW_LIMIT`]).
+    List,
+    /// Do not look: report the whole table
+    /// ([`FlowModEffect::shadowed_all`]), which is always correct and only
+    /// less precise.
+    WholeTable,
+}
+
 impl FlowModEffect {
     /// True when nothing changed.
     pub fn is_empty(&self) -> bool {
@@ -559,8 +570,23 @@ impl Pipeline {
         fm: &FlowMod,
         now_ns: u64,
     ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
+        self.prepare_reporting(fm, now_ns, ShadowReport::List)
+    }
+
+    /// [`prepare`](Self::prepare), with the caller choosing how an ADD
+    /// reports the entries it shadows. [`ShadowReport::WholeTable`] skips
+    /// the overlap walk (the writer's largest cost for an ADD into a big
+    /// table of mixed shapes) and always sets
+    /// [`FlowModEffect::shadowed_all`]: right for a caller that knows
+    /// nothing depends on the table's entries yet.
+    pub fn prepare_reporting(
+        &self,
+        fm: &FlowMod,
+        now_ns: u64,
+        shadow: ShadowReport,
+    ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
         match fm.command {
-            FlowModCommand::Add => self.prepare_add(fm, now_ns),
+            FlowModCommand::Add => self.prepare_add(fm, now_ns, shadow),
             FlowModCommand::Modify | FlowModCommand::ModifyStrict => self.prepare_modify(fm),
             FlowModCommand::Delete | FlowModCommand::DeleteStrict => Ok(self.prepare_delete(fm)),
         }
@@ -590,6 +616,7 @@ impl Pipeline {
         &self,
         fm: &FlowMod,
         now_ns: u64,
+        shadow: ShadowReport,
     ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
         let table = self.table(fm.table_id)?;
         let program = validate_instructions(
@@ -628,10 +655,15 @@ impl Pipeline {
                 // to the new entry.
                 // Exact (never over-approximated) and sorted, unless there
                 // are too many to list: then the whole table counts.
-                match table
-                    .matches
-                    .overlapping_at_most(&fm.matcher, 0, fm.priority, SHADOW_LIMIT)
-                {
+                let listed = match shadow {
+                    ShadowReport::List => {
+                        table
+                            .matches
+                            .overlapping_at_most(&fm.matcher, 0, fm.priority, SHADOW_LIMIT)
+                    }
+                    ShadowReport::WholeTable => None,
+                };
+                match listed {
                     Some(ids) => effect.shadowed = ids,
                     None => effect.shadowed_all = true,
                 }

@@ -2,7 +2,9 @@
 //! `ovs-ofctl add-flows` into a private OVS 3.1 bridge and into `offlow run`
 //! must dump (`ovs-ofctl dump-flows`) identically once durations and
 //! counters are stripped and lines sorted. Also prints the time each switch
-//! took for the same 10K-line file (a figure, not an assertion).
+//! took for the same 10K-line file (a figure, not an assertion), and the
+//! time the same client takes against a peer that does no work at all: the
+//! floor set by `ovs-ofctl` and the round trips.
 //!
 //! OVS runs as a private instance in its own temporary directory
 //! (`ovsdb-server` + `ovs-vswitchd --enable-dummy`, bridge of
@@ -10,8 +12,11 @@
 //! created), stopped and removed on the way out, pass or fail. Without the
 //! OVS binaries the test prints a notice and passes, unless `CI` is set.
 
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // each test file uses a subset of the harness
@@ -217,11 +222,21 @@ fn dump_flows_matches_open_vswitch() {
     let t0 = Instant::now();
     ofctl(offlow.port, &["add-flows", &f]);
     let offlow_secs = t0.elapsed().as_secs_f64();
+    // The floor: the same client and file against a peer that does no work.
+    let peer = NullPeer::start();
+    let t0 = Instant::now();
+    ofctl(peer.port, &["add-flows", &f]);
+    let floor_secs = t0.elapsed().as_secs_f64();
+    let seen = peer.finish();
     eprintln!(
         "add-flows of {n} lines: Open vSwitch {ovs_secs:.3} s, offlow {offlow_secs:.3} s \
-         ({:.1}x)",
-        ovs_secs / offlow_secs.max(1e-9)
+         ({:.1}x); a peer doing nothing {floor_secs:.3} s (no switch can beat {:.1}x)",
+        ovs_secs / offlow_secs.max(1e-9),
+        ovs_secs / floor_secs.max(1e-9)
     );
+    // What makes add-flows a ping-pong: a barrier (and a wait) per flow-mod.
+    assert_eq!(seen.flow_mods, n as u64, "{seen:?}");
+    assert_eq!(seen.barriers, n as u64, "{seen:?}");
 
     let a = normalized(&ofctl(ovs.port, &["dump-flows"]));
     let b = normalized(&ofctl(offlow.port, &["dump-flows"]));
@@ -293,4 +308,124 @@ fn dump_flows_matches_open_vswitch() {
     assert_eq!(a3, b3, "pipelined loads give identical tables");
     assert_eq!(a3, a, "and the same tables as add-flows");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the [`NullPeer`] was sent.
+#[derive(Debug, Default)]
+struct PeerCounts {
+    flow_mods: u64,
+    barriers: u64,
+}
+
+/// An OpenFlow 1.3 peer that does no work: it answers HELLO, ECHO,
+/// FEATURES and BARRIER and drops everything else unread, so timing
+/// `ovs-ofctl add-flows` against it measures the client and the round
+/// trips, which no switch can beat. Like `offlow run`, it polls the socket
+/// for 100 us after each reply before blocking (on this VM an idle vCPU
+/// halts, and waking it costs more than the round trip). One connection.
+struct NullPeer {
+    port: u16,
+    thread: JoinHandle<std::io::Result<PeerCounts>>,
+}
+
+impl NullPeer {
+    const SPIN: Duration = Duration::from_micros(100);
+
+    fn start() -> NullPeer {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let thread = std::thread::spawn(move || {
+            let (s, _) = listener.accept()?;
+            Self::serve(s)
+        });
+        NullPeer { port, thread }
+    }
+
+    /// Wait for the connection to end; what it carried.
+    fn finish(self) -> PeerCounts {
+        self.thread
+            .join()
+            .expect("null peer thread")
+            .expect("null peer I/O")
+    }
+
+    /// Replies to the complete messages at the front of `pending`; returns
+    /// the bytes consumed.
+    fn answer(pending: &[u8], out: &mut Vec<u8>, counts: &mut PeerCounts) -> usize {
+        let mut at = 0;
+        while pending.len() - at >= 8 {
+            let h = &pending[at..at + 8];
+            let len = usize::from(u16::from_be_bytes([h[2], h[3]])).max(8);
+            if pending.len() - at < len {
+                break;
+            }
+            let reply = |ty: u8, len: u16| {
+                let l = len.to_be_bytes();
+                [4, ty, l[0], l[1], h[4], h[5], h[6], h[7]]
+            };
+            match h[1] {
+                0 => out.extend_from_slice(&reply(0, 8)), // HELLO
+                2 => {
+                    // ECHO_REQUEST -> ECHO_REPLY with the same payload.
+                    out.extend_from_slice(&reply(3, len as u16));
+                    out.extend_from_slice(&pending[at + 8..at + len]);
+                }
+                5 => {
+                    // FEATURES_REPLY: datapath id 1, nothing else.
+                    out.extend_from_slice(&reply(6, 32));
+                    out.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 1]);
+                    out.extend_from_slice(&[0; 16]);
+                }
+                14 => counts.flow_mods += 1,
+                20 => {
+                    counts.barriers += 1;
+                    out.extend_from_slice(&reply(21, 8));
+                }
+                _ => {}
+            }
+            at += len;
+        }
+        at
+    }
+
+    fn serve(mut s: TcpStream) -> std::io::Result<PeerCounts> {
+        s.set_nodelay(true)?;
+        let mut counts = PeerCounts::default();
+        let (mut pending, mut out) = (Vec::new(), Vec::new());
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            s.set_nonblocking(false)?;
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(counts);
+            }
+            pending.extend_from_slice(&buf[..n]);
+            loop {
+                let used = Self::answer(&pending, &mut out, &mut counts);
+                pending.drain(..used);
+                if !out.is_empty() {
+                    s.set_nonblocking(false)?;
+                    s.write_all(&out)?;
+                    out.clear();
+                }
+                s.set_nonblocking(true)?;
+                let t = Instant::now();
+                let got = loop {
+                    match s.read(&mut buf) {
+                        Ok(0) => return Ok(counts),
+                        Ok(n) => break n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(e),
+                    }
+                    if t.elapsed() >= Self::SPIN {
+                        break 0;
+                    }
+                };
+                if got == 0 {
+                    break;
+                }
+                pending.extend_from_slice(&buf[..got]);
+            }
+        }
+    }
 }
