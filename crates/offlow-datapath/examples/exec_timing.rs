@@ -16,7 +16,14 @@ impl OutputSink for CountSink {
     fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta) {
         self.0 += port as u64 + frame.len() as u64 + meta.final_view as u64;
     }
-    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {}
+    fn controller(
+        &mut self,
+        _frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
+    }
     fn port_count(&self) -> usize {
         0
     }

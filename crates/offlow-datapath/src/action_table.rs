@@ -78,7 +78,9 @@ use std::sync::Arc;
 
 use offlow_classifier::{IdMap, Rule};
 use offlow_flow::FlowKey;
-use offlow_pipeline::{Action, FlowCounters, Outcome, PathStep, Program, Resolution, RuleId};
+use offlow_pipeline::{
+    Action, FlowCounters, Outcome, PacketInOrigin, PathStep, Program, Resolution, RuleId,
+};
 
 /// Filters an entry may carry; one more frees it (a hit then checks at most
 /// this many matches once per microflow). A default route collects one per
@@ -267,6 +269,9 @@ pub struct ActionEntry {
     live: bool,
     /// The final action list (Apply-Actions in order, then the action set).
     pub actions: Box<[Action]>,
+    /// The flow entry behind each output to CONTROLLER in `actions`
+    /// (`Resolution::origins`; empty, unallocated, for most decisions).
+    pub origins: Box<[PacketInOrigin]>,
     /// [`crate::last_frame_write`] of `actions`, computed once.
     pub last_write: Option<usize>,
     /// What kind of list `actions` is.
@@ -473,6 +478,7 @@ impl ActionTable {
         let e = &mut self.slots[slot as usize];
         e.live = true;
         e.actions = res.actions.as_slice().into();
+        e.origins = res.origins.as_slice().into();
         e.last_write = crate::execute::last_frame_write(&e.actions);
         e.shape = Shape::of(&e.actions);
         e.workers = workers_of(&e.actions).or(config_workers);

@@ -69,7 +69,7 @@
 
 use crate::buf::PacketBuf;
 use offlow_flow::{Field, L3Kind, L4Kind, Layout, TunnelKind};
-use offlow_pipeline::{Action, PortNo, CONTROLLER_NO_BUFFER};
+use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
 use offlow_wire::checksum::{fold, update16, update_bytes};
 use offlow_wire::ethernet::ethertype;
 use offlow_wire::icmpv6;
@@ -99,9 +99,19 @@ pub struct OutputMeta {
 pub trait OutputSink {
     /// Transmit `frame` on `port` (a physical/logical port or `OFPP_LOCAL`).
     fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta);
-    /// Packet-in with reason `OFPR_ACTION`: `frame` is already cut to the
-    /// action's `max_len`; `total_len` is the full frame length.
-    fn controller(&mut self, frame: &[u8], total_len: usize, meta: OutputMeta);
+    /// An output to CONTROLLER (a packet-in): `frame` is already cut to the
+    /// action's `max_len`; `total_len` is the full frame length; `origin`
+    /// is the flow entry that sent it (its table, cookie, and whether it is
+    /// a table-miss entry: reason `OFPR_NO_MATCH`, else `OFPR_ACTION`), or
+    /// [`PacketInOrigin::UNKNOWN`] when the actions were executed without
+    /// their [`Prepared::origins`].
+    fn controller(
+        &mut self,
+        frame: &[u8],
+        total_len: usize,
+        origin: PacketInOrigin,
+        meta: OutputMeta,
+    );
     /// Number of ports known for FLOOD/ALL expansion.
     fn port_count(&self) -> usize;
     /// The `index`-th port (`index < port_count()`).
@@ -122,9 +132,10 @@ pub trait OutputSink {
     /// A Dec-TTL found the TTL at 0 or 1 and the packet was dropped: the
     /// frame as it was then, for a packet-in with reason
     /// `OFPR_INVALID_TTL` (OpenFlow 1.3: sent when the controller's async
-    /// mask asks for that reason). The default ignores it.
-    fn ttl_expired(&mut self, frame: &[u8], in_port: u32) {
-        let _ = (frame, in_port);
+    /// mask asks for that reason), with the flow entry it reports. The
+    /// default ignores it.
+    fn ttl_expired(&mut self, frame: &[u8], in_port: u32, origin: PacketInOrigin) {
+        let _ = (frame, in_port, origin);
     }
 }
 
@@ -338,6 +349,36 @@ struct Ctx<'a> {
     lay: &'a mut Layout,
     stats: &'a mut ExecStats,
     out: ExecOutcome,
+    /// Origins of the outputs to CONTROLLER, in order.
+    origins: &'a [PacketInOrigin],
+    /// Outputs to CONTROLLER executed so far.
+    to_controller: usize,
+}
+
+/// An action list with what [`execute_prepared`] needs beside it, computed
+/// once by callers that execute one list many times (the Action Table).
+#[derive(Debug, Clone, Copy)]
+pub struct Prepared<'a> {
+    /// The actions, in order.
+    pub actions: &'a [Action],
+    /// [`last_frame_write`]`(actions)`. A wrong value only mislabels
+    /// [`OutputMeta::final_view`] on outputs.
+    pub last_write: Option<usize>,
+    /// The flow entry behind each output to CONTROLLER in `actions`, in
+    /// order (`Resolution::origins`); missing ones are reported as
+    /// [`PacketInOrigin::UNKNOWN`].
+    pub origins: &'a [PacketInOrigin],
+}
+
+impl<'a> Prepared<'a> {
+    /// `actions` with nothing known about their origins.
+    pub fn new(actions: &'a [Action]) -> Prepared<'a> {
+        Prepared {
+            actions,
+            last_write: last_frame_write(actions),
+            origins: &[],
+        }
+    }
 }
 
 /// Apply `actions` in order to the frame in `buf`, whose headers `layout`
@@ -356,8 +397,7 @@ where
     S: AsRef<[u8]> + AsMut<[u8]>,
     O: OutputSink + ?Sized,
 {
-    let last_write = last_frame_write(actions);
-    execute_prepared(actions, last_write, buf, layout, in_port, out, stats)
+    execute_prepared(Prepared::new(actions), buf, layout, in_port, out, stats)
 }
 
 /// Index of the last action of `actions` that may change the frame (outputs
@@ -368,13 +408,11 @@ pub fn last_frame_write(actions: &[Action]) -> Option<usize> {
     actions.iter().rposition(modifies_frame)
 }
 
-/// [`execute`] with `last_write` = [`last_frame_write`]`(actions)` given by
-/// the caller. A wrong `last_write` only mislabels `final_view` on outputs.
-#[allow(clippy::too_many_arguments)]
+/// [`execute`] of a [`Prepared`] list: its `last_write` given, and the
+/// origins of its packet-ins known.
 #[inline]
 pub fn execute_prepared<S, O>(
-    actions: &[Action],
-    last_write: Option<usize>,
+    prepared: Prepared<'_>,
     buf: &mut PacketBuf<S>,
     layout: &mut Layout,
     in_port: u32,
@@ -385,10 +423,17 @@ where
     S: AsRef<[u8]> + AsMut<[u8]>,
     O: OutputSink + ?Sized,
 {
+    let Prepared {
+        actions,
+        last_write,
+        origins,
+    } = prepared;
     let mut cx = Ctx {
         lay: layout,
         stats,
         out: ExecOutcome::default(),
+        origins,
+        to_controller: 0,
     };
     for (i, a) in actions.iter().enumerate() {
         match *a {
@@ -489,7 +534,13 @@ fn output<O: OutputSink + ?Sized>(
             } else {
                 frame.len().min(max_len as usize)
             };
-            out.controller(&frame[..n], frame.len(), meta);
+            let origin = cx
+                .origins
+                .get(cx.to_controller)
+                .copied()
+                .unwrap_or(PacketInOrigin::UNKNOWN);
+            cx.to_controller += 1;
+            out.controller(&frame[..n], frame.len(), origin, meta);
             cx.out.outputs += 1;
         }
         PortNo::LOCAL => {

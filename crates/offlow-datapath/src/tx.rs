@@ -146,7 +146,13 @@ impl OutputSink for TxBatches {
         }
     }
 
-    fn controller(&mut self, frame: &[u8], _total_len: usize, _meta: OutputMeta) {
+    fn controller(
+        &mut self,
+        frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
         self.controller.push(frame);
     }
 
@@ -185,7 +191,13 @@ mod tests {
         tx.output(100_000, b"d", META);
         tx.output(7, b"e", META); // queue of 2: dropped
         tx.output(3, b"f", META); // no such port
-        OutputSink::controller(&mut tx, b"g", 10, META);
+        OutputSink::controller(
+            &mut tx,
+            b"g",
+            10,
+            offlow_pipeline::PacketInOrigin::UNKNOWN,
+            META,
+        );
         let q: Vec<(u32, Vec<Vec<u8>>, u64)> = tx
             .queues()
             .iter()

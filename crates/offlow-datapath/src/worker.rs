@@ -124,8 +124,8 @@ use std::time::{Duration, Instant};
 use offlow_classifier::{Apply, ReadHandle, Rule, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
-    ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, Pipeline, PipelineError,
-    PipelineOp, RemovedFlow, Resolution, ShadowReport,
+    ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, PacketInOrigin, PathStep,
+    Pipeline, PipelineError, PipelineOp, RemovedFlow, Resolution, ShadowReport,
 };
 
 use crate::action_table::{
@@ -133,7 +133,7 @@ use crate::action_table::{
 };
 use crate::buf::PacketBuf;
 use crate::execute::{
-    execute, execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Verdict,
+    execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
 };
 use crate::microflow::{flow_hash, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
 use crate::steer::SteeringTable;
@@ -896,11 +896,22 @@ impl Worker {
                                 }
                             }
                             pipeline.credit_resolution(res, 1, bytes);
-                            let done =
-                                execute(&res.actions, buf, &mut layouts[i], in_port, sink, exec);
+                            let prepared = Prepared {
+                                origins: &res.origins,
+                                ..Prepared::new(&res.actions)
+                            };
+                            let done = execute_prepared(
+                                prepared,
+                                buf,
+                                &mut layouts[i],
+                                in_port,
+                                sink,
+                                exec,
+                            );
                             account(stats, done, res.outcome);
                             if done.verdict != Verdict::Done {
-                                sink.ttl_expired(buf.frame(), in_port);
+                                let origin = ttl_origin(pipeline, &res.path);
+                                sink.ttl_expired(buf.frame(), in_port, origin);
                             }
                             continue;
                         }
@@ -965,19 +976,18 @@ impl Worker {
                         }
                         _ => {}
                     }
-                    let done = execute_prepared(
-                        &e.actions,
-                        e.last_write,
-                        buf,
-                        &mut layouts[i],
-                        in_port,
-                        sink,
-                        exec,
-                    );
+                    let prepared = Prepared {
+                        actions: &e.actions,
+                        last_write: e.last_write,
+                        origins: &e.origins,
+                    };
+                    let done =
+                        execute_prepared(prepared, buf, &mut layouts[i], in_port, sink, exec);
                     account(stats, done, e.outcome);
                     if done.verdict != Verdict::Done {
                         // Rare: the controller may ask for these.
-                        sink.ttl_expired(buf.frame(), in_port);
+                        let origin = ttl_origin(pipeline, &e.path);
+                        sink.ttl_expired(buf.frame(), in_port, origin);
                     }
                 }
             }
@@ -998,6 +1008,20 @@ impl Worker {
         }
         drop(guard);
     }
+}
+
+/// The origin an `OFPR_INVALID_TTL` packet-in reports: the last flow entry
+/// of the packet's path (the one whose lookup ended the pipeline; the
+/// Dec-TTL may have come from an earlier table's Apply-Actions, which the
+/// final action list no longer tells apart).
+fn ttl_origin(pipeline: &Pipeline, path: &[PathStep]) -> PacketInOrigin {
+    path.last()
+        .and_then(|step| pipeline.entry_in(step.table_id, step.rule))
+        .map_or(PacketInOrigin::UNKNOWN, |e| PacketInOrigin {
+            table_id: e.table_id,
+            cookie: e.cookie,
+            table_miss: e.is_table_miss(),
+        })
 }
 
 impl Drop for Worker {
@@ -1049,7 +1073,14 @@ struct NullSink;
 
 impl OutputSink for NullSink {
     fn output(&mut self, _port: u32, _frame: &[u8], _meta: OutputMeta) {}
-    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {}
+    fn controller(
+        &mut self,
+        _frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
+    }
     fn port_count(&self) -> usize {
         0
     }
@@ -1164,7 +1195,13 @@ impl OutputSink for CountingSink {
         }
     }
 
-    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {
+    fn controller(
+        &mut self,
+        _frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
         self.to_controller += 1;
     }
 

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
-use offlow_datapath::{execute, Control, ExecStats, PacketBuf, WorkerConfig};
+use offlow_datapath::{execute_prepared, Control, ExecStats, PacketBuf, Prepared, WorkerConfig};
 use offlow_flow::{extract, Field, Match, ParseStats};
 use offlow_pipeline::*;
 use proptest::prelude::*;
@@ -60,6 +60,8 @@ fn arb_match() -> impl Strategy<Value = Match> {
 fn arb_action() -> impl Strategy<Value = Action> {
     prop_oneof![
         4 => (1u32..5).prop_map(|p| Action::output(PortNo(p))),
+        1 => prop_oneof![Just(20u16), Just(CONTROLLER_NO_BUFFER)]
+            .prop_map(|max_len| Action::Output { port: PortNo::CONTROLLER, max_len }),
         1 => (0u8..4).prop_map(|v| Action::SetField(Field::EthDst, u128::from(v))),
         1 => Just(Action::DecNwTtl),
         1 => (0u8..64).prop_map(|v| Action::SetField(Field::IpDscp, u128::from(v))),
@@ -133,7 +135,9 @@ fn fix_gotos(table: u8, ins: &[Instruction]) -> Vec<Instruction> {
 
 fn to_flow_mod(step: &Step) -> Option<FlowMod> {
     Some(match step {
-        Step::Add(t, p, m, i) => FlowMod::add(*t, *p, *m, fix_gotos(*t, i)),
+        // A cookie per table and priority: packet-ins report it.
+        Step::Add(t, p, m, i) => FlowMod::add(*t, *p, *m, fix_gotos(*t, i))
+            .with_cookie(u64::from(*t) << 32 | u64::from(*p), 0),
         Step::Modify(strict, t, p, m, i) => {
             let cmd = if *strict {
                 FlowModCommand::ModifyStrict
@@ -157,6 +161,15 @@ fn to_flow_mod(step: &Step) -> Option<FlowMod> {
 }
 
 type Sent = Vec<(u32, Vec<u8>)>;
+
+/// What went to the controller: frames, full lengths and origins.
+fn ctrl_of(sink: &RecSink) -> Vec<(Vec<u8>, usize, PacketInOrigin)> {
+    sink.to_ctrl
+        .iter()
+        .zip(&sink.origins)
+        .map(|((f, n, _), o)| (f.clone(), *n, *o))
+        .collect()
+}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 96 } else { 768 }))]
@@ -186,6 +199,7 @@ proptest! {
                             batch.iter().map(|p| PacketBuf::from_frame(&frame(p), 16)).collect();
                         let mut sink = RecSink::default();
                         worker.process(&mut bufs, in_port, &mut sink);
+                        let got_ctrl = ctrl_of(&sink);
                         let got: Sent = sink.sent.into_iter().map(|(p, f, _)| (p, f)).collect();
 
                         let mut want_sink = RecSink::default();
@@ -194,11 +208,17 @@ proptest! {
                             let mut parsed = extract(buf.frame(), in_port, &mut parse_stats);
                             let res = reference.lookup(&parsed.key);
                             reference.credit_resolution(&res, 1, buf.len() as u64);
-                            execute(&res.actions, &mut buf, &mut parsed.layout, in_port,
+                            let prepared =
+                                Prepared { origins: &res.origins, ..Prepared::new(&res.actions) };
+                            execute_prepared(prepared, &mut buf, &mut parsed.layout, in_port,
                                 &mut want_sink, &mut ref_stats);
                         }
+                        let want_ctrl = ctrl_of(&want_sink);
                         let want: Sent = want_sink.sent.into_iter().map(|(p, f, _)| (p, f)).collect();
                         prop_assert_eq!(got, want);
+                        // Packet-ins: the same frames, each with the flow
+                        // entry (table, cookie, table-miss) that sent it.
+                        prop_assert_eq!(got_ctrl, want_ctrl);
                     }
                 }
                 Step::Commit => {

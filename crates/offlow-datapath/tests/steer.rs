@@ -52,7 +52,14 @@ impl OutputSink for SteerSink {
     fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
         self.sent.push((port, frame.to_vec()));
     }
-    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {}
+    fn controller(
+        &mut self,
+        _frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
+    }
     fn port_count(&self) -> usize {
         0
     }
@@ -322,7 +329,14 @@ impl OutputSink for MultiSink {
     fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
         self.sent.push((self.me, port, frame.to_vec()));
     }
-    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {}
+    fn controller(
+        &mut self,
+        _frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
+    }
     fn port_count(&self) -> usize {
         0
     }

@@ -53,8 +53,9 @@ pub use error::{
 pub use expiry::{ExpiryTracker, RemovedFlow, RemovedReason};
 pub use offlow_classifier::{PortRange, Priority, RuleId};
 pub use pipeline::{
-    FlowFilter, FlowMod, FlowModCommand, FlowModEffect, FlowStats, Outcome, PathStep, Pipeline,
-    PipelineOp, Resolution, ShadowReport, TableClassifier, TableStats, MAX_TABLES, SHADOW_LIMIT,
+    FlowFilter, FlowMod, FlowModCommand, FlowModEffect, FlowStats, Outcome, PacketInOrigin,
+    PathStep, Pipeline, PipelineOp, Resolution, ShadowReport, TableClassifier, TableStats,
+    MAX_TABLES, SHADOW_LIMIT,
 };
 pub use port::{PortNo, CONTROLLER_NO_BUFFER, GROUP_ANY, TABLE_ALL};
 pub use validate::{check_match_prerequisites, is_settable};

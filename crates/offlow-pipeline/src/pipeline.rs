@@ -350,6 +350,40 @@ pub enum Outcome {
     },
 }
 
+/// The flow entry behind one output to CONTROLLER: what its packet-in
+/// reports (OpenFlow 1.3.5 §7.4.1: the table looked up, the entry's cookie,
+/// and reason `OFPR_NO_MATCH` when the entry is a table-miss entry,
+/// `OFPR_ACTION` otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PacketInOrigin {
+    /// The table of the entry.
+    pub table_id: u8,
+    /// The entry's cookie.
+    pub cookie: u64,
+    /// The entry is its table's table-miss entry.
+    pub table_miss: bool,
+}
+
+impl PacketInOrigin {
+    /// No flow entry: a packet-out's output to CONTROLLER, or an action
+    /// list executed without its resolution. §7.4.1: the cookie is -1 when
+    /// it "cannot be associated with a particular flow"; table 0xff is
+    /// no table (as `OFPTT_ALL`).
+    pub const UNKNOWN: PacketInOrigin = PacketInOrigin {
+        table_id: 0xff,
+        cookie: u64::MAX,
+        table_miss: false,
+    };
+
+    fn of(e: &FlowEntry) -> PacketInOrigin {
+        PacketInOrigin {
+            table_id: e.table_id,
+            cookie: e.cookie,
+            table_miss: e.is_table_miss(),
+        }
+    }
+}
+
 /// The result of a lookup. Reuse one per worker with
 /// [`Pipeline::lookup_into`]: its buffers keep their capacity.
 #[derive(Debug, Clone, Default)]
@@ -361,8 +395,16 @@ pub struct Resolution {
     pub outcome: Outcome,
     /// The rules the packet passed, table by table.
     pub path: Vec<PathStep>,
+    /// One per output to CONTROLLER in `actions`, in the same order: the
+    /// entry whose instruction put it there.
+    pub origins: Vec<PacketInOrigin>,
     /// Scratch action set, kept for its capacity.
     set: ActionSet,
+}
+
+/// An output to CONTROLLER (which becomes a packet-in).
+fn is_to_controller(a: &Action) -> bool {
+    matches!(a, Action::Output { port, .. } if *port == PortNo::CONTROLLER)
 }
 
 impl Resolution {
@@ -964,7 +1006,11 @@ impl Pipeline {
     pub fn lookup_into(&self, key: &FlowKey, res: &mut Resolution) {
         res.actions.clear();
         res.path.clear();
+        res.origins.clear();
         res.set.clear();
+        // The entry whose Write-Actions put the set's output there, if it
+        // is an output to CONTROLLER.
+        let mut set_origin = None;
         let mut k = *key;
         let mut hidden = [0u16; VLAN_STACK];
         let mut n_hidden = 0usize;
@@ -992,12 +1038,20 @@ impl Pipeline {
             for a in &p.apply {
                 exec_on_key(&mut k, a, &mut hidden, &mut n_hidden);
                 res.actions.push(*a);
+                if is_to_controller(a) {
+                    res.origins.push(PacketInOrigin::of(e));
+                }
             }
             if p.clear {
                 res.set.clear();
+                set_origin = None;
             }
             for a in &p.write {
                 res.set.write(*a);
+                if let Action::Output { .. } = a {
+                    // The set holds one output: this one replaces any other.
+                    set_origin = is_to_controller(a).then(|| PacketInOrigin::of(e));
+                }
             }
             if let Some((v, m)) = p.write_metadata {
                 let md = k.get(Field::Metadata) as u64;
@@ -1008,11 +1062,15 @@ impl Pipeline {
                 None => break e,
             }
         };
+        let applied = res.actions.len();
         res.set.drain_ordered_into(&mut res.actions);
+        // The set contributes at most its one output (§5.10).
+        if res.actions[applied..].iter().any(is_to_controller) {
+            res.origins
+                .push(set_origin.unwrap_or_else(|| PacketInOrigin::of(last)));
+        }
         let sends = |a: &Action| matches!(a, Action::Output { .. } | Action::Group(_));
-        let to_controller =
-            |a: &Action| matches!(a, Action::Output { port, .. } if *port == PortNo::CONTROLLER);
-        res.outcome = if last.is_table_miss() && res.actions.iter().any(to_controller) {
+        res.outcome = if last.is_table_miss() && res.actions.iter().any(is_to_controller) {
             Outcome::ControllerMiss { table_id }
         } else if res.actions.iter().any(sends) {
             Outcome::Forward

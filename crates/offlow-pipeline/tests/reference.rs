@@ -51,11 +51,16 @@ fn rank(a: &Action) -> u32 {
 }
 
 impl RefPipeline {
-    fn lookup(&self, key: &FlowKey) -> (Vec<Action>, Outcome, Vec<PathStep>) {
+    /// Actions, outcome, path, and the origin of each output to CONTROLLER.
+    fn lookup(&self, key: &FlowKey) -> (Vec<Action>, Outcome, Vec<PathStep>, Vec<PacketInOrigin>) {
         let mut k = *key;
         let mut actions = Vec::new();
-        let mut set: Vec<Action> = Vec::new();
+        // The action set, each action with the origin its writer gives it.
+        let mut set: Vec<(Action, PacketInOrigin)> = Vec::new();
         let mut path = Vec::new();
+        let mut origins = Vec::new();
+        let is_ctrl =
+            |a: &Action| matches!(a, Action::Output { port, .. } if *port == PortNo::CONTROLLER);
         let mut t = 0usize;
         loop {
             let mut best: Option<&RefRule> = None;
@@ -65,7 +70,12 @@ impl RefPipeline {
                 }
             }
             let Some(r) = best else {
-                return (actions, Outcome::Miss { table_id: t as u8 }, path);
+                return (actions, Outcome::Miss { table_id: t as u8 }, path, origins);
+            };
+            let origin = PacketInOrigin {
+                table_id: t as u8,
+                cookie: r.cookie,
+                table_miss: r.priority == 0 && r.matcher == Match::ANY,
             };
             path.push(PathStep {
                 table_id: t as u8,
@@ -81,6 +91,9 @@ impl RefPipeline {
                         k.set(*f, *v);
                     }
                     actions.push(*a);
+                    if is_ctrl(a) {
+                        origins.push(origin);
+                    }
                 }
             }
             if find(&|i| matches!(i, Instruction::ClearActions)).is_some() {
@@ -90,8 +103,8 @@ impl RefPipeline {
                 find(&|i| matches!(i, Instruction::WriteActions(_)))
             {
                 for a in list {
-                    set.retain(|x| kind(x) != kind(a));
-                    set.push(*a);
+                    set.retain(|(x, _)| kind(x) != kind(a));
+                    set.push((*a, origin));
                 }
             }
             if let Some(Instruction::WriteMetadata { value, mask }) =
@@ -105,12 +118,15 @@ impl RefPipeline {
                 _ => {
                     let mut s = set.clone();
                     // Stable sort by rank, ties (several set-fields) by field.
-                    s.sort_by_key(|a| (rank(a), kind(a)));
-                    actions.extend(s);
+                    s.sort_by_key(|(a, _)| (rank(a), kind(a)));
+                    for (a, o) in s {
+                        actions.push(a);
+                        if is_ctrl(&a) {
+                            origins.push(o);
+                        }
+                    }
                     let miss_entry = r.priority == 0 && r.matcher == Match::ANY;
-                    let ctrl = actions.iter().any(
-                        |a| matches!(a, Action::Output { port, .. } if *port == PortNo::CONTROLLER),
-                    );
+                    let ctrl = actions.iter().any(is_ctrl);
                     let out = if miss_entry && ctrl {
                         Outcome::ControllerMiss { table_id: t as u8 }
                     } else if actions.iter().any(|a| matches!(a, Action::Output { .. })) {
@@ -118,7 +134,7 @@ impl RefPipeline {
                     } else {
                         Outcome::Drop
                     };
-                    return (actions, out, path);
+                    return (actions, out, path, origins);
                 }
             }
         }
@@ -321,10 +337,11 @@ proptest! {
         let mut res = Resolution::default();
         for k in &keys {
             p.lookup_into(k, &mut res);
-            let (actions, outcome, path) = r.lookup(k);
+            let (actions, outcome, path, origins) = r.lookup(k);
             prop_assert_eq!(&res.actions, &actions, "key {:?}", k);
             prop_assert_eq!(res.outcome, outcome);
             prop_assert_eq!(&res.path, &path);
+            prop_assert_eq!(&res.origins, &origins, "packet-in origins, key {:?}", k);
             let c = copy.lookup(k);
             prop_assert_eq!(&c.actions, &res.actions);
             prop_assert_eq!(&c.path, &res.path);
@@ -333,10 +350,11 @@ proptest! {
         copy.apply(&PipelineOp::Compile);
         for k in &keys {
             let c = copy.lookup(k);
-            let (actions, outcome, path) = r.lookup(k);
+            let (actions, outcome, path, origins) = r.lookup(k);
             prop_assert_eq!(&c.actions, &actions, "compiled, key {:?}", k);
             prop_assert_eq!(c.outcome, outcome);
             prop_assert_eq!(&c.path, &path);
+            prop_assert_eq!(&c.origins, &origins);
         }
     }
 }

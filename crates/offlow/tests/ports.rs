@@ -103,13 +103,13 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
     // UDP to port 9 goes to the controller instead.
     d.ofctl(&[
         "add-flow",
-        "priority=20,udp,tp_dst=9,actions=CONTROLLER:200",
+        "priority=20,cookie=0x5,udp,tp_dst=9,actions=CONTROLLER:200",
     ]);
     // UDP to port 10 has its TTL decremented: a TTL of 1 expires and is
     // reported with reason invalid_ttl.
     d.ofctl(&[
         "add-flow",
-        "priority=20,udp,tp_dst=10,actions=dec_ttl,output:2",
+        "priority=20,cookie=0x6,udp,tp_dst=10,actions=dec_ttl,output:2",
     ]);
     // A flow that times out and says so.
     d.ofctl(&[
@@ -160,6 +160,21 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
         text.contains("tp_dst=9"),
         "the UDP frame in the packet-in: {text}"
     );
+    // Each packet-in names the flow entry that sent it (its cookie) and
+    // the reason.
+    let packet_in = |needle: &str| {
+        text.split("OFPT_PACKET_IN")
+            .find(|m| m.contains(needle))
+            .unwrap_or_default()
+            .to_string()
+    };
+    let to_9 = packet_in("tp_dst=9");
+    assert!(
+        to_9.contains("cookie=0x5") && to_9.contains("(via action)"),
+        "{to_9}"
+    );
+    let to_10 = packet_in("tp_dst=10");
+    assert!(to_10.contains("cookie=0x6"), "{to_10}");
     assert!(
         text.contains("OFPT_FLOW_REMOVED"),
         "flow removed seen: {text}"

@@ -243,14 +243,23 @@ pub struct RecSink {
     pub ports: Vec<PortInfo>,
     pub sent: Vec<(u32, Vec<u8>, OutputMeta)>,
     pub to_ctrl: Vec<(Vec<u8>, usize, OutputMeta)>,
+    /// The origin of each `to_ctrl` entry.
+    pub origins: Vec<offlow_pipeline::PacketInOrigin>,
 }
 
 impl OutputSink for RecSink {
     fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta) {
         self.sent.push((port, frame.to_vec(), meta));
     }
-    fn controller(&mut self, frame: &[u8], total_len: usize, meta: OutputMeta) {
+    fn controller(
+        &mut self,
+        frame: &[u8],
+        total_len: usize,
+        origin: offlow_pipeline::PacketInOrigin,
+        meta: OutputMeta,
+    ) {
         self.to_ctrl.push((frame.to_vec(), total_len, meta));
+        self.origins.push(origin);
     }
     fn port_count(&self) -> usize {
         self.ports.len()

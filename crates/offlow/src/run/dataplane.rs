@@ -65,6 +65,7 @@ use offlow_datapath::{
 use offlow_io::afxdp::{AfXdpConfig, AfXdpPort};
 use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
+use offlow_pipeline::PacketInOrigin;
 
 use super::config::PortKind;
 use tokio::sync::mpsc;
@@ -186,6 +187,9 @@ pub struct PacketInFrame {
     pub data: Vec<u8>,
     /// Its full length.
     pub total_len: usize,
+    /// The flow entry that sent it (table, cookie, table-miss or not), as
+    /// the pipeline resolved the packet when it was processed.
+    pub origin: PacketInOrigin,
     /// A Dec-TTL expired (reason `OFPR_INVALID_TTL`) rather than an output
     /// to CONTROLLER.
     pub invalid_ttl: bool,
@@ -603,16 +607,23 @@ impl OutputSink for PortSink {
         }
     }
 
-    fn controller(&mut self, frame: &[u8], total_len: usize, _meta: OutputMeta) {
+    fn controller(
+        &mut self,
+        frame: &[u8],
+        total_len: usize,
+        origin: PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
         self.queue_packet_in(PacketInFrame {
             in_port: self.in_port,
             data: frame.to_vec(),
             total_len,
+            origin,
             invalid_ttl: false,
         });
     }
 
-    fn ttl_expired(&mut self, frame: &[u8], in_port: u32) {
+    fn ttl_expired(&mut self, frame: &[u8], in_port: u32, origin: PacketInOrigin) {
         if !self.ttl_wanted.load(Ordering::Relaxed) {
             return;
         }
@@ -621,6 +632,7 @@ impl OutputSink for PortSink {
             in_port,
             data: frame.to_vec(),
             total_len: frame.len(),
+            origin,
             invalid_ttl: true,
         });
     }

@@ -26,9 +26,11 @@
 //!
 //! Data ports ([`dataplane`]): with ports configured, packet worker
 //! threads move frames between the interfaces and the datapath; frames
-//! they send to CONTROLLER come back here over a bounded channel and become
-//! PACKET_IN messages to every connection (each filters by its role and
-//! async config), or, in standalone fail mode while no active controller
+//! they send to CONTROLLER come back here over a bounded channel, each with
+//! the flow entry that sent it (the packet's own resolution: table, cookie,
+//! table-miss or not, so reason, table id and cookie are exact even when
+//! the frame was rewritten on the way), and become PACKET_IN messages to
+//! every connection (each filters by its role and async config), or, in standalone fail mode while no active controller
 //! is connected, feed the MAC learning of [`standalone`]. Link state is
 //! re-read every [`LINK_POLL`]; a change is announced as PORT_STATUS.
 //!
@@ -716,10 +718,12 @@ async fn packet_in_loop(
             switch.commit_pending();
             continue;
         }
-        let (table_id, cookie, miss) = switch.classify_for_packet_in(&frame.data, frame.in_port);
+        // §7.4.1: the table and cookie of the entry that sent it; a
+        // table-miss entry's packet-ins say OFPR_NO_MATCH.
+        let origin = frame.origin;
         let reason = if frame.invalid_ttl {
             OFPR_INVALID_TTL
-        } else if miss {
+        } else if origin.table_miss {
             OFPR_NO_MATCH
         } else {
             OFPR_ACTION
@@ -731,8 +735,8 @@ async fn packet_in_loop(
             // Frames are at most a few KiB (the workers' buffers).
             total_len: frame.total_len.min(usize::from(u16::MAX)) as u16,
             reason,
-            table_id,
-            cookie,
+            table_id: origin.table_id,
+            cookie: origin.cookie,
             matcher: OxmMatch::from_match(&m),
             data: frame.data,
         });

@@ -279,8 +279,10 @@ mod tests {
         assert_eq!(sw.pipeline().len(), 3 + 4);
         // The packet from a on port 1 now skips learning: its path ends
         // on a learned flow in table 1 (output to b's port).
-        let (table, cookie, miss) = sw.classify_for_packet_in(&frame(a, b), 1);
-        assert_eq!((table, cookie, miss), (1, COOKIE, false));
+        let res = resolve(&sw, &frame(a, b), 1);
+        let last = res.path.last().expect("a path");
+        assert_eq!(last.table_id, 1);
+        assert!(res.origins.is_empty(), "no packet-in: {res:?}");
         // a moves to port 3: the old table-0 entry goes, the new comes.
         st.learn(&mut sw, 3, &frame(a, b), 0);
         assert_eq!(st.learned(), 2);
@@ -296,6 +298,12 @@ mod tests {
         assert_eq!(moved.instructions, vec![apply(vec![output(PortNo(3), 0)])]);
         st.disengage(&mut sw, 0);
         assert_eq!(cookies(&sw), vec![(2, 7, 0)]);
+    }
+
+    /// What the pipeline does with `f` from `in_port`.
+    fn resolve(sw: &DatapathSwitch, f: &[u8], in_port: u32) -> offlow_pipeline::Resolution {
+        let key = offlow_flow::extract(f, in_port, &mut offlow_flow::ParseStats::default()).key;
+        sw.pipeline().lookup(&key)
     }
 
     #[test]
@@ -317,8 +325,13 @@ mod tests {
         assert_eq!(st.learned(), 0);
         assert_eq!(sw.pipeline().len(), 2, "both of a's flows are gone");
         // Its next frame misses table 0 again and is learned again.
-        let (_, _, miss) = sw.classify_for_packet_in(&frame(a, b), 1);
-        assert!(miss);
+        let res = resolve(&sw, &frame(a, b), 1);
+        assert!(
+            res.origins
+                .iter()
+                .any(|o| o.table_miss && o.cookie == COOKIE),
+            "sent to learning by a table-miss entry: {res:?}"
+        );
         st.learn(&mut sw, 1, &frame(a, b), later);
         assert_eq!(st.learned(), 1);
         assert_eq!(sw.pipeline().len(), 4);

@@ -150,7 +150,13 @@ impl OutputSink for ControlSink<'_> {
             None => self.drop_unknown_port += 1,
         }
     }
-    fn controller(&mut self, _frame: &[u8], _total_len: usize, _meta: OutputMeta) {
+    fn controller(
+        &mut self,
+        _frame: &[u8],
+        _total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
         self.drop_to_controller += 1;
     }
     fn port_count(&self) -> usize {
@@ -302,43 +308,6 @@ impl DatapathSwitch {
     fn sync_counters(&self) {
         if self.dataplane.is_some() && !self.control.sync_counters(SYNC_TIMEOUT) {
             tracing::debug!("a packet worker missed the counter sync");
-        }
-    }
-
-    /// The pipeline's verdict for a frame from `in_port` that went to the
-    /// controller: the table and cookie of the rule that (most likely)
-    /// sent it, and whether that rule was a table-miss entry (for a
-    /// packet-in's reason, table id and cookie).
-    ///
-    /// The frame is the one the actions produced (after any push_vlan,
-    /// set-field...), so re-classifying it from table 0 need not retrace
-    /// the path the original frame took: Faucet tags untagged frames in
-    /// table 0 and sends them to the controller from table 1, and the
-    /// tagged frame misses table 0. Hence: the first rule on the path that
-    /// outputs to CONTROLLER is taken as the sender (a table-miss sender
-    /// means OFPR_NO_MATCH); when no rule on the path does, the frame was
-    /// rewritten on the way and the sender was an ordinary rule
-    /// (OFPR_ACTION; Faucet drops packet-ins with any other reason), so
-    /// the last rule's table and cookie are the best guess left.
-    /// (Exact: the worker would carry the sender's table, cookie and
-    /// reason with the frame.)
-    pub fn classify_for_packet_in(&mut self, frame: &[u8], in_port: u32) -> (u8, u64, bool) {
-        let parsed = offlow_flow::extract(frame, in_port, &mut self.parse);
-        let pipeline = self.control.pipeline();
-        let res = pipeline.lookup(&parsed.key);
-        let mut entries = res
-            .path
-            .iter()
-            .filter_map(|step| pipeline.entry_in(step.table_id, step.rule));
-        if let Some(e) = entries
-            .clone()
-            .find(|e| e.program.outputs_to(PortNo::CONTROLLER))
-        {
-            return (e.table_id, e.cookie, e.is_table_miss());
-        }
-        match entries.next_back() {
-            Some(e) => (e.table_id, e.cookie, false),
-            None => (0, u64::MAX, false),
         }
     }
 
@@ -855,13 +824,15 @@ mod tests {
     }
 
     /// Faucet's shape: table 0 tags untagged frames from port 1 (its
-    /// miss drops), table 1 sends VLAN 100 to the controller. The frame
-    /// the worker hands over is the tagged one; it misses table 0, yet the
-    /// packet-in must say OFPR_ACTION with the sender's cookie (Faucet
-    /// ignores other reasons). A table-miss sender still says NO_MATCH.
+    /// miss drops), table 1 sends VLAN 100 to the controller. The packet-in
+    /// must name table 1's entry, with reason OFPR_ACTION (Faucet ignores
+    /// other reasons), although the frame it carries (tagged) would miss
+    /// table 0: the origin comes from the packet's own resolution, not
+    /// from re-classifying the frame. A table-miss sender says NO_MATCH.
     #[test]
-    fn packet_in_sender_of_a_rewritten_frame() {
+    fn packet_in_origin_of_a_rewritten_frame() {
         use offlow_pipeline::Action as PAction;
+        use offlow_pipeline::PacketInOrigin;
         const VID_PRESENT: u128 = 0x1000;
         let mut sw = DatapathSwitch::new(1, 4);
         let mut untagged = Match::ANY;
@@ -895,13 +866,20 @@ mod tests {
             sw.flow_mod(fm, 0).unwrap();
         }
         sw.commit_pending();
-        let mut tagged = vec![0u8; 60];
-        tagged[0] = 0xff; // broadcast dst, a unicast src
-        tagged[6] = 2;
-        tagged[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
-        tagged[14..16].copy_from_slice(&100u16.to_be_bytes());
-        tagged[16..18].copy_from_slice(&0x0806u16.to_be_bytes());
-        assert_eq!(sw.classify_for_packet_in(&tagged, 1), (0, 0x5adc, false));
+        let mut plain = vec![0u8; 60];
+        plain[0] = 0xff; // broadcast dst, a unicast src
+        plain[6] = 2;
+        plain[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        let origins = |sw: &mut DatapathSwitch, in_port: u32| {
+            let key = offlow_flow::extract(&plain, in_port, &mut sw.parse).key;
+            sw.pipeline().lookup(&key).origins
+        };
+        let sender = |table_id, cookie, table_miss| PacketInOrigin {
+            table_id,
+            cookie,
+            table_miss,
+        };
+        assert_eq!(origins(&mut sw, 1), vec![sender(1, 0x5adc, false)]);
 
         // Table 0 now forwards everything to table 2, whose table-miss
         // entry sends to the controller: that is a NO_MATCH packet-in.
@@ -910,11 +888,9 @@ mod tests {
         sw.flow_mod(&FlowMod::add(0, 10, m, vec![PInstr::GotoTable(2)]), 0)
             .unwrap();
         sw.commit_pending();
-        let mut plain = tagged.clone();
-        plain.drain(12..16);
-        assert_eq!(sw.classify_for_packet_in(&plain, 2), (2, 0x77, true));
-        // Where the path passes a rule that outputs to CONTROLLER, that
-        // rule is the sender.
+        assert_eq!(origins(&mut sw, 2), vec![sender(2, 0x77, true)]);
+        // Two outputs to CONTROLLER on one path: one packet-in each, each
+        // naming its own entry.
         sw.flow_mod(
             &FlowMod::add(0, 20, Match::ANY, vec![to_controller(PortNo::CONTROLLER.0)])
                 .with_cookie(0x99, 0),
@@ -922,7 +898,25 @@ mod tests {
         )
         .unwrap();
         sw.commit_pending();
-        assert_eq!(sw.classify_for_packet_in(&plain, 2), (0, 0x99, false));
+        assert_eq!(origins(&mut sw, 2), vec![sender(0, 0x99, false)]);
+        let mut to_2 = Match::ANY;
+        to_2.set_exact(Field::InPort, 2);
+        sw.flow_mod(
+            &FlowMod::add(
+                0,
+                30,
+                to_2,
+                vec![to_controller(PortNo::CONTROLLER.0), PInstr::GotoTable(2)],
+            )
+            .with_cookie(0xaa, 0),
+            0,
+        )
+        .unwrap();
+        sw.commit_pending();
+        assert_eq!(
+            origins(&mut sw, 2),
+            vec![sender(0, 0xaa, false), sender(2, 0x77, true)]
+        );
     }
 
     #[test]

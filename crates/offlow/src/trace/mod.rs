@@ -456,7 +456,13 @@ impl OutputSink for TraceSink {
         });
     }
 
-    fn controller(&mut self, frame: &[u8], total_len: usize, meta: OutputMeta) {
+    fn controller(
+        &mut self,
+        frame: &[u8],
+        total_len: usize,
+        _origin: offlow_pipeline::PacketInOrigin,
+        meta: OutputMeta,
+    ) {
         self.outputs.push(Emitted {
             port: None,
             frame: frame.to_vec(),
