@@ -19,7 +19,7 @@ impl OutputSink for CountSink {
     fn controller(
         &mut self,
         _frame: &[u8],
-        _total_len: usize,
+        _max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {

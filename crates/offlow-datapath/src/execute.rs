@@ -99,19 +99,15 @@ pub struct OutputMeta {
 pub trait OutputSink {
     /// Transmit `frame` on `port` (a physical/logical port or `OFPP_LOCAL`).
     fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta);
-    /// An output to CONTROLLER (a packet-in): `frame` is already cut to the
-    /// action's `max_len`; `total_len` is the full frame length; `origin`
-    /// is the flow entry that sent it (its table, cookie, and whether it is
+    /// An output to CONTROLLER (a packet-in): `frame` is the whole frame,
+    /// `max_len` the action's (how much of it the controller is shown,
+    /// [`controller_len`]; a sink that keeps the rest can offer it to the
+    /// controller as a buffered packet); `origin` is the flow entry that
+    /// sent it (its table, cookie, and whether it is
     /// a table-miss entry: reason `OFPR_NO_MATCH`, else `OFPR_ACTION`), or
     /// [`PacketInOrigin::UNKNOWN`] when the actions were executed without
     /// their [`Prepared::origins`].
-    fn controller(
-        &mut self,
-        frame: &[u8],
-        total_len: usize,
-        origin: PacketInOrigin,
-        meta: OutputMeta,
-    );
+    fn controller(&mut self, frame: &[u8], max_len: u16, origin: PacketInOrigin, meta: OutputMeta);
     /// Number of ports known for FLOOD/ALL expansion.
     fn port_count(&self) -> usize;
     /// The `index`-th port (`index < port_count()`).
@@ -355,6 +351,18 @@ struct Ctx<'a> {
     to_controller: usize,
 }
 
+/// How many bytes of a `frame_len`-byte frame an output to CONTROLLER with
+/// `max_len` shows the controller. §7.2.6.1: "A max_len of
+/// OFPCML_NO_BUFFER means ... the complete packet is to be sent";
+/// otherwise at most max_len bytes (0 is valid and sends none).
+pub fn controller_len(frame_len: usize, max_len: u16) -> usize {
+    if max_len == CONTROLLER_NO_BUFFER {
+        frame_len
+    } else {
+        frame_len.min(usize::from(max_len))
+    }
+}
+
 /// An action list with what [`execute_prepared`] needs beside it, computed
 /// once by callers that execute one list many times (the Action Table).
 #[derive(Debug, Clone, Copy)]
@@ -526,21 +534,13 @@ fn output<O: OutputSink + ?Sized>(
             cx.out.outputs += 1;
         }
         PortNo::CONTROLLER => {
-            // §7.2.6.1: "A max_len of OFPCML_NO_BUFFER means ... the complete
-            // packet is to be sent"; otherwise at most max_len bytes (0 is
-            // valid and sends none).
-            let n = if max_len == CONTROLLER_NO_BUFFER {
-                frame.len()
-            } else {
-                frame.len().min(max_len as usize)
-            };
             let origin = cx
                 .origins
                 .get(cx.to_controller)
                 .copied()
                 .unwrap_or(PacketInOrigin::UNKNOWN);
             cx.to_controller += 1;
-            out.controller(&frame[..n], frame.len(), origin, meta);
+            out.controller(frame, max_len, origin, meta);
             cx.out.outputs += 1;
         }
         PortNo::LOCAL => {

@@ -71,8 +71,8 @@ pub use action_table::{
 };
 pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
-    crc32c, execute, execute_prepared, last_frame_write, sctp_checksum, ExecOutcome, ExecStats,
-    OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
+    controller_len, crc32c, execute, execute_prepared, last_frame_write, sctp_checksum,
+    ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
 };
 pub use microflow::{
     flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,

@@ -149,11 +149,12 @@ impl OutputSink for TxBatches {
     fn controller(
         &mut self,
         frame: &[u8],
-        _total_len: usize,
+        max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {
-        self.controller.push(frame);
+        self.controller
+            .push(&frame[..crate::execute::controller_len(frame.len(), max_len)]);
     }
 
     fn port_count(&self) -> usize {

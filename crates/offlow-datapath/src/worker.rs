@@ -1076,7 +1076,7 @@ impl OutputSink for NullSink {
     fn controller(
         &mut self,
         _frame: &[u8],
-        _total_len: usize,
+        _max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {
@@ -1198,7 +1198,7 @@ impl OutputSink for CountingSink {
     fn controller(
         &mut self,
         _frame: &[u8],
-        _total_len: usize,
+        _max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {

@@ -55,7 +55,7 @@ impl OutputSink for SteerSink {
     fn controller(
         &mut self,
         _frame: &[u8],
-        _total_len: usize,
+        _max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {
@@ -332,7 +332,7 @@ impl OutputSink for MultiSink {
     fn controller(
         &mut self,
         _frame: &[u8],
-        _total_len: usize,
+        _max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {

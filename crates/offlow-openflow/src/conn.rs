@@ -210,7 +210,11 @@ pub trait Switch {
 
     /// Send a packet through `po.actions`. `po.buffer_id` is either
     /// `OFP_NO_BUFFER` (the frame is `po.data`) or an id this connection
-    /// issued in a PACKET_IN.
+    /// issued in a PACKET_IN (the buffered frame; the switch answers
+    /// `OFPBRC_BUFFER_UNKNOWN` / `OFPBRC_BUFFER_EMPTY` for one it no longer
+    /// holds). With a buffer id, an `in_port` of `OFPP_ANY` means the
+    /// buffered frame's own ingress port (a FLOW_MOD naming a buffer sends
+    /// it so, §6.4).
     fn packet_out(&mut self, po: &PacketOut) -> Result<(), OfError>;
 
     /// OFPT_PORT_MOD. Default: no configurable ports (`OFPPMFC_BAD_PORT`).
@@ -368,8 +372,9 @@ pub struct Connection {
     role: ControllerRole,
     switch_config: SwitchConfig,
     async_config: AsyncConfig,
-    /// Buffer ids sent in PACKET_INs and not yet used, oldest first.
-    issued_buffers: VecDeque<u32>,
+    /// Buffer ids sent in PACKET_INs, oldest first, each with whether it
+    /// was used (a second use is `OFPBRC_BUFFER_EMPTY`, not UNKNOWN).
+    issued_buffers: VecDeque<(u32, bool)>,
     // --- byte queues ---
     /// Received bytes not yet forming a complete message.
     inbuf: Vec<u8>,
@@ -601,7 +606,7 @@ impl Connection {
             if self.issued_buffers.len() == ISSUED_BUFFERS_MAX {
                 self.issued_buffers.pop_front();
             }
-            self.issued_buffers.push_back(b);
+            self.issued_buffers.push_back((b, false));
         }
         AsyncOutcome::Sent
     }
@@ -823,9 +828,11 @@ impl Connection {
                 if self.refuse_slave(roles, frame) {
                     return;
                 }
-                if po.buffer_id != OFP_NO_BUFFER && !self.take_buffer(po.buffer_id) {
-                    self.reply_error(OfError::BadRequest(Brc::BufferUnknown), frame);
-                    return;
+                if po.buffer_id != OFP_NO_BUFFER {
+                    if let Err(code) = self.take_buffer(po.buffer_id) {
+                        self.reply_error(OfError::BadRequest(code), frame);
+                        return;
+                    }
                 }
                 if let Err(e) = switch.packet_out(&po) {
                     self.reply_error(e, frame);
@@ -848,10 +855,13 @@ impl Connection {
                 // OFPBRC_BUFFER_UNKNOWN; the flow-mod itself still applies
                 // (as in Open vSwitch).
                 if fm.buffer_id != OFP_NO_BUFFER {
-                    if self.take_buffer(fm.buffer_id) {
+                    if let Err(code) = self.take_buffer(fm.buffer_id) {
+                        self.reply_error(OfError::BadRequest(code), frame);
+                    } else {
                         let po = PacketOut {
                             buffer_id: fm.buffer_id,
-                            in_port: PortNo::CONTROLLER.0,
+                            // The buffered frame's own ingress port.
+                            in_port: PortNo::ANY.0,
                             actions: vec![Action::Output {
                                 port: PortNo::TABLE.0,
                                 max_len: 0,
@@ -861,8 +871,6 @@ impl Connection {
                         if let Err(e) = switch.packet_out(&po) {
                             self.reply_error(e, frame);
                         }
-                    } else {
-                        self.reply_error(OfError::BadRequest(Brc::BufferUnknown), frame);
                     }
                 }
             }
@@ -943,15 +951,21 @@ impl Connection {
         }
     }
 
-    /// Remove `buffer_id` from the issued set; false if we never issued it
-    /// (or it was used already).
-    fn take_buffer(&mut self, buffer_id: u32) -> bool {
-        match self.issued_buffers.iter().position(|&b| b == buffer_id) {
-            Some(i) => {
-                self.issued_buffers.remove(i);
-                true
+    /// Mark `buffer_id` used: `OFPBRC_BUFFER_UNKNOWN` if this connection
+    /// never received it (or long ago), `OFPBRC_BUFFER_EMPTY` if it was
+    /// used already.
+    fn take_buffer(&mut self, buffer_id: u32) -> Result<(), Brc> {
+        match self
+            .issued_buffers
+            .iter_mut()
+            .find(|(b, _)| *b == buffer_id)
+        {
+            None => Err(Brc::BufferUnknown),
+            Some((_, true)) => Err(Brc::BufferEmpty),
+            Some((_, used)) => {
+                *used = true;
+                Ok(())
             }
-            None => false,
         }
     }
 

@@ -1041,7 +1041,8 @@ fn packet_out_buffers() {
     let out = b.ask(&mut c, 4, Body::PacketOut(po(17)));
     assert_eq!(
         error_of(&out[0]).0,
-        OfError::BadRequest(BadRequestCode::BufferUnknown)
+        OfError::BadRequest(BadRequestCode::BufferEmpty),
+        "issued, and used"
     );
     // A flow-mod naming an unknown buffer is applied, then refused.
     let Body::FlowMod(mut fm) = flow_mod(0) else {
@@ -1062,6 +1063,7 @@ fn packet_out_buffers() {
         panic!("no packet-out after buffered flow-mod")
     };
     assert_eq!(p.buffer_id, 99);
+    assert_eq!(p.in_port, 0xffff_ffff, "OFPP_ANY: the frame's own port");
     assert_eq!(
         p.actions,
         vec![Action::Output {

@@ -7,23 +7,20 @@
 //! that need it print a notice and pass, unless `CI` is set (then they fail:
 //! CI must run them).
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use offlow_flow::Field;
-use offlow_openflow::{
-    decode, encode_to_vec, frame_len, Body, ErrorMsg, FlowMod, Hello, Message, OfError, Oxm,
-    OxmMatch,
-};
+use offlow_openflow::{Body, ErrorMsg, FlowMod, Message, OfError, Oxm, OxmMatch};
 use offlow_pipeline::BadMatchCode;
 
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
 use common::{
-    can_run, first_number_after, flow_lines, ofctl, ofctl_output, spawn_offlow, Daemon,
+    can_run, first_number_after, flow_lines, ofctl, ofctl_output, spawn_offlow, Daemon, Peer,
     OFCTL_TIMEOUT,
 };
 
@@ -48,7 +45,7 @@ fn ofctl_show_desc_tables_ports() {
     let show = ofctl(&["show", &t]);
     eprintln!("--- ovs-ofctl show ---\n{show}");
     assert!(show.contains("dpid:0000000000000abc"), "{show}");
-    assert!(show.contains("n_tables:4, n_buffers:0"), "{show}");
+    assert!(show.contains("n_tables:4, n_buffers:256"), "{show}");
     assert!(
         show.contains("capabilities: FLOW_STATS TABLE_STATS PORT_STATS"),
         "{show}"
@@ -214,47 +211,6 @@ fn ofctl_packet_out() {
 
 // ----- raw socket tests (no ovs-ofctl needed) -----
 
-struct Peer {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Peer {
-    fn new(s: TcpStream) -> Peer {
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("read timeout");
-        Peer { s, buf: Vec::new() }
-    }
-
-    fn send(&mut self, m: &Message) {
-        let b = encode_to_vec(m).expect("encode");
-        self.s.write_all(&b).expect("send");
-    }
-
-    fn recv(&mut self) -> Message {
-        loop {
-            if let Ok(Some(n)) = frame_len(&self.buf) {
-                if n <= self.buf.len() {
-                    let m = decode(&self.buf[..n]).expect("decode reply");
-                    self.buf.drain(..n);
-                    return m;
-                }
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self.s.read(&mut chunk).expect("read (timed out?)");
-            assert!(n > 0, "connection closed");
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// HELLO both ways.
-    fn handshake(&mut self) {
-        self.send(&Message::new(1, Body::Hello(Hello::of13())));
-        let m = self.recv();
-        assert!(matches!(m.body, Body::Hello(_)), "{m:?}");
-    }
-}
-
 #[test]
 fn bad_flow_mod_gets_bad_prereq_and_connection_lives() {
     let d = Daemon::start(&[]);
@@ -357,9 +313,7 @@ fn sigterm_stops_gracefully() {
     };
     assert!(status.success(), "{status}");
     // The open connection was closed by the switch (EOF, not a reset).
-    let mut rest = Vec::new();
-    p.s.read_to_end(&mut rest)
-        .expect("orderly close after SIGTERM");
+    p.read_to_close().expect("orderly close after SIGTERM");
 }
 
 #[test]

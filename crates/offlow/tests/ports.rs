@@ -15,7 +15,7 @@ use offlow_io::netns::in_netns;
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{can_run, first_number_after, ip, sh, tcp_transfer, udp, Daemon, Net};
+use common::{can_run, first_number_after, ip, sh, tcp_transfer, udp, Daemon, Net, Peer};
 
 /// Root, `ovs-ofctl` and `ethtool`; otherwise skip (fail under CI).
 fn prerequisites() -> bool {
@@ -310,4 +310,112 @@ fn af_xdp_ports_forward_ping_tcp_and_udp() {
         !String::from_utf8_lossy(&link.stdout).contains("prog/xdp"),
         "program detached"
     );
+}
+
+/// Packet buffers with a real controller connection (played by the test):
+/// an output to CONTROLLER with `max_len` 64 shows the controller 64 bytes
+/// of a 342-byte UDP frame and keeps the rest under a buffer id; a
+/// PACKET_OUT naming that id sends the whole frame on, and the host gets
+/// every byte; the id then answers BUFFER_EMPTY, an id never issued
+/// BUFFER_UNKNOWN, and the connection stays up.
+#[test]
+fn buffered_packet_in_and_packet_out_by_buffer_id() {
+    use offlow_openflow::{
+        Action, BadRequestCode, Body, ErrorMsg, Message, OfError, PacketOut, OFP_NO_BUFFER,
+    };
+    if !prerequisites() {
+        return;
+    }
+    let net = Net::new("obf", OFFLOADS);
+    let d = start(&net, &[]);
+    let mut c = Peer::new(std::net::TcpStream::connect(("127.0.0.1", d.port)).expect("connect"));
+    c.handshake();
+    d.ofctl(&["add-flow", "priority=1,cookie=0x42,actions=CONTROLLER:64"]);
+    // A static neighbour, so h0 sends the UDP frame itself (no ARP first).
+    let link = sh("ip", &["-n", &net.h[1], "-br", "link", "show", "eth0"]);
+    let text = String::from_utf8_lossy(&link.stdout);
+    let mac = text
+        .split_whitespace()
+        .nth(2)
+        .expect("h1's MAC")
+        .to_string();
+    ip(&[
+        "-n",
+        &net.h[0],
+        "neigh",
+        "replace",
+        "10.0.0.2",
+        "lladdr",
+        &mac,
+        "dev",
+        "eth0",
+        "nud",
+        "permanent",
+    ]);
+    let rx = in_netns(Some(&net.h[1]), || UdpSocket::bind("10.0.0.2:7777"))
+        .unwrap()
+        .expect("bind in h1");
+    rx.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let tx = in_netns(Some(&net.h[0]), || UdpSocket::bind("10.0.0.1:0"))
+        .unwrap()
+        .expect("bind in h0");
+    let payload: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
+    tx.send_to(&payload, "10.0.0.2:7777").expect("send");
+
+    // Our frame's packet-in (the hosts' own IPv6 chatter may come first).
+    let total = 14 + 20 + 8 + payload.len();
+    let pi = (0..100)
+        .find_map(|_| match c.recv().body {
+            Body::PacketIn(p) if usize::from(p.total_len) == total => Some(p),
+            _ => None,
+        })
+        .expect("the UDP frame's packet-in");
+    assert_ne!(pi.buffer_id, OFP_NO_BUFFER, "{pi:?}");
+    assert_eq!(pi.data.len(), 64, "max_len bytes shown");
+    assert_eq!(pi.cookie, 0x42);
+    assert!(
+        rx.recv_from(&mut [0u8; 1]).is_err(),
+        "nothing crossed the switch yet"
+    );
+
+    let out = |buffer_id| {
+        Body::PacketOut(PacketOut {
+            buffer_id,
+            in_port: 1,
+            actions: vec![Action::Output {
+                port: 2,
+                max_len: 0,
+            }],
+            data: Vec::new(),
+        })
+    };
+    c.send(&Message::new(10, out(pi.buffer_id)));
+    let mut got = vec![0u8; 2048];
+    let (n, _) = rx.recv_from(&mut got).expect("the buffered frame arrives");
+    assert_eq!(&got[..n], &payload[..], "every byte, not the 64 shown");
+
+    let error_of = |m: Message| match m.body {
+        Body::Error(ErrorMsg::Standard { error, .. }) => (m.xid, error),
+        other => panic!("expected an error, got {other:?}"),
+    };
+    c.send(&Message::new(11, out(pi.buffer_id)));
+    let reply = (0..100)
+        .map(|_| c.recv())
+        .find(|m| m.xid == 11)
+        .expect("a reply");
+    assert_eq!(
+        error_of(reply),
+        (11, OfError::BadRequest(BadRequestCode::BufferEmpty))
+    );
+    c.send(&Message::new(12, out(pi.buffer_id.wrapping_add(1000))));
+    let reply = (0..100)
+        .map(|_| c.recv())
+        .find(|m| m.xid == 12)
+        .expect("a reply");
+    assert_eq!(
+        error_of(reply),
+        (12, OfError::BadRequest(BadRequestCode::BufferUnknown))
+    );
+    c.send(&Message::new(13, Body::BarrierRequest));
+    assert!((0..100).any(|_| c.recv().xid == 13), "still connected");
 }

@@ -254,11 +254,13 @@ impl OutputSink for RecSink {
     fn controller(
         &mut self,
         frame: &[u8],
-        total_len: usize,
+        max_len: u16,
         origin: offlow_pipeline::PacketInOrigin,
         meta: OutputMeta,
     ) {
-        self.to_ctrl.push((frame.to_vec(), total_len, meta));
+        let shown = offlow_datapath::controller_len(frame.len(), max_len);
+        self.to_ctrl
+            .push((frame[..shown].to_vec(), frame.len(), meta));
         self.origins.push(origin);
     }
     fn port_count(&self) -> usize {

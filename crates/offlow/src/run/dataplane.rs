@@ -183,10 +183,12 @@ impl Inbox {
 pub struct PacketInFrame {
     /// Port it arrived on.
     pub in_port: u32,
-    /// The frame, cut to the output's `max_len`.
+    /// The whole frame (the control side cuts it to `max_len` and may
+    /// keep the rest in a packet buffer).
     pub data: Vec<u8>,
-    /// Its full length.
-    pub total_len: usize,
+    /// The output action's `max_len` (`OFPCML_NO_BUFFER` for an expired
+    /// TTL: no output action gave a length).
+    pub max_len: u16,
     /// The flow entry that sent it (table, cookie, table-miss or not), as
     /// the pipeline resolved the packet when it was processed.
     pub origin: PacketInOrigin,
@@ -610,14 +612,14 @@ impl OutputSink for PortSink {
     fn controller(
         &mut self,
         frame: &[u8],
-        total_len: usize,
+        max_len: u16,
         origin: PacketInOrigin,
         _meta: OutputMeta,
     ) {
         self.queue_packet_in(PacketInFrame {
             in_port: self.in_port,
             data: frame.to_vec(),
-            total_len,
+            max_len,
             origin,
             invalid_ttl: false,
         });
@@ -631,7 +633,7 @@ impl OutputSink for PortSink {
         self.queue_packet_in(PacketInFrame {
             in_port,
             data: frame.to_vec(),
-            total_len: frame.len(),
+            max_len: offlow_pipeline::CONTROLLER_NO_BUFFER,
             origin,
             invalid_ttl: true,
         });

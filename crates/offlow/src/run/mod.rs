@@ -38,6 +38,7 @@
 //! `RefCell`); packet workers run on their own threads and meet it only
 //! through `Control`, the packet-in channel and their statistics slots.
 
+mod buffers;
 pub mod config;
 pub mod dataplane;
 mod flow_removed;
@@ -730,15 +731,17 @@ async fn packet_in_loop(
         };
         let mut m = Match::ANY;
         m.set_exact(Field::InPort, u128::from(frame.in_port));
+        // Frames are at most a few KiB (the workers' buffers).
+        let total_len = frame.data.len().min(usize::from(u16::MAX)) as u16;
+        let (buffer_id, data) = switch.packet_in_data(frame.in_port, frame.data, frame.max_len);
         let body = Body::PacketIn(PacketIn {
-            buffer_id: offlow_openflow::OFP_NO_BUFFER,
-            // Frames are at most a few KiB (the workers' buffers).
-            total_len: frame.total_len.min(usize::from(u16::MAX)) as u16,
+            buffer_id,
+            total_len,
             reason,
             table_id: origin.table_id,
             cookie: origin.cookie,
             matcher: OxmMatch::from_match(&m),
-            data: frame.data,
+            data,
         });
         // No receiver (no connection) is fine: nobody to tell.
         let _ = events.send(Arc::new(body));

@@ -2,8 +2,13 @@
 //! [`offlow_openflow::Switch`] over the datapath's [`Control`] handle.
 //!
 //! What it maps:
-//! - FEATURES: the configured datapath id, no packet buffers, the
-//!   pipeline's table count, FLOW_STATS | TABLE_STATS | PORT_STATS.
+//! - FEATURES: the configured datapath id, [`super::buffers::N_BUFFERS`]
+//!   packet buffers, the pipeline's table count, FLOW_STATS | TABLE_STATS |
+//!   PORT_STATS.
+//! - PACKET_IN data: [`DatapathSwitch::packet_in_data`] keeps a frame the
+//!   output's `max_len` cuts short in a packet buffer (whole frames, and
+//!   `OFPCML_NO_BUFFER`, go unbuffered); a PACKET_OUT or FLOW_MOD naming
+//!   its id processes the whole frame.
 //! - Flow expiry: [`DatapathSwitch::expire`] (the daemon calls it every
 //!   [`super::EXPIRY_EVERY`]) removes timed-out entries; they and entries
 //!   deleted by a flow-mod, when flagged SEND_FLOW_REM, come back from
@@ -39,6 +44,7 @@
 
 use std::time::Duration;
 
+use super::buffers::{BufferError, PacketBuffers};
 use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
 };
@@ -153,7 +159,7 @@ impl OutputSink for ControlSink<'_> {
     fn controller(
         &mut self,
         _frame: &[u8],
-        _total_len: usize,
+        _max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         _meta: OutputMeta,
     ) {
@@ -184,6 +190,8 @@ pub struct DatapathSwitch {
     parse: ParseStats,
     exec: ExecStats,
     packet_out: PacketOutStats,
+    /// Frames whose packet-in showed only part of them.
+    buffers: PacketBuffers,
 }
 
 impl DatapathSwitch {
@@ -201,7 +209,30 @@ impl DatapathSwitch {
             parse: ParseStats::default(),
             exec: ExecStats::default(),
             packet_out: PacketOutStats::default(),
+            buffers: PacketBuffers::default(),
         }
+    }
+
+    /// The buffer id and data of a packet-in for `frame` (from `in_port`)
+    /// sent by an output to CONTROLLER with `max_len` (§7.4.1): when
+    /// `max_len` shows only part of the frame, the whole is kept in a
+    /// packet buffer and the part is sent with its id; otherwise (the
+    /// frame fits, or `OFPCML_NO_BUFFER` asked for no buffering) the whole
+    /// frame is sent, unbuffered.
+    pub fn packet_in_data(&mut self, in_port: u32, frame: Vec<u8>, max_len: u16) -> (u32, Vec<u8>) {
+        let shown = offlow_datapath::controller_len(frame.len(), max_len);
+        if shown == frame.len() {
+            return (offlow_openflow::OFP_NO_BUFFER, frame);
+        }
+        let part = frame[..shown].to_vec();
+        let id = self.buffers.store(in_port, frame, self.clock_ns());
+        (id, part)
+    }
+
+    /// The switch's own monotonic clock (packet buffer lifetimes).
+    fn clock_ns(&self) -> u64 {
+        // u64 nanoseconds last 584 years.
+        self.started.elapsed().as_nanos() as u64
     }
 
     /// Publish flow-mods applied since the last commit (after each batch of
@@ -542,7 +573,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
     fn features(&self) -> SwitchFeatures {
         SwitchFeatures {
             datapath_id: self.dpid,
-            n_buffers: 0,
+            n_buffers: super::buffers::N_BUFFERS,
             // MAX_TABLES is 255.
             n_tables: self.n_tables().min(255) as u8,
             auxiliary_id: 0,
@@ -636,9 +667,31 @@ impl offlow_openflow::Switch for DatapathSwitch {
     }
 
     fn packet_out(&mut self, po: &PacketOut) -> Result<(), OfError> {
+        // A buffered frame replaces `po.data`; OFPP_ANY as in_port (what a
+        // FLOW_MOD naming a buffer sends) means the frame's own port.
+        let mut buffered = None;
+        if po.buffer_id != offlow_openflow::OFP_NO_BUFFER {
+            let now = self.clock_ns();
+            let (port, frame) = self.buffers.take(po.buffer_id, now).map_err(|e| {
+                OfError::BadRequest(match e {
+                    BufferError::Unknown => BadRequestCode::BufferUnknown,
+                    BufferError::Empty => BadRequestCode::BufferEmpty,
+                })
+            })?;
+            let in_port = if po.in_port == PortNo::ANY.0 {
+                port
+            } else {
+                po.in_port
+            };
+            buffered = Some((in_port, frame));
+        }
+        let (in_port_no, data): (u32, &[u8]) = match &buffered {
+            Some((p, f)) => (*p, f),
+            None => (po.in_port, &po.data),
+        };
         // §7.3.7: in_port is a standard port or OFPP_CONTROLLER (LOCAL is
         // accepted as Open vSwitch does).
-        let in_port = PortNo(po.in_port);
+        let in_port = PortNo(in_port_no);
         if !(in_port.is_physical() || in_port == PortNo::CONTROLLER || in_port == PortNo::LOCAL) {
             return Err(OfError::BadRequest(BadRequestCode::BadPort));
         }
@@ -653,10 +706,10 @@ impl offlow_openflow::Switch for DatapathSwitch {
             }
             actions.push(pa);
         }
-        let parsed = offlow_flow::extract(&po.data, po.in_port, &mut self.parse);
+        let parsed = offlow_flow::extract(data, in_port_no, &mut self.parse);
         let mut layout = parsed.layout;
         // Tailroom for pushes (VLAN 4 bytes, MPLS 4 bytes each).
-        let mut buf = PacketBuf::from_frame(&po.data, 64);
+        let mut buf = PacketBuf::from_frame(data, 64);
         let infos = self
             .ports
             .iter()
@@ -676,7 +729,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
             &actions,
             &mut buf,
             &mut layout,
-            po.in_port,
+            in_port_no,
             &mut sink,
             &mut self.exec,
         );
@@ -690,7 +743,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
                 cache_capacity: 16,
                 ..WorkerConfig::default()
             });
-            worker.process(std::slice::from_mut(&mut buf), po.in_port, &mut sink);
+            worker.process(std::slice::from_mut(&mut buf), in_port_no, &mut sink);
         }
         self.packet_out.drop_unknown_port += sink.drop_unknown_port;
         self.packet_out.drop_to_controller += sink.drop_to_controller;

@@ -459,14 +459,15 @@ impl OutputSink for TraceSink {
     fn controller(
         &mut self,
         frame: &[u8],
-        total_len: usize,
+        max_len: u16,
         _origin: offlow_pipeline::PacketInOrigin,
         meta: OutputMeta,
     ) {
+        let shown = offlow_datapath::controller_len(frame.len(), max_len);
         self.outputs.push(Emitted {
             port: None,
-            frame: frame.to_vec(),
-            total_len,
+            frame: frame[..shown].to_vec(),
+            total_len: frame.len(),
             queue: meta.queue,
         });
     }

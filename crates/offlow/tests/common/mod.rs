@@ -12,7 +12,8 @@
 //!   started and waited for until it accepts), [`free_port`],
 //!   [`free_ports`], [`wait_accepting`].
 //! - `ovs-ofctl`: [`ofctl_output`], [`ofctl_checked`], [`ofctl`],
-//!   [`ofctl_at`]: always `-O OpenFlow13 --no-names --timeout=SECS`.
+//!   [`ofctl_at`]: always `-O OpenFlow13 --no-names --timeout=SECS`; and
+//!   [`Peer`], a raw OpenFlow connection the test drives message by message.
 //! - namespaces: [`Net`], a switch namespace with two veth ports and two
 //!   host namespaces (10.0.0.1 and 10.0.0.2 on their `eth0`), and traffic
 //!   across it: [`Net::ping`], [`tcp_transfer`], [`udp`].
@@ -43,6 +44,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use offlow_io::netns::in_netns;
+use offlow_openflow::{decode, encode_to_vec, frame_len, Body, Hello, Message};
 
 /// Makes namespace and interface names unique within this process.
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -526,4 +528,59 @@ pub fn first_number_after(text: &str, key: &str) -> u64 {
 /// The flow lines of a `dump-flows` output (without the reply header).
 pub fn flow_lines(dump: &str) -> Vec<&str> {
     dump.lines().filter(|l| l.contains("actions=")).collect()
+}
+
+// ---------------------------------------------------------------------
+// A raw OpenFlow peer.
+
+/// A hand-driven OpenFlow 1.3 peer over TCP (a controller the test plays):
+/// messages encoded and decoded with `offlow_openflow`, reads bounded by a
+/// 10 s timeout.
+pub struct Peer {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Peer {
+    pub fn new(s: TcpStream) -> Peer {
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("read timeout");
+        Peer { s, buf: Vec::new() }
+    }
+
+    pub fn send(&mut self, m: &Message) {
+        let b = encode_to_vec(m).expect("encode");
+        self.s.write_all(&b).expect("send");
+    }
+
+    pub fn recv(&mut self) -> Message {
+        loop {
+            if let Ok(Some(n)) = frame_len(&self.buf) {
+                if n <= self.buf.len() {
+                    let m = decode(&self.buf[..n]).expect("decode reply");
+                    self.buf.drain(..n);
+                    return m;
+                }
+            }
+            let mut chunk = [0u8; 4096];
+            let n = self.s.read(&mut chunk).expect("read (timed out?)");
+            assert!(n > 0, "connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Read until the switch closes the connection (an error if it is
+    /// reset instead, or the read times out).
+    pub fn read_to_close(&mut self) -> std::io::Result<Vec<u8>> {
+        let mut rest = std::mem::take(&mut self.buf);
+        self.s.read_to_end(&mut rest)?;
+        Ok(rest)
+    }
+
+    /// HELLO both ways.
+    pub fn handshake(&mut self) {
+        self.send(&Message::new(1, Body::Hello(Hello::of13())));
+        let m = self.recv();
+        assert!(matches!(m.body, Body::Hello(_)), "{m:?}");
+    }
 }
