@@ -40,6 +40,29 @@
 //! arena and an index per batch) are swapped, not allocated, and unsteered
 //! traffic never touches it.
 //!
+//! Ports that come back: an interface that is missing at start, or that
+//! is deleted while the switch runs, leaves its port's slot in every
+//! worker (an [`AbsentPort`] placeholder, or the dead socket bound to the
+//! old interface). When the control side sees an interface of that name
+//! (again) it calls [`Dataplane::reopen`], which bumps the port's
+//! generation and then a shared epoch ([`Generations`]). Every round a
+//! worker compares the epoch with the one it last saw (one atomic load;
+//! no lock, no syscall); on a change, between batches, it opens a fresh
+//! socket for every port whose generation moved, in the ports' namespace,
+//! and rebuilds its poll set. AF_PACKET sockets of a new generation join a
+//! fanout group of their own ([`fanout_id`]): the kernel binds a group to
+//! the device of its first member and refuses (`EINVAL`) a socket on
+//! another device while the old group lives, and it lives until every
+//! worker has closed its old socket, which workers do at their own pace.
+//! A failed re-open is counted ([`DataplaneStats::reopen_failed`]),
+//! reported once until a re-open succeeds, recorded in the generations
+//! (so the control side bumps again at its next link poll:
+//! [`Dataplane::retry_failed_reopen`]) and leaves a placeholder until
+//! then; nothing retries in a loop. A re-opened socket's counters
+//! start at zero, so each worker keeps a per-port base (the sum of the
+//! sockets it closed) and publishes base + current: port counters never go
+//! backwards.
+//!
 //! Invariants: no allocation per packet except packet-in copies; no lock
 //! on the packet path of unsteered traffic (statistics are published to a
 //! per-worker mutex every [`PUBLISH_EVERY`], which only the control thread
@@ -48,11 +71,12 @@
 //!
 //! Thread-safety: a worker thread owns its ports, buffers and [`Worker`];
 //! it meets the control thread only through the datapath's `Control`
-//! (read side), the packet-in channel, its stats slot and the stop flag,
-//! and the other workers only through the inboxes.
+//! (read side), the packet-in channel, its stats slot, the stop flag and
+//! the port generations (atomics, written by the control side only), and
+//! the other workers only through the inboxes.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -206,6 +230,153 @@ pub struct DataPort {
     pub number: u32,
     /// What carries its frames.
     pub kind: PortKind,
+    /// Its interface did not exist at start: the workers hold a
+    /// placeholder until [`Dataplane::reopen`].
+    pub missing: bool,
+}
+
+/// Re-open requests from the control side to the workers.
+///
+/// Written only by the control side (bump a port, then the epoch, both
+/// Release); workers load the epoch every round and, when it moved, every
+/// port's generation (Acquire): a worker that sees an epoch sees the port
+/// bumps made before it.
+#[derive(Debug)]
+struct Generations {
+    /// Number of bumps of any port.
+    epoch: AtomicU64,
+    /// Per port (configuration order): bumps of that port.
+    ports: Box<[AtomicU64]>,
+    /// Per port: the last generation some worker failed to re-open (0:
+    /// none; generations start at 1). Written by workers, read by the
+    /// control side to ask again ([`Dataplane::retry_failed_reopen`]).
+    failed: Box<[AtomicU64]>,
+}
+
+impl Generations {
+    fn new(n_ports: usize) -> Generations {
+        Generations {
+            epoch: AtomicU64::new(0),
+            ports: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
+            failed: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Some worker failed to re-open port `index` at its latest
+    /// generation (a newer bump is not known to have failed yet).
+    fn latest_failed(&self, index: usize) -> bool {
+        match (self.ports.get(index), self.failed.get(index)) {
+            (Some(g), Some(f)) => {
+                let failed = f.load(Ordering::Acquire);
+                failed != 0 && failed == g.load(Ordering::Acquire)
+            }
+            _ => false,
+        }
+    }
+
+    /// Ask every worker to re-open port `index`; false if there is none.
+    fn bump(&self, index: usize) -> bool {
+        let Some(g) = self.ports.get(index) else {
+            return false;
+        };
+        g.fetch_add(1, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::Release);
+        true
+    }
+}
+
+/// The fanout group of port `index` (of `n_ports`) at `generation`, for
+/// the process's `base`: generation 0 uses `base + index`; each later
+/// generation moves past every port's id of the previous one, so a
+/// re-opened socket never meets the group its predecessors (bound to the
+/// old device) may still hold. Distinct for 65536 / `n_ports`
+/// consecutive generations; u16 arithmetic wraps on purpose.
+fn fanout_id(base: u16, n_ports: usize, index: usize, generation: u64) -> u16 {
+    let stride = (n_ports.max(1) as u16).wrapping_mul(generation as u16);
+    base.wrapping_add(index as u16).wrapping_add(stride)
+}
+
+/// Stands in for a port whose interface is missing (at start, or after a
+/// re-open failed): receives nothing, drops and counts what is sent.
+struct AbsentPort {
+    name: String,
+    stats: PortStats,
+}
+
+impl AbsentPort {
+    fn new(name: &str) -> AbsentPort {
+        AbsentPort {
+            name: name.to_string(),
+            stats: PortStats::default(),
+        }
+    }
+}
+
+impl Port for AbsentPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(
+        &mut self,
+        _max: usize,
+        _on_frame: &mut dyn FnMut(&[u8], RxMeta),
+    ) -> std::io::Result<usize> {
+        Ok(0)
+    }
+
+    fn send(&mut self, _frame: &[u8]) -> bool {
+        self.stats.tx_dropped += 1;
+        false
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn stats(&mut self) -> PortStats {
+        self.stats
+    }
+}
+
+/// Open the socket (or capture files) of one data port for one worker,
+/// inside the ports' namespace; `fanout`: the AF_PACKET fanout group to
+/// join (several workers).
+fn open_port(
+    p: &DataPort,
+    netns: Option<&str>,
+    fanout: Option<u16>,
+) -> anyhow::Result<Box<dyn Port>> {
+    Ok(match &p.kind {
+        PortKind::AfPacket => {
+            let mut pc = AfPacketConfig::new(&p.ifname);
+            pc.fanout_group = fanout;
+            let port = in_netns(netns, || AfPacketPort::open(&pc))
+                .context("entering the ports' network namespace")?
+                .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
+            Box::new(port)
+        }
+        PortKind::AfXdp => {
+            let xc = AfXdpConfig::new(&p.ifname);
+            let port = in_netns(netns, || AfXdpPort::open(&xc))
+                .context("entering the ports' network namespace")?
+                .with_context(|| format!("opening AF_XDP port {} ({})", p.number, p.ifname))?;
+            info!(port = p.number, ifname = %p.ifname,
+                xdp_mode = ?port.program().map(|p| p.mode()), zerocopy = port.zerocopy(),
+                "AF_XDP port open");
+            Box::new(port)
+        }
+        // The configuration allows capture ports with one worker only:
+        // this is it.
+        PortKind::Pcap { input, output } => Box::new(
+            PcapPort::open(&p.ifname, input.as_deref(), output.as_deref())
+                .with_context(|| format!("opening capture port {}", p.number))?,
+        ),
+    })
 }
 
 /// Counters of one worker thread.
@@ -221,8 +392,13 @@ pub struct DataplaneStats {
     pub oversize: u64,
     /// Frames shorter than an Ethernet header (dropped).
     pub runts: u64,
-    /// Ports that reported an error and are no longer polled.
+    /// Port errors seen (interface gone or down): the port is no longer
+    /// polled until it is re-opened.
     pub failed_ports: u64,
+    /// Ports re-opened after their interface (re)appeared.
+    pub reopened: u64,
+    /// Re-opens that failed (the port stays a placeholder until the next).
+    pub reopen_failed: u64,
     /// Partial checksums finished in software.
     pub csum_finished: u64,
     /// Outputs to a port number this switch does not have (or LOCAL).
@@ -259,6 +435,8 @@ impl DataplaneStats {
         self.oversize += o.oversize;
         self.runts += o.runts;
         self.failed_ports += o.failed_ports;
+        self.reopened += o.reopened;
+        self.reopen_failed += o.reopen_failed;
         self.csum_finished += o.csum_finished;
         self.drop_unknown_port += o.drop_unknown_port;
         self.packet_in_dropped += o.packet_in_dropped;
@@ -309,7 +487,8 @@ pub struct Dataplane {
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     slots: Vec<Arc<Mutex<DataplaneStats>>>,
-    ports: Vec<DataPort>,
+    ports: Arc<[DataPort]>,
+    gens: Arc<Generations>,
 }
 
 /// How to start the data plane.
@@ -343,44 +522,28 @@ impl Dataplane {
         let n_workers = cfg.workers.len();
         // One fanout group per interface, distinct per process.
         let base = (std::process::id() as u16).wrapping_mul(31);
+        let fanout_base = (n_workers > 1).then_some(base);
+        let n_ports = cfg.ports.len();
         let mut per_worker: Vec<Vec<Box<dyn Port>>> = Vec::new();
         for _ in 0..n_workers {
             let mut ports: Vec<Box<dyn Port>> = Vec::new();
             for (i, p) in cfg.ports.iter().enumerate() {
-                let port: Box<dyn Port> = match &p.kind {
-                    PortKind::AfPacket => {
-                        let mut pc = AfPacketConfig::new(&p.ifname);
-                        if n_workers > 1 {
-                            pc.fanout_group = Some(base.wrapping_add(i as u16));
-                        }
-                        let port = in_netns(cfg.netns, || AfPacketPort::open(&pc))
-                            .context("entering the ports' network namespace")?
-                            .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
-                        Box::new(port)
-                    }
-                    PortKind::AfXdp => {
-                        let xc = AfXdpConfig::new(&p.ifname);
-                        let port = in_netns(cfg.netns, || AfXdpPort::open(&xc))
-                            .context("entering the ports' network namespace")?
-                            .with_context(|| {
-                                format!("opening AF_XDP port {} ({})", p.number, p.ifname)
-                            })?;
-                        info!(port = p.number, ifname = %p.ifname,
-                            xdp_mode = ?port.program().map(|p| p.mode()), zerocopy = port.zerocopy(),
-                            "AF_XDP port open");
-                        Box::new(port)
-                    }
-                    // The configuration allows capture ports with one
-                    // worker only: this is it.
-                    PortKind::Pcap { input, output } => Box::new(
-                        PcapPort::open(&p.ifname, input.as_deref(), output.as_deref())
-                            .with_context(|| format!("opening capture port {}", p.number))?,
-                    ),
+                let port = if p.missing {
+                    Box::new(AbsentPort::new(&p.ifname))
+                } else {
+                    open_port(
+                        p,
+                        cfg.netns,
+                        fanout_base.map(|b| fanout_id(b, n_ports, i, 0)),
+                    )?
                 };
                 ports.push(port);
             }
             per_worker.push(ports);
         }
+        let data_ports: Arc<[DataPort]> = cfg.ports.into();
+        let gens = Arc::new(Generations::new(n_ports));
+        let netns: Option<Arc<str>> = cfg.netns.map(Arc::from);
         let stop = Arc::new(AtomicBool::new(false));
         let infos: Vec<PortInfo> = cfg
             .ports
@@ -440,6 +603,17 @@ impl Dataplane {
                 csum_finished: 0,
                 failed_ports: 0,
                 flush_failed: 0,
+                data_ports: data_ports.clone(),
+                netns: netns.clone(),
+                fanout_base,
+                gens: gens.clone(),
+                seen_epoch: 0,
+                seen: vec![0; n_ports],
+                port_base: vec![PortStats::default(); n_ports],
+                dead: vec![false; n_ports],
+                reopen_warned: vec![false; n_ports],
+                reopened: 0,
+                reopen_failed: 0,
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
@@ -471,8 +645,33 @@ impl Dataplane {
             stop,
             threads,
             slots,
-            ports: cfg.ports.to_vec(),
+            ports: data_ports,
+            gens,
         })
+    }
+
+    /// Ask every worker to re-open the port numbered `number` (its
+    /// interface appeared, or was re-created: the old sockets are bound to
+    /// the old one). Workers do it between batches, within about an idle
+    /// sleep. False when there is no such port or it is a capture port
+    /// (its files belong to the worker; nothing to re-open).
+    pub fn reopen(&self, number: u32) -> bool {
+        match self.ports.iter().position(|p| p.number == number) {
+            Some(i) if !matches!(self.ports[i].kind, PortKind::Pcap { .. }) => self.gens.bump(i),
+            _ => false,
+        }
+    }
+
+    /// If some worker failed to re-open port `number` at its latest
+    /// request (e.g. AF_XDP refused to bind, or the interface vanished in
+    /// between), ask again; whether it did. The control side calls this
+    /// once per link poll while the interface is there, so a failing port
+    /// is retried about once a second, never in a loop.
+    pub fn retry_failed_reopen(&self, number: u32) -> bool {
+        match self.ports.iter().position(|p| p.number == number) {
+            Some(i) if self.gens.latest_failed(i) => self.gens.bump(i),
+            _ => false,
+        }
     }
 
     /// Sum of every worker's last published counters.
@@ -684,6 +883,26 @@ struct WorkerThread {
     failed_ports: u64,
     /// Ports whose transmit error was reported (bit per port index).
     flush_failed: u64,
+    // Re-opening ports (see the module docs), by port index like `ports`.
+    /// What each port is, for re-opening it.
+    data_ports: Arc<[DataPort]>,
+    /// The ports' namespace.
+    netns: Option<Arc<str>>,
+    /// The fanout base id (several workers).
+    fanout_base: Option<u16>,
+    gens: Arc<Generations>,
+    /// The epoch and port generations last acted on.
+    seen_epoch: u64,
+    seen: Vec<u64>,
+    /// Counters of the sockets closed so far (published as base + live).
+    port_base: Vec<PortStats>,
+    /// Ports that reported an error: left out of the poll set.
+    dead: Vec<bool>,
+    /// Ports whose last re-open failed and was reported: the next
+    /// failures (retries) are only counted, until one succeeds.
+    reopen_warned: Vec<bool>,
+    reopened: u64,
+    reopen_failed: u64,
 }
 
 impl WorkerThread {
@@ -691,21 +910,16 @@ impl WorkerThread {
         let mut bufs: Vec<PacketBuf> = (0..BATCH)
             .map(|_| PacketBuf::new(DEFAULT_HEADROOM, MAX_FRAME))
             .collect();
-        let mut fds: Vec<RawFd> = self.ports.iter().filter_map(|p| p.poll_fd()).collect();
-        if let Some(inbox) = self.inboxes.get(self.sink.me) {
-            fds.push(std::os::fd::AsRawFd::as_raw_fd(&inbox.wake));
-        }
-        let mut pollfds: Vec<libc::pollfd> = fds
-            .iter()
-            .map(|&fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
+        let mut pollfds = self.poll_set();
         let mut idle = 0u32;
         let mut last_publish = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
+            // Between batches: one atomic load unless a port was re-opened
+            // by the control side (rare; then sockets are opened here).
+            if self.reopen_requested() {
+                self.reopen_ports();
+                pollfds = self.poll_set();
+            }
             let mut any = false;
             for i in 0..self.ports.len() {
                 let n = self.receive(i, &mut bufs);
@@ -713,6 +927,12 @@ impl WorkerThread {
                     continue;
                 }
                 any = true;
+                // A port that failed (its link went down) and receives
+                // again came back up on the same socket: sleep on it again.
+                if self.dead[i] {
+                    self.dead[i] = false;
+                    pollfds = self.poll_set();
+                }
                 let in_port = self.sink.infos[i].port;
                 self.sink.in_port = in_port;
                 // Lend the ports to the sink for the batch's outputs.
@@ -767,6 +987,83 @@ impl WorkerThread {
         }
         self.worker.flush_counters();
         self.publish();
+    }
+
+    /// What an idle worker sleeps on: the live ports' descriptors, then
+    /// (last) the inbox's eventfd.
+    fn poll_set(&self) -> Vec<libc::pollfd> {
+        let mut fds: Vec<RawFd> = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !self.dead.get(i).copied().unwrap_or(false))
+            .filter_map(|(_, p)| p.poll_fd())
+            .collect();
+        if let Some(inbox) = self.inboxes.get(self.sink.me) {
+            fds.push(std::os::fd::AsRawFd::as_raw_fd(&inbox.wake));
+        }
+        fds.iter()
+            .map(|&fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect()
+    }
+
+    /// The control side asked for a re-open since the last one done.
+    fn reopen_requested(&self) -> bool {
+        self.gens.epoch.load(Ordering::Acquire) != self.seen_epoch
+    }
+
+    /// Re-open every port whose generation moved since this worker last
+    /// looked: the old socket's counters go into the port's base, the old
+    /// socket is closed first (an AF_XDP program or fanout membership of a
+    /// gone interface is released), then a fresh one is opened. A failure
+    /// is reported and counted once and leaves a placeholder; the next
+    /// generation bump tries again.
+    fn reopen_ports(&mut self) {
+        // The epoch first: a port bump made before it is visible below.
+        self.seen_epoch = self.gens.epoch.load(Ordering::Acquire);
+        let n_ports = self.data_ports.len();
+        for i in 0..self.ports.len().min(n_ports) {
+            let generation = self.gens.ports[i].load(Ordering::Acquire);
+            if generation == self.seen[i] {
+                continue;
+            }
+            self.seen[i] = generation;
+            let dp = &self.data_ports[i];
+            let mut old =
+                std::mem::replace(&mut self.ports[i], Box::new(AbsentPort::new(&dp.ifname)));
+            self.port_base[i].add(&old.stats());
+            drop(old);
+            // Frames queued on the old socket went with it.
+            self.sink.pending[i] = false;
+            self.dead[i] = false;
+            self.flush_failed &= !(1u64 << (i % 64));
+            let fanout = self
+                .fanout_base
+                .map(|b| fanout_id(b, n_ports, i, generation));
+            match open_port(dp, self.netns.as_deref(), fanout) {
+                Ok(port) => {
+                    self.ports[i] = port;
+                    self.reopened += 1;
+                    self.reopen_warned[i] = false;
+                    info!(worker = self.sink.me, port = dp.number, ifname = %dp.ifname,
+                        generation, "port re-opened");
+                }
+                Err(e) => {
+                    self.reopen_failed += 1;
+                    // Tells the control side to ask again at its next poll.
+                    self.gens.failed[i].store(generation, Ordering::Release);
+                    if !std::mem::replace(&mut self.reopen_warned[i], true) {
+                        warn!(worker = self.sink.me, port = dp.number, ifname = %dp.ifname,
+                            generation, error = format!("{e:#}"),
+                            "re-opening the port failed; it takes no traffic meanwhile, retried every link poll (reported once)");
+                    }
+                }
+            }
+        }
     }
 
     /// Hand the ports' queued frames to the kernel (frames it refuses are
@@ -879,8 +1176,9 @@ impl WorkerThread {
     /// A port whose interface went away (or failed) reports an error on
     /// every poll: read it (which clears it), report it once, and stop
     /// polling that descriptor so an idle worker does not spin. The port
-    /// stays in the list: its sends are counted as dropped, and the control
-    /// side announces it down (PORT_STATUS).
+    /// stays in the list: its sends are counted as dropped, the control
+    /// side announces it down (PORT_STATUS), and re-opens it (a fresh
+    /// socket, polled again) when its interface is back.
     fn check_port_errors(&mut self, pollfds: &mut [libc::pollfd]) {
         for pfd in pollfds.iter_mut() {
             if pfd.fd < 0 || pfd.revents & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) == 0 {
@@ -898,15 +1196,17 @@ impl WorkerThread {
                     &mut len,
                 );
             }
-            let name = self
-                .ports
-                .iter()
-                .find(|p| p.poll_fd() == Some(pfd.fd))
+            let index = self.ports.iter().position(|p| p.poll_fd() == Some(pfd.fd));
+            let name = index
+                .and_then(|i| self.ports.get(i))
                 .map_or("?", |p| p.name());
+            if let Some(d) = index.and_then(|i| self.dead.get_mut(i)) {
+                *d = true;
+            }
             warn!(
                 port = name,
                 error = %std::io::Error::from_raw_os_error(err),
-                "port failed (interface gone or down); no longer polled, the others keep forwarding"
+                "port failed (interface gone or down); not polled until re-opened, the others keep forwarding"
             );
             self.failed_ports += 1;
             // poll(2) ignores negative descriptors.
@@ -954,12 +1254,17 @@ impl WorkerThread {
     fn publish(&mut self) {
         let mut s = lock(&self.slot);
         s.worker = self.worker.stats();
-        for (d, p) in s.ports.iter_mut().zip(self.ports.iter_mut()) {
-            *d = p.stats();
+        for (i, (d, p)) in s.ports.iter_mut().zip(self.ports.iter_mut()).enumerate() {
+            // Earlier sockets' counts plus this one's: never backwards.
+            let mut total = self.port_base.get(i).copied().unwrap_or_default();
+            total.add(&p.stats());
+            *d = total;
         }
         s.oversize = self.oversize;
         s.runts = self.runts;
         s.failed_ports = self.failed_ports;
+        s.reopened = self.reopened;
+        s.reopen_failed = self.reopen_failed;
         s.csum_finished = self.csum_finished;
         s.drop_unknown_port = self.sink.drop_unknown_port;
         s.packet_in_dropped = self.sink.packet_in_dropped;
@@ -992,6 +1297,124 @@ mod tests {
             no_steer: false,
             steer_dropped: 0,
         }
+    }
+
+    /// A worker thread (not started) over `ports`, described by `data`.
+    fn worker_thread(ports: Vec<Box<dyn Port>>, data: Vec<DataPort>) -> WorkerThread {
+        let control = offlow_datapath::Control::new(offlow_pipeline::Pipeline::new(1));
+        let n = ports.len();
+        let mut s = sink(0, 1);
+        s.pending = vec![false; n];
+        WorkerThread {
+            worker: control.worker(offlow_datapath::WorkerConfig::default()),
+            ports,
+            sink: s,
+            inboxes: Vec::new().into(),
+            incoming: SteerBatch::default(),
+            steered_out: 0,
+            steered_in: 0,
+            stop: Arc::new(AtomicBool::new(false)),
+            slot: Arc::new(Mutex::new(DataplaneStats {
+                ports: vec![PortStats::default(); n],
+                ..DataplaneStats::default()
+            })),
+            oversize: 0,
+            runts: 0,
+            csum_finished: 0,
+            failed_ports: 0,
+            flush_failed: 0,
+            data_ports: data.into(),
+            netns: None,
+            fanout_base: None,
+            gens: Arc::new(Generations::new(n)),
+            seen_epoch: 0,
+            seen: vec![0; n],
+            port_base: vec![PortStats::default(); n],
+            dead: vec![false; n],
+            reopen_warned: vec![false; n],
+            reopened: 0,
+            reopen_failed: 0,
+        }
+    }
+
+    fn published(t: &WorkerThread) -> DataplaneStats {
+        lock(&t.slot).clone()
+    }
+
+    /// A re-open whose interface does not exist: counted, reported once,
+    /// visible to the control side as failed, never retried without a
+    /// bump; it leaves a placeholder that drops sends, and the port's
+    /// counters never go backwards.
+    #[test]
+    fn failed_reopen_is_flagged_retried_on_bump_and_counters_stay_monotonic() {
+        let ifname = format!("oflno{}", std::process::id() % 100_000);
+        let (mem, peer) = offlow_io::MemPort::pair("mem", 8);
+        let data = vec![DataPort {
+            ifname: ifname.clone(),
+            number: 7,
+            kind: PortKind::AfPacket,
+            missing: false,
+        }];
+        let mut t = worker_thread(vec![Box::new(mem)], data);
+        let mut bufs: Vec<PacketBuf> = (0..4)
+            .map(|_| PacketBuf::new(DEFAULT_HEADROOM, MAX_FRAME))
+            .collect();
+        for _ in 0..3 {
+            peer.inject(&[0xab; 60], RxMeta::default());
+        }
+        assert_eq!(t.receive(0, &mut bufs), 3);
+        t.publish();
+        assert_eq!(published(&t).ports[0].rx_packets, 3);
+
+        assert!(!t.reopen_requested(), "nothing asked yet");
+        assert!(t.gens.bump(0));
+        assert!(!t.gens.bump(1), "no port 1");
+        assert!(t.reopen_requested());
+        t.reopen_ports();
+        assert!(!t.reopen_requested(), "acted on");
+        assert_eq!((t.reopened, t.reopen_failed), (0, 1));
+        assert!(t.gens.latest_failed(0), "the control side can see it");
+        assert!(!t.gens.latest_failed(1));
+        assert_eq!(t.ports[0].name(), ifname, "the placeholder stands in");
+        // The placeholder receives nothing and drops (counts) sends.
+        peer.inject(&[0xab; 60], RxMeta::default());
+        assert_eq!(t.receive(0, &mut bufs), 0);
+        assert!(!t.ports[0].send(&[0; 60]));
+        t.publish();
+        let p = published(&t).ports[0];
+        assert_eq!((p.rx_packets, p.rx_bytes, p.tx_dropped), (3, 180, 1));
+        assert_eq!(published(&t).reopen_failed, 1);
+        // Without a new bump nothing is retried.
+        assert!(!t.reopen_requested());
+        // A second bump retries (and fails again): the counts carried by
+        // both closed ports stay.
+        t.gens.bump(0);
+        assert!(!t.gens.latest_failed(0), "a new request, not failed yet");
+        t.reopen_ports();
+        assert!(t.gens.latest_failed(0));
+        assert!(t.reopen_warned[0], "reported once, then only counted");
+        t.publish();
+        let p = published(&t).ports[0];
+        assert_eq!((p.rx_packets, p.tx_dropped), (3, 1));
+        assert_eq!(published(&t).reopen_failed, 2);
+        assert!(t.poll_set().is_empty(), "a placeholder has nothing to poll");
+    }
+
+    #[test]
+    fn fanout_ids_differ_across_generations_and_ports() {
+        for n_ports in [1usize, 3, 8] {
+            let mut seen = std::collections::HashSet::new();
+            for generation in 0..64u64 {
+                for i in 0..n_ports {
+                    assert!(
+                        seen.insert(fanout_id(0xfff0, n_ports, i, generation)),
+                        "n_ports {n_ports} port {i} generation {generation}"
+                    );
+                }
+            }
+        }
+        // Generation 0 keeps the start-up layout: base + index.
+        assert_eq!(fanout_id(100, 4, 2, 0), 102);
     }
 
     #[test]

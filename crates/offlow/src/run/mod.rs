@@ -32,7 +32,11 @@
 //! the frame was rewritten on the way), and become PACKET_IN messages to
 //! every connection (each filters by its role and async config), or, in standalone fail mode while no active controller
 //! is connected, feed the MAC learning of [`standalone`]. Link state is
-//! re-read every [`LINK_POLL`]; a change is announced as PORT_STATUS.
+//! re-read every [`LINK_POLL`]; a change is announced as PORT_STATUS. A
+//! port whose interface is missing at start, or disappears later, is
+//! listed down and re-opened everywhere (packet-out socket and every
+//! worker's socket) once an interface of its name exists again in the
+//! ports' namespace; that poll announces it up.
 //!
 //! Thread-safety: the control side runs on the runtime's one thread (`Rc`,
 //! `RefCell`); packet workers run on their own threads and meet it only
@@ -200,8 +204,9 @@ fn start_ports(
     }
     let netns = cfg.netns.as_deref();
     let mut ports = Vec::new();
-    let mut missing = Vec::new();
+    let mut data_ports = Vec::new();
     for p in &cfg.ports {
+        let mut missing = false;
         let (tx, link) = match p.kind {
             // Packet-outs leave through a transmit-only packet socket for
             // either kind of interface port.
@@ -210,26 +215,22 @@ fn start_ports(
                     .context("entering the ports' network namespace")?;
                 if let Err(e) = exists {
                     // Reported, and the switch runs with its other ports;
-                    // the port is listed down and takes no traffic.
+                    // the port is listed down, takes no traffic (the
+                    // workers hold a placeholder) and is opened once an
+                    // interface of its name appears (`link_loop`).
                     warn!(port = p.number, name = %p.name, error = %e,
-                        "port interface not found: the port stays down");
-                    missing.push(p.number);
-                    ports.push(SwitchPort {
-                        number: p.number,
-                        name: p.name.clone(),
-                        tx: None,
-                        link: offlow_io::LinkState::default(),
-                        tx_packets: 0,
-                    });
-                    continue;
+                        "port interface not found: the port is down until it appears");
+                    missing = true;
+                    (None, offlow_io::LinkState::default())
+                } else {
+                    let tx = in_netns(netns, || AfPacketTx::open(&p.name))
+                        .context("entering the ports' network namespace")?
+                        .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
+                    let link = tx
+                        .link()
+                        .with_context(|| format!("reading the link state of {}", p.name))?;
+                    (Some(tx), link)
                 }
-                let tx = in_netns(netns, || AfPacketTx::open(&p.name))
-                    .context("entering the ports' network namespace")?
-                    .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
-                let link = tx
-                    .link()
-                    .with_context(|| format!("reading the link state of {}", p.name))?;
-                (Some(tx), link)
             }
             // A capture port is always up; packet-outs to it are dropped
             // (its file belongs to the worker).
@@ -242,24 +243,15 @@ fn start_ports(
                 },
             ),
         };
-        ports.push(SwitchPort {
-            number: p.number,
-            name: p.name.clone(),
-            tx,
-            link,
-            tx_packets: 0,
-        });
-    }
-    let data_ports: Vec<DataPort> = cfg
-        .ports
-        .iter()
-        .filter(|p| !missing.contains(&p.number))
-        .map(|p| DataPort {
+        let interface = !matches!(p.kind, PortKind::Pcap { .. });
+        ports.push(SwitchPort::new(p.number, &p.name, interface, tx, link));
+        data_ports.push(DataPort {
             ifname: p.name.clone(),
             number: p.number,
             kind: p.kind.clone(),
-        })
-        .collect();
+            missing,
+        });
+    }
     let workers = (0..cfg.workers)
         .map(|_| {
             switch.new_worker(WorkerConfig {
@@ -278,7 +270,7 @@ fn start_ports(
         ttl_wanted,
         steering: cfg.steering(),
     })?;
-    switch.attach(ports, dp);
+    switch.attach(ports, dp, cfg.netns.clone());
     Ok(Some(rx))
 }
 
@@ -385,6 +377,8 @@ async fn run(
             runts = d.runts,
             oversize = d.oversize,
             failed_ports = d.failed_ports,
+            reopened = d.reopened,
+            reopen_failed = d.reopen_failed,
             "data plane stopped"
         );
     }
@@ -748,7 +742,8 @@ async fn packet_in_loop(
     }
 }
 
-/// Re-read link states; announce changes as PORT_STATUS.
+/// Re-read link states (re-opening ports whose interface came back);
+/// announce changes as PORT_STATUS.
 async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {

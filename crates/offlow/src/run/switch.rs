@@ -39,6 +39,19 @@
 //! packet-out worker lives only for one packet-out and credits its counts
 //! when dropped.
 //!
+//! Ports that come back ([`DatapathSwitch::refresh_links`], every
+//! [`super::LINK_POLL`]): an interface port whose interface is missing, or
+//! whose transmit socket reports it gone or re-created (the socket is
+//! bound to the old interface index), loses that socket and is listed
+//! down. Each poll then looks for an interface of its name in the ports'
+//! namespace; once there, a fresh transmit socket is opened, the workers
+//! are asked to re-open theirs ([`super::dataplane::Dataplane::reopen`])
+//! and the new link state is announced; while a worker reports that its
+//! re-open failed, each poll asks again. An unexpected failure to open
+//! the transmit socket is logged once until the interface goes away
+//! again. Port counters stay monotonic: the workers keep per-port bases,
+//! and packet-out counts live in the [`SwitchPort`], not in the socket.
+//!
 //! Thread-safety: single-threaded (the control loop owns it); `Control` is
 //! the pipeline's single writer.
 
@@ -49,6 +62,7 @@ use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
 };
 use offlow_flow::{Field, ParseStats};
+use offlow_io::netns::in_netns;
 use offlow_io::{AfPacketTx, LinkState};
 use offlow_openflow::multipart::{
     Desc, FlowStats, FlowStatsRequest, MultipartReplyBody, MultipartRequestBody, TableFeatureProp,
@@ -90,12 +104,20 @@ pub struct SwitchPort {
     pub number: u32,
     /// Linux interface name.
     pub name: String,
-    /// Packet-out transmit socket (`None`: outputs to it are dropped).
+    /// Backed by a Linux interface (AF_PACKET or AF_XDP), which may come
+    /// and go; a capture port is not.
+    pub interface: bool,
+    /// Packet-out transmit socket (`None`: outputs to it are dropped; for
+    /// an interface port, its interface is missing until the next poll
+    /// finds it).
     pub tx: Option<AfPacketTx>,
     /// Last link state read.
     pub link: LinkState,
     /// Packet-out frames sent on it.
     pub tx_packets: u64,
+    /// An unexpected failure to open it was logged (reset when the
+    /// interface is found missing, so the next failure is logged again).
+    open_failed: bool,
 }
 
 /// `OFPPS_LINK_DOWN`.
@@ -104,6 +126,57 @@ pub const OFPPS_LINK_DOWN: u32 = 1;
 pub const OFPPC_PORT_DOWN: u32 = 1;
 
 impl SwitchPort {
+    /// A port with its transmit socket (if any) and link state as read.
+    pub fn new(
+        number: u32,
+        name: &str,
+        interface: bool,
+        tx: Option<AfPacketTx>,
+        link: LinkState,
+    ) -> SwitchPort {
+        SwitchPort {
+            number,
+            name: name.to_string(),
+            interface,
+            tx,
+            link,
+            tx_packets: 0,
+            open_failed: false,
+        }
+    }
+
+    /// Look for the port's interface in namespace `netns` and, if it is
+    /// there, open a transmit socket on it; its link state, or `None`
+    /// (missing, or failed: logged once).
+    fn open_tx(&mut self, netns: Option<&str>) -> Option<LinkState> {
+        let name = self.name.as_str();
+        // `None`: no interface of that name (the expected case while it is
+        // missing, not worth a line every poll).
+        let opened = in_netns(netns, || {
+            offlow_io::afpacket::ifindex(name).ok()?;
+            Some(AfPacketTx::open(name).and_then(|tx| tx.link().map(|l| (tx, l))))
+        });
+        let failure = match opened {
+            Ok(None) => {
+                self.open_failed = false;
+                return None;
+            }
+            Ok(Some(Ok((tx, link)))) => {
+                self.tx = Some(tx);
+                self.open_failed = false;
+                return Some(link);
+            }
+            Ok(Some(Err(e))) => e,
+            Err(e) => e,
+        };
+        if !self.open_failed {
+            self.open_failed = true;
+            tracing::warn!(port = self.number, name = %self.name, error = %failure,
+                "port interface present but cannot be opened; retried every poll (logged once)");
+        }
+        None
+    }
+
     /// The port's OpenFlow description.
     pub fn desc(&self) -> offlow_openflow::Port {
         offlow_openflow::Port {
@@ -180,6 +253,8 @@ pub struct DatapathSwitch {
     ports: Vec<SwitchPort>,
     /// The packet workers, once started.
     dataplane: Option<super::dataplane::Dataplane>,
+    /// The namespace the ports live in (re-opened there).
+    netns: Option<String>,
     /// When the switch started (port stats durations).
     started: std::time::Instant,
     /// Removed entries with SEND_FLOW_REM, not yet reported.
@@ -202,6 +277,7 @@ impl DatapathSwitch {
             control,
             ports: Vec::new(),
             dataplane: None,
+            netns: None,
             started: std::time::Instant::now(),
             removed: Vec::new(),
             dpid,
@@ -284,10 +360,17 @@ impl DatapathSwitch {
         self.control.worker(config)
     }
 
-    /// Attach the data ports and the running packet workers.
-    pub fn attach(&mut self, ports: Vec<SwitchPort>, dataplane: super::dataplane::Dataplane) {
+    /// Attach the data ports (living in namespace `netns`) and the
+    /// running packet workers.
+    pub fn attach(
+        &mut self,
+        ports: Vec<SwitchPort>,
+        dataplane: super::dataplane::Dataplane,
+        netns: Option<String>,
+    ) {
         self.ports = ports;
         self.dataplane = Some(dataplane);
+        self.netns = netns;
     }
 
     /// A handle on the packet workers' counters, for other threads.
@@ -295,26 +378,57 @@ impl DatapathSwitch {
         self.dataplane.as_ref().map(|d| d.stats_handle())
     }
 
-    /// Re-read every port's link state; returns the ports whose state
-    /// changed (for PORT_STATUS).
+    /// Re-read every port's link state, re-opening the ports whose
+    /// interface (re)appeared (see the module docs); returns the ports
+    /// whose state changed (for PORT_STATUS).
     pub fn refresh_links(&mut self) -> Vec<offlow_openflow::Port> {
         let mut changed = Vec::new();
+        let netns = self.netns.as_deref();
         for p in &mut self.ports {
-            let Some(tx) = &p.tx else { continue };
-            let now = match tx.link() {
-                Ok(now) => now,
-                // The interface is gone: down, address kept for the record.
-                Err(e) => {
-                    if p.link.admin_up || p.link.link_up {
-                        tracing::warn!(port = p.number, name = %p.name, error = %e,
-                            "port interface disappeared");
+            if !p.interface {
+                continue;
+            }
+            let read = p.tx.as_ref().map(AfPacketTx::link);
+            let now = match read {
+                Some(Ok(now)) => {
+                    // A worker that could not re-open it is asked again.
+                    if self
+                        .dataplane
+                        .as_ref()
+                        .is_some_and(|d| d.retry_failed_reopen(p.number))
+                    {
+                        tracing::debug!(port = p.number, name = %p.name,
+                            "asking the workers to re-open the port again");
                     }
-                    LinkState {
+                    Some(now)
+                }
+                Some(Err(e)) => {
+                    // Gone, or re-created under the same name: either way
+                    // this socket (and the workers') is bound to an
+                    // interface that no longer exists.
+                    tracing::warn!(port = p.number, name = %p.name, error = %e,
+                        "port interface disappeared; re-opened when it is back");
+                    p.tx = None;
+                    None
+                }
+                None => None,
+            };
+            let now = match now {
+                Some(now) => now,
+                None => match p.open_tx(netns) {
+                    Some(link) => {
+                        let asked = self.dataplane.as_ref().is_some_and(|d| d.reopen(p.number));
+                        tracing::info!(port = p.number, name = %p.name, workers_asked = asked,
+                            "port interface appeared: port re-opened");
+                        link
+                    }
+                    // Down, address kept for the record.
+                    None => LinkState {
                         hw_addr: p.link.hw_addr,
                         admin_up: false,
                         link_up: false,
-                    }
-                }
+                    },
+                },
             };
             if now != p.link {
                 p.link = now;
@@ -970,6 +1084,45 @@ mod tests {
             origins(&mut sw, 2),
             vec![sender(0, 0xaa, false), sender(2, 0x77, true)]
         );
+    }
+
+    /// A port whose interface vanished is announced down once; a missing
+    /// one stays down quietly; a capture port is left alone; and (as root,
+    /// which packet sockets need) an interface that exists is opened and
+    /// announced up.
+    #[test]
+    fn refresh_links_announces_vanished_and_found_interfaces() {
+        let up = LinkState {
+            hw_addr: [2, 0, 0, 0, 0, 9],
+            admin_up: true,
+            link_up: true,
+        };
+        let gone = format!("oflgone{}", std::process::id() % 100_000);
+        let mut sw = DatapathSwitch::new(1, 1);
+        sw.ports = vec![
+            SwitchPort::new(5, &gone, true, None, up),
+            SwitchPort::new(6, "capture", false, None, up),
+        ];
+        let changed = sw.refresh_links();
+        assert_eq!(changed.len(), 1, "only the vanished port");
+        assert_eq!(changed[0].port_no, 5);
+        assert_eq!(changed[0].state, OFPPS_LINK_DOWN);
+        assert_eq!(changed[0].config, OFPPC_PORT_DOWN);
+        assert_eq!(changed[0].hw_addr, up.hw_addr, "address kept");
+        assert!(sw.ports[0].tx.is_none() && !sw.ports[0].open_failed);
+        assert!(sw.refresh_links().is_empty(), "announced once");
+        assert_eq!(sw.ports[1].link, up, "a capture port is not polled");
+
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            sw.ports
+                .push(SwitchPort::new(7, "lo", true, None, LinkState::default()));
+            let changed = sw.refresh_links();
+            assert_eq!(changed.len(), 1, "lo found");
+            assert_eq!((changed[0].port_no, changed[0].config), (7, 0));
+            assert!(sw.ports[2].tx.is_some(), "packet-out socket opened");
+            assert!(sw.refresh_links().is_empty(), "and still there");
+        }
     }
 
     #[test]

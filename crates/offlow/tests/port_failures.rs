@@ -1,0 +1,386 @@
+//! Ports that come back: `offlow run` with a port whose interface is
+//! missing at start, then created; and a port whose interface is deleted
+//! while the switch runs, then created again. Each time the switch must
+//! notice within a few link polls, announce the port's state
+//! (PORT_STATUS, `dump-ports-desc`), keep forwarding between the other
+//! ports, and forward through the port again once its interface is back.
+//!
+//! Topology (built here: the shared `Net` has two hosts): a switch
+//! namespace with three veth ports and three host namespaces holding
+//! their peers (`eth0`, 10.0.0.1-3/24). The switch runs standalone (MAC
+//! learning), once with AF_PACKET ports and two workers (re-opened
+//! sockets form a fanout group again), once with AF_XDP ports (a
+//! re-opened port attaches its program to the new interface).
+//!
+//! Needs root, `ip`, `ethtool` and `ovs-ofctl`; without them the test
+//! prints a notice and passes, unless `CI` is set (then it fails). Every
+//! wait polls with a deadline of a few seconds; every namespace (and so
+//! every veth) is deleted by a guard, pass or fail.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)] // each test file uses a subset of the harness
+mod common;
+
+use common::{can_run, first_number_after, ip, sh, Daemon};
+
+/// Makes names unique within this process.
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// Longest wait for the switch to notice an interface change (link state
+/// is polled every second).
+const NOTICE_WAIT: Duration = Duration::from_secs(6);
+
+/// Hosts' offloads: software segmentation (see the `ports` tests).
+const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
+/// AF_XDP does not flag partial checksums: the hosts finish their own.
+const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "tx", "off"];
+
+/// A switch namespace and three host namespaces; port `i` is veth
+/// `ports[i]` in the switch namespace, its peer `eth0` in `h[i]`
+/// (10.0.0.(i+1)/24). Every namespace is deleted on drop (veths with
+/// them).
+struct Topo {
+    sw: String,
+    h: [String; 3],
+    ports: [String; 3],
+    /// `ethtool -K eth0` settings of the hosts.
+    offloads: &'static [&'static str],
+}
+
+impl Topo {
+    /// The namespaces, and the links of the hosts in `linked`.
+    fn new(linked: &[usize], offloads: &'static [&'static str]) -> Topo {
+        let tag = format!(
+            "ofp{}x{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        // The guard exists before the first `ip` call, so a failure
+        // half-way still deletes what was made.
+        let t = Topo {
+            sw: format!("{tag}s"),
+            h: [0, 1, 2].map(|i| format!("{tag}h{i}")),
+            ports: [1, 2, 3].map(|i| format!("{tag}p{i}")),
+            offloads,
+        };
+        for p in &t.ports {
+            assert!(p.len() <= 15, "interface name {p} is over 15 bytes");
+        }
+        for ns in t.h.iter().chain([&t.sw]) {
+            ip(&["netns", "add", ns]);
+        }
+        for &i in linked {
+            t.link(i, None);
+        }
+        t
+    }
+
+    /// Create port `i`'s veth pair and configure the host end; with
+    /// `down_for`, the switch end stays down that long first (the switch
+    /// sees an interface it cannot fully open yet).
+    fn link(&self, i: usize, down_for: Option<Duration>) {
+        ip(&[
+            "link",
+            "add",
+            &self.ports[i],
+            "netns",
+            &self.sw,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &self.h[i],
+        ]);
+        let addr = format!("10.0.0.{}/24", i + 1);
+        ip(&["-n", &self.h[i], "addr", "add", &addr, "dev", "eth0"]);
+        ip(&["-n", &self.h[i], "link", "set", "eth0", "up"]);
+        ip(&["-n", &self.h[i], "link", "set", "lo", "up"]);
+        let mut args = vec!["netns", "exec", &self.h[i], "ethtool", "-K", "eth0"];
+        args.extend_from_slice(self.offloads);
+        let out = sh("ip", &args);
+        assert!(
+            out.status.success(),
+            "ethtool: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Some(d) = down_for {
+            std::thread::sleep(d);
+        }
+        ip(&["-n", &self.sw, "link", "set", &self.ports[i], "up"]);
+    }
+
+    /// Delete port `i`'s veth pair from the switch side.
+    fn unlink(&self, i: usize) {
+        ip(&["-n", &self.sw, "link", "del", &self.ports[i]]);
+    }
+
+    /// Ping host `to` from host `from` (up to 3 echoes, 0.2 s apart);
+    /// whether any reply came. Retried once: the first echo after a
+    /// topology change may go to a MAC the switch has not learned yet.
+    fn ping(&self, from: usize, to: usize) -> bool {
+        let dst = format!("10.0.0.{}", to + 1);
+        (0..2).any(|_| {
+            sh(
+                "ip",
+                &[
+                    "netns",
+                    "exec",
+                    &self.h[from],
+                    "ping",
+                    "-c",
+                    "3",
+                    "-i",
+                    "0.2",
+                    "-W",
+                    "1",
+                    &dst,
+                ],
+            )
+            .status
+            .success()
+        })
+    }
+}
+
+impl Drop for Topo {
+    fn drop(&mut self) {
+        for ns in self.h.iter().chain([&self.sw]) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// An `ovs-ofctl monitor` on the switch, killed (and its control socket
+/// removed) on drop.
+struct Monitor {
+    child: Option<Child>,
+    unixctl: String,
+}
+
+impl Monitor {
+    fn start(d: &Daemon) -> Monitor {
+        let unixctl = format!(
+            "{}/ofl-pf-monitor-{}-{}.ctl",
+            std::env::temp_dir().display(),
+            std::process::id(),
+            d.port
+        );
+        let child = Command::new("ovs-ofctl")
+            .args(["-O", "OpenFlow13", "--no-names", "monitor"])
+            .arg(d.target())
+            .arg("--timeout=50")
+            // The default control directory belongs to the (maybe absent)
+            // Open vSwitch daemon.
+            .arg(format!("--unixctl={unixctl}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ovs-ofctl monitor");
+        Monitor {
+            child: Some(child),
+            unixctl,
+        }
+    }
+
+    /// Stop it; everything it printed (stdout and stderr: where the
+    /// messages go depends on the ovs-ofctl version).
+    fn finish(mut self) -> String {
+        let Some(mut c) = self.child.take() else {
+            return String::new();
+        };
+        let _ = c.kill();
+        let out = c.wait_with_output().expect("monitor output");
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = std::fs::remove_file(&self.unixctl);
+    }
+}
+
+/// The `dump-ports-desc` block of port `number` named `name` (its header
+/// line up to the next port's).
+fn port_block(desc: &str, number: u32, name: &str) -> String {
+    let header = format!("{number}({name}):");
+    let mut lines = desc.lines().skip_while(|l| !l.contains(&header));
+    let mut block: Vec<&str> = lines.next().into_iter().collect();
+    block.extend(lines.take_while(|l| !l.contains("): addr:")));
+    block.join("\n")
+}
+
+/// Up: neither administratively down nor without a link.
+fn is_up(block: &str) -> bool {
+    !block.is_empty() && !block.contains("PORT_DOWN") && !block.contains("LINK_DOWN")
+}
+
+/// Poll the switch's description of port `i + 1` until `want(block)`,
+/// for at most [`NOTICE_WAIT`]; the last block seen.
+fn wait_port(d: &Daemon, t: &Topo, i: usize, what: &str, want: fn(&str) -> bool) -> String {
+    let deadline = Instant::now() + NOTICE_WAIT;
+    loop {
+        let desc = d.ofctl(&["dump-ports-desc"]);
+        let block = port_block(&desc, i as u32 + 1, &t.ports[i]);
+        if want(&block) {
+            return block;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "port {} not {what} within {NOTICE_WAIT:?}:\n{desc}",
+            i + 1
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Receive packets of port `number` per `dump-ports`.
+fn rx_packets(d: &Daemon, number: u32) -> u64 {
+    let out = d.ofctl(&["dump-ports", &number.to_string()]);
+    first_number_after(&out, "rx pkts=")
+}
+
+/// Whether the switch side of port `i` has an XDP program attached.
+fn xdp_attached(t: &Topo, i: usize) -> bool {
+    let link = sh("ip", &["-n", &t.sw, "-d", "link", "show", &t.ports[i]]);
+    String::from_utf8_lossy(&link.stdout).contains("prog/xdp")
+}
+
+#[test]
+fn af_packet_ports_missing_at_start_or_deleted_come_back() {
+    if !can_run("the port failure test", true, &["ovs-ofctl", "ethtool"]) {
+        return;
+    }
+    // Port 3's interface does not exist yet.
+    let t = Topo::new(&[0, 1], OFFLOADS);
+    let ports = t.ports.clone();
+    // Two workers: re-opened sockets also form a fanout group again.
+    scenario(&t, &ports, &["--workers", "2"], |_, _| {});
+}
+
+#[test]
+fn af_xdp_ports_missing_at_start_or_deleted_come_back() {
+    if !can_run("the port failure test", true, &["ovs-ofctl", "ethtool"]) {
+        return;
+    }
+    let t = Topo::new(&[0, 1], XDP_OFFLOADS);
+    let ports = [0, 1, 2].map(|i| format!("af_xdp:{}={}", t.ports[i], i + 1));
+    // A re-opened AF_XDP port has its program on the new interface.
+    scenario(&t, &ports, &[], |t, i| {
+        assert!(
+            xdp_attached(t, i),
+            "XDP program on re-created port {}",
+            i + 1
+        );
+    });
+}
+
+/// Steps (a) to (d) (see the module docs) with `port_args` as the three
+/// `--port` values and `extra` options; `check(t, i)` runs once traffic
+/// crossed port `i` after its interface came back.
+fn scenario(t: &Topo, port_args: &[String; 3], extra: &[&str], check: fn(&Topo, usize)) {
+    let started = Instant::now();
+    let mut args = vec!["--netns", &t.sw, "--fail-mode", "standalone"];
+    for p in port_args {
+        args.extend_from_slice(&["--port", p]);
+    }
+    args.extend_from_slice(extra);
+    let mut d = Daemon::start(&args);
+    let monitor = Monitor::start(&d);
+
+    // (a) The switch runs; port 3 is listed, down; 1 and 2 forward.
+    let desc = d.ofctl(&["dump-ports-desc"]);
+    let block3 = port_block(&desc, 3, &t.ports[2]);
+    assert!(
+        block3.contains("LINK_DOWN") && block3.contains("PORT_DOWN"),
+        "missing port listed down: {desc}"
+    );
+    // (A veth's carrier may come a moment after the switch read it.)
+    wait_port(&d, t, 0, "up", is_up);
+    assert!(t.ping(0, 1), "hosts 1 and 2 ping across the switch");
+    let rx1_before = rx_packets(&d, 1);
+    assert!(rx1_before >= 3, "port 1 counted the echoes: {rx1_before}");
+
+    // (b) Port 3's interface appears, first down for more than a link
+    // poll (packet sockets cannot join a fanout group on a down interface,
+    // nor AF_XDP sockets bind, so the workers' first re-open may fail and
+    // must be retried), then up: announced up, its host reaches both.
+    t.link(2, Some(Duration::from_millis(1500)));
+    wait_port(&d, t, 2, "up", is_up);
+    assert!(t.ping(2, 0), "the new port's host reaches host 1");
+    assert!(t.ping(2, 1), "... and host 2");
+    check(t, 2);
+    assert!(rx_packets(&d, 3) >= 3, "port 3 counts what it receives");
+
+    // (c) Port 1's interface is deleted: reported down, 2 and 3 go on.
+    t.unlink(0);
+    let block1 = wait_port(&d, t, 0, "down", |b| b.contains("LINK_DOWN"));
+    assert!(block1.contains("PORT_DOWN"), "{block1}");
+    assert!(t.ping(1, 2), "hosts 2 and 3 still ping");
+    assert!(
+        d.child.try_wait().expect("daemon status").is_none(),
+        "the switch survives a deleted interface"
+    );
+
+    // (d) Port 1's interface is created again: traffic through it resumes
+    // (from the new host end: the others' ARP caches hold the old MAC,
+    // which its requests refresh).
+    t.link(0, None);
+    wait_port(&d, t, 0, "up again", is_up);
+    assert!(
+        t.ping(0, 1),
+        "host 1 reaches host 2 through the re-opened port"
+    );
+    assert!(t.ping(0, 2), "... and host 3");
+    check(t, 0);
+    let rx1_after = rx_packets(&d, 1);
+    assert!(
+        rx1_after >= rx1_before + 3,
+        "port 1's counters went on from where they were: {rx1_before} then {rx1_after}"
+    );
+
+    // Every change was announced to the connected controller.
+    let text = monitor.finish();
+    let statuses: Vec<&str> = text
+        .split("OFPT_PORT_STATUS")
+        .skip(1)
+        .map(|m| m.split("OFPT_").next().unwrap_or(m))
+        .collect();
+    let about = |i: usize| {
+        let header = format!("{}({}):", i + 1, t.ports[i]);
+        statuses
+            .iter()
+            .filter(move |m| m.contains(&header))
+            .copied()
+            .collect::<Vec<&str>>()
+    };
+    assert!(
+        about(2).iter().any(|m| is_up(m)),
+        "port 3 announced up: {text}"
+    );
+    let p1 = about(0);
+    let down = p1.iter().position(|m| m.contains("LINK_DOWN"));
+    let up = p1.iter().rposition(|m| is_up(m));
+    assert!(
+        matches!((down, up), (Some(a), Some(b)) if a < b),
+        "port 1 announced down, then up: {text}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}
