@@ -6,7 +6,7 @@
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
 use offlow_flow::{extract, Field, ParseStats};
-use offlow_pipeline::{Action, PortNo};
+use offlow_pipeline::{Action, PacketInOrigin, PortNo};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -16,14 +16,7 @@ impl OutputSink for CountSink {
     fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta) {
         self.0 += port as u64 + frame.len() as u64 + meta.final_view as u64;
     }
-    fn controller(
-        &mut self,
-        _frame: &[u8],
-        _max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
-    }
+    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {}
     fn port_count(&self) -> usize {
         0
     }

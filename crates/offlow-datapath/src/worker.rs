@@ -1073,14 +1073,7 @@ struct NullSink;
 
 impl OutputSink for NullSink {
     fn output(&mut self, _port: u32, _frame: &[u8], _meta: OutputMeta) {}
-    fn controller(
-        &mut self,
-        _frame: &[u8],
-        _max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
-    }
+    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {}
     fn port_count(&self) -> usize {
         0
     }
@@ -1195,13 +1188,7 @@ impl OutputSink for CountingSink {
         }
     }
 
-    fn controller(
-        &mut self,
-        _frame: &[u8],
-        _max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
+    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {
         self.to_controller += 1;
     }
 

@@ -52,14 +52,7 @@ impl OutputSink for SteerSink {
     fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
         self.sent.push((port, frame.to_vec()));
     }
-    fn controller(
-        &mut self,
-        _frame: &[u8],
-        _max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
-    }
+    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {}
     fn port_count(&self) -> usize {
         0
     }
@@ -329,14 +322,7 @@ impl OutputSink for MultiSink {
     fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
         self.sent.push((self.me, port, frame.to_vec()));
     }
-    fn controller(
-        &mut self,
-        _frame: &[u8],
-        _max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
-    }
+    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {}
     fn port_count(&self) -> usize {
         0
     }

@@ -5,9 +5,9 @@
 //! (PORT_STATUS, `dump-ports-desc`), keep forwarding between the other
 //! ports, and forward through the port again once its interface is back.
 //!
-//! Topology (built here: the shared `Net` has two hosts): a switch
-//! namespace with three veth ports and three host namespaces holding
-//! their peers (`eth0`, 10.0.0.1-3/24). The switch runs standalone (MAC
+//! Topology (the shared `Net`): a switch namespace with three veth ports
+//! and three host namespaces holding their peers (`eth0`,
+//! 10.0.0.1-3/24). The switch runs standalone (MAC
 //! learning), once with AF_PACKET ports and two workers (re-opened
 //! sockets form a fanout group again), once with AF_XDP ports (a
 //! re-opened port attaches its program to the new interface).
@@ -18,16 +18,12 @@
 //! every veth) is deleted by a guard, pass or fail.
 
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{can_run, first_number_after, ip, sh, Daemon};
-
-/// Makes names unique within this process.
-static SEQ: AtomicU32 = AtomicU32::new(0);
+use common::{can_run, first_number_after, sh, Daemon, Net};
 
 /// Longest wait for the switch to notice an interface change (link state
 /// is polled every second).
@@ -38,121 +34,12 @@ const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 /// AF_XDP does not flag partial checksums: the hosts finish their own.
 const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "tx", "off"];
 
-/// A switch namespace and three host namespaces; port `i` is veth
-/// `ports[i]` in the switch namespace, its peer `eth0` in `h[i]`
-/// (10.0.0.(i+1)/24). Every namespace is deleted on drop (veths with
-/// them).
-struct Topo {
-    sw: String,
-    h: [String; 3],
-    ports: [String; 3],
-    /// `ethtool -K eth0` settings of the hosts.
-    offloads: &'static [&'static str],
-}
-
-impl Topo {
-    /// The namespaces, and the links of the hosts in `linked`.
-    fn new(linked: &[usize], offloads: &'static [&'static str]) -> Topo {
-        let tag = format!(
-            "ofp{}x{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        // The guard exists before the first `ip` call, so a failure
-        // half-way still deletes what was made.
-        let t = Topo {
-            sw: format!("{tag}s"),
-            h: [0, 1, 2].map(|i| format!("{tag}h{i}")),
-            ports: [1, 2, 3].map(|i| format!("{tag}p{i}")),
-            offloads,
-        };
-        for p in &t.ports {
-            assert!(p.len() <= 15, "interface name {p} is over 15 bytes");
-        }
-        for ns in t.h.iter().chain([&t.sw]) {
-            ip(&["netns", "add", ns]);
-        }
-        for &i in linked {
-            t.link(i, None);
-        }
-        t
-    }
-
-    /// Create port `i`'s veth pair and configure the host end; with
-    /// `down_for`, the switch end stays down that long first (the switch
-    /// sees an interface it cannot fully open yet).
-    fn link(&self, i: usize, down_for: Option<Duration>) {
-        ip(&[
-            "link",
-            "add",
-            &self.ports[i],
-            "netns",
-            &self.sw,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &self.h[i],
-        ]);
-        let addr = format!("10.0.0.{}/24", i + 1);
-        ip(&["-n", &self.h[i], "addr", "add", &addr, "dev", "eth0"]);
-        ip(&["-n", &self.h[i], "link", "set", "eth0", "up"]);
-        ip(&["-n", &self.h[i], "link", "set", "lo", "up"]);
-        let mut args = vec!["netns", "exec", &self.h[i], "ethtool", "-K", "eth0"];
-        args.extend_from_slice(self.offloads);
-        let out = sh("ip", &args);
-        assert!(
-            out.status.success(),
-            "ethtool: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if let Some(d) = down_for {
-            std::thread::sleep(d);
-        }
-        ip(&["-n", &self.sw, "link", "set", &self.ports[i], "up"]);
-    }
-
-    /// Delete port `i`'s veth pair from the switch side.
-    fn unlink(&self, i: usize) {
-        ip(&["-n", &self.sw, "link", "del", &self.ports[i]]);
-    }
-
-    /// Ping host `to` from host `from` (up to 3 echoes, 0.2 s apart);
-    /// whether any reply came. Retried once: the first echo after a
-    /// topology change may go to a MAC the switch has not learned yet.
-    fn ping(&self, from: usize, to: usize) -> bool {
-        let dst = format!("10.0.0.{}", to + 1);
-        (0..2).any(|_| {
-            sh(
-                "ip",
-                &[
-                    "netns",
-                    "exec",
-                    &self.h[from],
-                    "ping",
-                    "-c",
-                    "3",
-                    "-i",
-                    "0.2",
-                    "-W",
-                    "1",
-                    &dst,
-                ],
-            )
-            .status
-            .success()
-        })
-    }
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for ns in self.h.iter().chain([&self.sw]) {
-            let _ = Command::new("ip").args(["netns", "del", ns]).status();
-        }
-    }
+/// Ping host `to` from host `from` (up to 3 echoes); whether any reply
+/// came. Retried once: the first echo after a topology change may go to a
+/// MAC the switch has not learned yet.
+fn ping(net: &Net, from: usize, to: usize) -> bool {
+    let dst = format!("10.0.0.{}", to + 1);
+    (0..2).any(|_| net.ping(from, &dst, 3))
 }
 
 /// An `ovs-ofctl monitor` on the switch, killed (and its control socket
@@ -230,7 +117,7 @@ fn is_up(block: &str) -> bool {
 
 /// Poll the switch's description of port `i + 1` until `want(block)`,
 /// for at most [`NOTICE_WAIT`]; the last block seen.
-fn wait_port(d: &Daemon, t: &Topo, i: usize, what: &str, want: fn(&str) -> bool) -> String {
+fn wait_port(d: &Daemon, t: &Net, i: usize, what: &str, want: fn(&str) -> bool) -> String {
     let deadline = Instant::now() + NOTICE_WAIT;
     loop {
         let desc = d.ofctl(&["dump-ports-desc"]);
@@ -254,7 +141,7 @@ fn rx_packets(d: &Daemon, number: u32) -> u64 {
 }
 
 /// Whether the switch side of port `i` has an XDP program attached.
-fn xdp_attached(t: &Topo, i: usize) -> bool {
+fn xdp_attached(t: &Net, i: usize) -> bool {
     let link = sh("ip", &["-n", &t.sw, "-d", "link", "show", &t.ports[i]]);
     String::from_utf8_lossy(&link.stdout).contains("prog/xdp")
 }
@@ -265,7 +152,7 @@ fn af_packet_ports_missing_at_start_or_deleted_come_back() {
         return;
     }
     // Port 3's interface does not exist yet.
-    let t = Topo::new(&[0, 1], OFFLOADS);
+    let t = Net::with_hosts("ofp", OFFLOADS, 3, &[0, 1]);
     let ports = t.ports.clone();
     // Two workers: re-opened sockets also form a fanout group again.
     scenario(&t, &ports, &["--workers", "2"], |_, _| {});
@@ -276,7 +163,7 @@ fn af_xdp_ports_missing_at_start_or_deleted_come_back() {
     if !can_run("the port failure test", true, &["ovs-ofctl", "ethtool"]) {
         return;
     }
-    let t = Topo::new(&[0, 1], XDP_OFFLOADS);
+    let t = Net::with_hosts("ofp", XDP_OFFLOADS, 3, &[0, 1]);
     let ports = [0, 1, 2].map(|i| format!("af_xdp:{}={}", t.ports[i], i + 1));
     // A re-opened AF_XDP port has its program on the new interface.
     scenario(&t, &ports, &[], |t, i| {
@@ -291,7 +178,7 @@ fn af_xdp_ports_missing_at_start_or_deleted_come_back() {
 /// Steps (a) to (d) (see the module docs) with `port_args` as the three
 /// `--port` values and `extra` options; `check(t, i)` runs once traffic
 /// crossed port `i` after its interface came back.
-fn scenario(t: &Topo, port_args: &[String; 3], extra: &[&str], check: fn(&Topo, usize)) {
+fn scenario(t: &Net, port_args: &[String], extra: &[&str], check: fn(&Net, usize)) {
     let started = Instant::now();
     let mut args = vec!["--netns", &t.sw, "--fail-mode", "standalone"];
     for p in port_args {
@@ -310,7 +197,7 @@ fn scenario(t: &Topo, port_args: &[String; 3], extra: &[&str], check: fn(&Topo, 
     );
     // (A veth's carrier may come a moment after the switch read it.)
     wait_port(&d, t, 0, "up", is_up);
-    assert!(t.ping(0, 1), "hosts 1 and 2 ping across the switch");
+    assert!(ping(t, 0, 1), "hosts 1 and 2 ping across the switch");
     let rx1_before = rx_packets(&d, 1);
     assert!(rx1_before >= 3, "port 1 counted the echoes: {rx1_before}");
 
@@ -320,8 +207,8 @@ fn scenario(t: &Topo, port_args: &[String; 3], extra: &[&str], check: fn(&Topo, 
     // must be retried), then up: announced up, its host reaches both.
     t.link(2, Some(Duration::from_millis(1500)));
     wait_port(&d, t, 2, "up", is_up);
-    assert!(t.ping(2, 0), "the new port's host reaches host 1");
-    assert!(t.ping(2, 1), "... and host 2");
+    assert!(ping(t, 2, 0), "the new port's host reaches host 1");
+    assert!(ping(t, 2, 1), "... and host 2");
     check(t, 2);
     assert!(rx_packets(&d, 3) >= 3, "port 3 counts what it receives");
 
@@ -329,7 +216,7 @@ fn scenario(t: &Topo, port_args: &[String; 3], extra: &[&str], check: fn(&Topo, 
     t.unlink(0);
     let block1 = wait_port(&d, t, 0, "down", |b| b.contains("LINK_DOWN"));
     assert!(block1.contains("PORT_DOWN"), "{block1}");
-    assert!(t.ping(1, 2), "hosts 2 and 3 still ping");
+    assert!(ping(t, 1, 2), "hosts 2 and 3 still ping");
     assert!(
         d.child.try_wait().expect("daemon status").is_none(),
         "the switch survives a deleted interface"
@@ -341,10 +228,10 @@ fn scenario(t: &Topo, port_args: &[String; 3], extra: &[&str], check: fn(&Topo, 
     t.link(0, None);
     wait_port(&d, t, 0, "up again", is_up);
     assert!(
-        t.ping(0, 1),
+        ping(t, 0, 1),
         "host 1 reaches host 2 through the re-opened port"
     );
-    assert!(t.ping(0, 2), "... and host 3");
+    assert!(ping(t, 0, 2), "... and host 3");
     check(t, 0);
     let rx1_after = rx_packets(&d, 1);
     assert!(

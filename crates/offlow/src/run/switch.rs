@@ -74,7 +74,8 @@ use offlow_openflow::{
     TableFeaturesFailedCode,
 };
 use offlow_pipeline::{
-    BadActionCode, FlowFilter, FlowMatch, FlowMod, Pipeline, PortNo, RemovedFlow, TABLE_ALL,
+    BadActionCode, FlowFilter, FlowMatch, FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow,
+    TABLE_ALL,
 };
 
 /// `OFPC_FLOW_STATS | OFPC_TABLE_STATS | OFPC_PORT_STATS` (§7.3.1).
@@ -229,13 +230,7 @@ impl OutputSink for ControlSink<'_> {
             None => self.drop_unknown_port += 1,
         }
     }
-    fn controller(
-        &mut self,
-        _frame: &[u8],
-        _max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
+    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {
         self.drop_to_controller += 1;
     }
     fn port_count(&self) -> usize {

@@ -306,20 +306,28 @@ pub fn ip(args: &[&str]) {
     );
 }
 
-/// A switch namespace `sw` holding veth ports `ports[0]` and `ports[1]`,
-/// whose peers are `eth0` in host namespaces `h[0]` (10.0.0.1/24) and
-/// `h[1]` (10.0.0.2/24). All three namespaces are deleted on drop.
+/// A switch namespace `sw` holding veth ports `ports[i]`, whose peers are
+/// `eth0` in host namespaces `h[i]` (10.0.0.(i+1)/24): two hosts with
+/// [`Net::new`], more with [`Net::with_hosts`]. Every namespace is deleted
+/// on drop (the veth pairs go with them).
 pub struct Net {
     pub sw: String,
-    pub h: [String; 2],
-    pub ports: [String; 2],
+    pub h: Vec<String>,
+    pub ports: Vec<String>,
+    /// `ethtool -K eth0` settings of the hosts.
+    offloads: Vec<String>,
 }
 
 impl Net {
-    /// Build the topology with names starting `tag` (three characters,
-    /// one per test file) and these `ethtool -K eth0` settings on both
-    /// hosts.
+    /// Two hosts, both linked, with names starting `tag` (three
+    /// characters, one per test file) and these `ethtool -K eth0` settings.
     pub fn new(tag: &str, offloads: &[&str]) -> Net {
+        Net::with_hosts(tag, offloads, 2, &[0, 1])
+    }
+
+    /// `hosts` host namespaces; only the hosts in `linked` get their veth
+    /// pair now (the others with [`Net::link`]).
+    pub fn with_hosts(tag: &str, offloads: &[&str], hosts: usize, linked: &[usize]) -> Net {
         let tag = format!(
             "{tag}{}x{}",
             std::process::id(),
@@ -329,44 +337,61 @@ impl Net {
         // deletes what exists.
         let net = Net {
             sw: format!("{tag}s"),
-            h: [format!("{tag}a"), format!("{tag}b")],
-            ports: [format!("{tag}p1"), format!("{tag}p2")],
+            h: (0..hosts).map(|i| format!("{tag}h{i}")).collect(),
+            ports: (1..=hosts).map(|i| format!("{tag}p{i}")).collect(),
+            offloads: offloads.iter().map(|o| o.to_string()).collect(),
         };
         for p in &net.ports {
             assert!(p.len() <= 15, "interface name {p} is over 15 bytes");
         }
-        ip(&["netns", "add", &net.sw]);
-        for i in 0..2 {
-            ip(&["netns", "add", &net.h[i]]);
-            ip(&[
-                "link",
-                "add",
-                &net.ports[i],
-                "netns",
-                &net.sw,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                &net.h[i],
-            ]);
-            ip(&["-n", &net.sw, "link", "set", &net.ports[i], "up"]);
-            let addr = format!("10.0.0.{}/24", i + 1);
-            ip(&["-n", &net.h[i], "addr", "add", &addr, "dev", "eth0"]);
-            ip(&["-n", &net.h[i], "link", "set", "eth0", "up"]);
-            ip(&["-n", &net.h[i], "link", "set", "lo", "up"]);
-            let mut args = vec!["netns", "exec", &net.h[i], "ethtool", "-K", "eth0"];
-            args.extend_from_slice(offloads);
-            let out = sh("ip", &args);
-            assert!(
-                out.status.success(),
-                "ethtool: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+        for ns in net.h.iter().chain([&net.sw]) {
+            ip(&["netns", "add", ns]);
+        }
+        for &i in linked {
+            net.link(i, None);
         }
         net
+    }
+
+    /// Create host `i`'s veth pair and configure its end; with
+    /// `switch_down_for`, the switch's end stays down that long first (an
+    /// interface the switch can see but not use yet).
+    pub fn link(&self, i: usize, switch_down_for: Option<Duration>) {
+        ip(&[
+            "link",
+            "add",
+            &self.ports[i],
+            "netns",
+            &self.sw,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            &self.h[i],
+        ]);
+        let addr = format!("10.0.0.{}/24", i + 1);
+        ip(&["-n", &self.h[i], "addr", "add", &addr, "dev", "eth0"]);
+        ip(&["-n", &self.h[i], "link", "set", "eth0", "up"]);
+        ip(&["-n", &self.h[i], "link", "set", "lo", "up"]);
+        let mut args = vec!["netns", "exec", &self.h[i], "ethtool", "-K", "eth0"];
+        args.extend(self.offloads.iter().map(String::as_str));
+        let out = sh("ip", &args);
+        assert!(
+            out.status.success(),
+            "ethtool: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if let Some(d) = switch_down_for {
+            std::thread::sleep(d);
+        }
+        ip(&["-n", &self.sw, "link", "set", &self.ports[i], "up"]);
+    }
+
+    /// Delete host `i`'s veth pair from the switch side.
+    pub fn unlink(&self, i: usize) {
+        ip(&["-n", &self.sw, "link", "del", &self.ports[i]]);
     }
 
     /// `ping -c COUNT` from host `from` to `to` (0.2 s apart, 1 s reply
