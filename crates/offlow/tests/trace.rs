@@ -151,7 +151,10 @@ fn priorities_misses_and_table_miss_entries() {
         "{out}"
     );
     assert!(
-        out.contains(" packet-in to the controller (60 bytes): unchanged"),
+        out.contains(
+            " packet-in to the controller (60 bytes, reason no_match, table 0, cookie 0x0): \
+             unchanged"
+        ),
         "{out}"
     );
 }
@@ -317,4 +320,25 @@ fn switch_dump_spanning_many_multipart_replies() {
     // 10.11.183.1 is the last flow, i = 2999 = 11 * 256 + 183: port
     // 2999 % 7 + 1 = 4.
     assert!(out.contains(" output to port 4 "), "{out}");
+}
+
+/// A packet-in names the entry that sent it: an ordinary entry of table 0
+/// (reason action, its cookie) and, on the same path, table 1's table-miss
+/// entry (reason no_match).
+#[test]
+fn packet_ins_name_their_entries() {
+    let f = TempFile::new(
+        "pin",
+        "table=0,priority=7,udp,cookie=0x9,actions=CONTROLLER:64,goto_table:1\n\
+         table=1,priority=0,cookie=0x77,actions=CONTROLLER:65535\n",
+    );
+    let out = trace_file(&f, "in_port=1,udp,tp_dst=9");
+    assert!(
+        out.contains("packet-in to the controller (60 bytes, reason action, table 0, cookie 0x9)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("(60 bytes, reason no_match, table 1, cookie 0x77)"),
+        "{out}"
+    );
 }

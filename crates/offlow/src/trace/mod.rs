@@ -26,7 +26,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Verdict};
+use offlow_datapath::{
+    execute_prepared, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Prepared, Verdict,
+};
 use offlow_flow::{extract, Field, FlowKey, L3Kind, Match, ParseStats};
 use offlow_pipeline::{
     Action, ActionSet, FlowMod, FlowModCommand, FlowModFlags, Instruction, Outcome, Pipeline,
@@ -127,6 +129,20 @@ pub struct OutputReport {
     pub queue: Option<u32>,
     /// Fields whose value differs from the input frame.
     pub changed: Vec<Change>,
+    /// For a packet-in: what it reports (reason, table, cookie of the flow
+    /// entry that sent it).
+    pub packet_in: Option<PacketInReport>,
+}
+
+/// What a packet-in would report (OpenFlow 1.3.5 §7.4.1).
+#[derive(Debug, Serialize)]
+pub struct PacketInReport {
+    /// `no_match` (sent by a table-miss entry) or `action`.
+    pub reason: &'static str,
+    /// The table of the entry that sent it.
+    pub table_id: u8,
+    /// The entry's cookie.
+    pub cookie: u64,
 }
 
 /// The whole trace.
@@ -306,8 +322,12 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         outputs: Vec::new(),
     };
     let mut estats = ExecStats::default();
-    let out = execute(
-        &res.actions,
+    let prepared = Prepared {
+        origins: &res.origins,
+        ..Prepared::new(&res.actions)
+    };
+    let out = execute_prepared(
+        prepared,
         &mut buf,
         &mut layout,
         in_port,
@@ -326,6 +346,15 @@ pub fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
             } else {
                 changes(&frame, &key, &o.frame, in_port)
             },
+            packet_in: o.origin.map(|origin| PacketInReport {
+                reason: if origin.table_miss {
+                    "no_match"
+                } else {
+                    "action"
+                },
+                table_id: origin.table_id,
+                cookie: origin.cookie,
+            }),
         })
         .collect();
     let verdict = match out.verdict {
@@ -438,6 +467,8 @@ struct Emitted {
     frame: Vec<u8>,
     total_len: usize,
     queue: Option<u32>,
+    /// For a packet-in: the flow entry that sent it.
+    origin: Option<offlow_pipeline::PacketInOrigin>,
 }
 
 /// Records the executor's outputs; FLOOD/ALL expand to `ports`.
@@ -453,6 +484,7 @@ impl OutputSink for TraceSink {
             frame: frame.to_vec(),
             total_len: frame.len(),
             queue: meta.queue,
+            origin: None,
         });
     }
 
@@ -460,7 +492,7 @@ impl OutputSink for TraceSink {
         &mut self,
         frame: &[u8],
         max_len: u16,
-        _origin: offlow_pipeline::PacketInOrigin,
+        origin: offlow_pipeline::PacketInOrigin,
         meta: OutputMeta,
     ) {
         let shown = offlow_datapath::controller_len(frame.len(), max_len);
@@ -469,6 +501,7 @@ impl OutputSink for TraceSink {
             frame: frame[..shown].to_vec(),
             total_len: frame.len(),
             queue: meta.queue,
+            origin: Some(origin),
         });
     }
 
@@ -647,7 +680,13 @@ pub fn render(r: &TraceReport) -> String {
     for o in &r.outputs {
         let q = o.queue.map(|q| format!(" queue {q}")).unwrap_or_default();
         let what = if o.port == "CONTROLLER" {
-            format!(" packet-in to the controller ({} bytes){q}", o.len)
+            let why = o.packet_in.as_ref().map_or(String::new(), |p| {
+                format!(
+                    ", reason {}, table {}, cookie {:#x}",
+                    p.reason, p.table_id, p.cookie
+                )
+            });
+            format!(" packet-in to the controller ({} bytes{why}){q}", o.len)
         } else {
             format!(" output to port {} ({} bytes){q}", o.port, o.len)
         };
