@@ -15,7 +15,9 @@ use offlow_io::netns::in_netns;
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{can_run, first_number_after, ip, sh, tcp_transfer, udp, Daemon, Net, Peer};
+use common::{
+    can_run, first_number_after, ip, number_after, sh, tcp_transfer, udp, Daemon, Net, Peer,
+};
 
 /// Root, `ovs-ofctl` and `ethtool`; otherwise skip (fail under CI).
 fn prerequisites() -> bool {
@@ -418,4 +420,47 @@ fn buffered_packet_in_and_packet_out_by_buffer_id() {
     );
     c.send(&Message::new(13, Body::BarrierRequest));
     assert!((0..100).any(|_| c.recv().xid == 13), "still connected");
+}
+
+/// `ovs-ofctl mod-port` (PORT_MOD): no-forward on one port and
+/// no-receive on the other each stop a ping across the switch, and
+/// undoing them restores it; `down` does both; the configuration shows in
+/// `dump-ports-desc` and the drops in `dump-ports`.
+#[test]
+fn mod_port_stops_and_restores_forwarding() {
+    if !prerequisites() {
+        return;
+    }
+    let net = Net::new("omp", OFFLOADS);
+    let d = start(&net, &[]);
+    d.ofctl(&["add-flow", "in_port=1,actions=output:2"]);
+    d.ofctl(&["add-flow", "in_port=2,actions=output:1"]);
+    assert!(net.ping(0, "10.0.0.2", 2), "ping before any mod-port");
+    // The workers take a change between batches (within an idle sleep).
+    let settle = || std::thread::sleep(Duration::from_millis(100));
+    for (port, off, on, shown) in [
+        ("2", "no-forward", "forward", "NO_FWD"),
+        ("1", "no-receive", "receive", "NO_RECV"),
+        ("1", "down", "up", "PORT_DOWN"),
+    ] {
+        d.ofctl(&["mod-port", port, off]);
+        settle();
+        let desc = d.ofctl(&["dump-ports-desc"]);
+        assert!(desc.contains(shown), "{off}: {desc}");
+        assert!(!net.ping(0, "10.0.0.2", 2), "ping with port {port} {off}");
+        d.ofctl(&["mod-port", port, on]);
+        settle();
+        assert!(
+            !d.ofctl(&["dump-ports-desc"]).contains(shown),
+            "{on} clears {shown}"
+        );
+        assert!(net.ping(0, "10.0.0.2", 2), "ping after port {port} {on}");
+    }
+    let ports = d.ofctl(&["dump-ports", "2"]);
+    let tx = &ports[ports.find("tx pkts=").expect("a tx line")..];
+    assert!(first_number_after(tx, "tx pkts=") > 0, "{ports}");
+    assert!(
+        number_after(tx, "drop=").is_some_and(|n| n > 0),
+        "no-forward drops counted on port 2: {ports}"
+    );
 }

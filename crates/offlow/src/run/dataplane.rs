@@ -76,7 +76,7 @@
 //! the other workers only through the inboxes.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -90,6 +90,8 @@ use offlow_io::afxdp::{AfXdpConfig, AfXdpPort};
 use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 use offlow_pipeline::PacketInOrigin;
+
+use super::switch::{OFPPC_NO_FWD, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
 use super::config::PortKind;
 use tokio::sync::mpsc;
@@ -251,6 +253,9 @@ struct Generations {
     /// none; generations start at 1). Written by workers, read by the
     /// control side to ask again ([`Dataplane::retry_failed_reopen`]).
     failed: Box<[AtomicU64]>,
+    /// Per port: its OpenFlow configuration bits (`OFPPC_*`, from
+    /// PORT_MOD); a change also moves the epoch.
+    config: Box<[AtomicU32]>,
 }
 
 impl Generations {
@@ -259,7 +264,18 @@ impl Generations {
             epoch: AtomicU64::new(0),
             ports: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
             failed: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
+            config: (0..n_ports).map(|_| AtomicU32::new(0)).collect(),
         }
+    }
+
+    /// Set port `index`'s `OFPPC_*` bits; false if there is no such port.
+    fn set_config(&self, index: usize, bits: u32) -> bool {
+        let Some(c) = self.config.get(index) else {
+            return false;
+        };
+        c.store(bits, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::Release);
+        true
     }
 
     /// Some worker failed to re-open port `index` at its latest
@@ -403,6 +419,12 @@ pub struct DataplaneStats {
     pub csum_finished: u64,
     /// Outputs to a port number this switch does not have (or LOCAL).
     pub drop_unknown_port: u64,
+    /// Frames received on a port configured `no_recv` or `port_down`
+    /// (dropped; also in the port's `rx_dropped`).
+    pub drop_no_recv: u64,
+    /// Outputs to a port configured `no_fwd` or `port_down` (dropped;
+    /// also in the port's `tx_dropped`).
+    pub drop_no_fwd: u64,
     /// Packet-ins dropped because the control thread was behind.
     pub packet_in_dropped: u64,
     /// Packet-ins queued.
@@ -439,6 +461,8 @@ impl DataplaneStats {
         self.reopen_failed += o.reopen_failed;
         self.csum_finished += o.csum_finished;
         self.drop_unknown_port += o.drop_unknown_port;
+        self.drop_no_recv += o.drop_no_recv;
+        self.drop_no_fwd += o.drop_no_fwd;
         self.packet_in_dropped += o.packet_in_dropped;
         self.packet_ins += o.packet_ins;
         self.steered_out += o.steered_out;
@@ -579,6 +603,8 @@ impl Dataplane {
                 sink: PortSink {
                     infos: infos.clone(),
                     pending: vec![false; infos.len()],
+                    no_fwd: vec![false; infos.len()],
+                    no_fwd_drops: vec![0; infos.len()],
                     packet_in: cfg.packet_in.clone(),
                     ttl_wanted: cfg.ttl_wanted.clone(),
                     drop_unknown_port: 0,
@@ -612,6 +638,8 @@ impl Dataplane {
                 port_base: vec![PortStats::default(); n_ports],
                 dead: vec![false; n_ports],
                 reopen_warned: vec![false; n_ports],
+                no_recv: vec![false; n_ports],
+                no_recv_drops: vec![0; n_ports],
                 reopened: 0,
                 reopen_failed: 0,
             };
@@ -659,6 +687,18 @@ impl Dataplane {
         match self.ports.iter().position(|p| p.number == number) {
             Some(i) if !matches!(self.ports[i].kind, PortKind::Pcap { .. }) => self.gens.bump(i),
             _ => false,
+        }
+    }
+
+    /// Apply port `number`'s OpenFlow configuration (`OFPPC_*` bits, from
+    /// PORT_MOD): `port_down` or `no_recv` drops what it receives,
+    /// `port_down` or `no_fwd` what is sent to it (FLOOD and ALL skip it).
+    /// Workers take it between batches, within about an idle sleep. False
+    /// when there is no such port.
+    pub fn set_port_config(&self, number: u32, bits: u32) -> bool {
+        match self.ports.iter().position(|p| p.number == number) {
+            Some(i) => self.gens.set_config(i, bits),
+            None => false,
         }
     }
 
@@ -743,6 +783,10 @@ struct PortSink {
     infos: Vec<PortInfo>,
     /// Ports with frames queued since the last flush.
     pending: Vec<bool>,
+    /// Per port: configured `no_fwd` or `port_down` (outputs dropped).
+    no_fwd: Vec<bool>,
+    /// Per port: outputs dropped so (published in its `tx_dropped`).
+    no_fwd_drops: Vec<u64>,
     packet_in: mpsc::Sender<PacketInFrame>,
     ttl_wanted: Arc<AtomicBool>,
     drop_unknown_port: u64,
@@ -798,6 +842,7 @@ impl PortSink {
 impl OutputSink for PortSink {
     fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
         match self.infos.iter().position(|p| p.port == port) {
+            Some(i) if self.no_fwd[i] => self.no_fwd_drops[i] += 1,
             Some(i) => {
                 if let Some(p) = self.ports_tx.get_mut(i) {
                     p.send(frame);
@@ -903,6 +948,11 @@ struct WorkerThread {
     reopen_warned: Vec<bool>,
     reopened: u64,
     reopen_failed: u64,
+    /// Per port: configured `no_recv` or `port_down` (frames read and
+    /// dropped, so the socket does not fill up).
+    no_recv: Vec<bool>,
+    /// Per port: frames dropped so (published in its `rx_dropped`).
+    no_recv_drops: Vec<u64>,
 }
 
 impl WorkerThread {
@@ -918,6 +968,7 @@ impl WorkerThread {
             // by the control side (rare; then sockets are opened here).
             if self.reopen_requested() {
                 self.reopen_ports();
+                self.apply_port_config();
                 pollfds = self.poll_set();
             }
             let mut any = false;
@@ -932,6 +983,10 @@ impl WorkerThread {
                 if self.dead[i] {
                     self.dead[i] = false;
                     pollfds = self.poll_set();
+                }
+                if self.no_recv[i] {
+                    self.no_recv_drops[i] += n as u64;
+                    continue;
                 }
                 let in_port = self.sink.infos[i].port;
                 self.sink.in_port = in_port;
@@ -1012,6 +1067,25 @@ impl WorkerThread {
     }
 
     /// The control side asked for a re-open since the last one done.
+    /// Take the ports' OpenFlow configuration (PORT_MOD) as the control
+    /// side last set it: which ports drop what they receive, which drop
+    /// what is sent to them (and are left out of FLOOD and ALL).
+    fn apply_port_config(&mut self) {
+        const NO_RECV: u32 = OFPPC_PORT_DOWN | OFPPC_NO_RECV;
+        const NO_FWD: u32 = OFPPC_PORT_DOWN | OFPPC_NO_FWD;
+        for (i, c) in self.gens.config.iter().enumerate() {
+            let bits = c.load(Ordering::Acquire);
+            if let Some(r) = self.no_recv.get_mut(i) {
+                *r = bits & NO_RECV != 0;
+            }
+            if let (Some(f), Some(info)) = (self.sink.no_fwd.get_mut(i), self.sink.infos.get_mut(i))
+            {
+                *f = bits & NO_FWD != 0;
+                info.no_fwd = *f;
+            }
+        }
+    }
+
     fn reopen_requested(&self) -> bool {
         self.gens.epoch.load(Ordering::Acquire) != self.seen_epoch
     }
@@ -1258,6 +1332,8 @@ impl WorkerThread {
             // Earlier sockets' counts plus this one's: never backwards.
             let mut total = self.port_base.get(i).copied().unwrap_or_default();
             total.add(&p.stats());
+            total.rx_dropped += self.no_recv_drops.get(i).copied().unwrap_or(0);
+            total.tx_dropped += self.sink.no_fwd_drops.get(i).copied().unwrap_or(0);
             *d = total;
         }
         s.oversize = self.oversize;
@@ -1267,6 +1343,8 @@ impl WorkerThread {
         s.reopen_failed = self.reopen_failed;
         s.csum_finished = self.csum_finished;
         s.drop_unknown_port = self.sink.drop_unknown_port;
+        s.drop_no_recv = self.no_recv_drops.iter().sum();
+        s.drop_no_fwd = self.sink.no_fwd_drops.iter().sum();
         s.packet_in_dropped = self.sink.packet_in_dropped;
         s.packet_ins = self.sink.packet_ins;
         s.steered_out = self.steered_out;
@@ -1284,6 +1362,8 @@ mod tests {
         PortSink {
             infos: Vec::new(),
             pending: Vec::new(),
+            no_fwd: Vec::new(),
+            no_fwd_drops: Vec::new(),
             packet_in: tx,
             ttl_wanted: Arc::new(AtomicBool::new(false)),
             drop_unknown_port: 0,
@@ -1334,7 +1414,67 @@ mod tests {
             reopen_warned: vec![false; n],
             reopened: 0,
             reopen_failed: 0,
+            no_recv: vec![false; n],
+            no_recv_drops: vec![0; n],
         }
+    }
+
+    /// PORT_MOD bits reach a worker at its next check: no_recv and
+    /// port_down stop reception, no_fwd and port_down drop outputs to the
+    /// port (counted in its tx_dropped) and take it out of FLOOD/ALL.
+    #[test]
+    fn port_config_reaches_the_worker() {
+        let data: Vec<DataPort> = (1..=2)
+            .map(|n| DataPort {
+                ifname: format!("p{n}"),
+                number: n,
+                kind: PortKind::AfPacket,
+                missing: true,
+            })
+            .collect();
+        let ports: Vec<Box<dyn Port>> = data
+            .iter()
+            .map(|d| Box::new(AbsentPort::new(&d.ifname)) as Box<dyn Port>)
+            .collect();
+        let mut t = worker_thread(ports, data);
+        t.sink.infos = (1..=2)
+            .map(|port| PortInfo {
+                port,
+                no_fwd: false,
+                no_flood: false,
+            })
+            .collect();
+        t.sink.no_fwd = vec![false; 2];
+        t.sink.no_fwd_drops = vec![0; 2];
+        assert!(!t.reopen_requested());
+        assert!(t.gens.set_config(1, OFPPC_NO_FWD));
+        assert!(t.gens.set_config(0, OFPPC_NO_RECV));
+        assert!(!t.gens.set_config(2, OFPPC_NO_FWD), "no third port");
+        assert!(t.reopen_requested(), "a config change moves the epoch");
+        t.reopen_ports();
+        t.apply_port_config();
+        assert!(!t.reopen_requested());
+        assert_eq!(t.no_recv, vec![true, false]);
+        assert_eq!(t.sink.no_fwd, vec![false, true]);
+        assert!(t.sink.infos[1].no_fwd && !t.sink.infos[0].no_fwd);
+        t.sink.output(
+            2,
+            &[0; 60],
+            OutputMeta {
+                queue: None,
+                final_view: true,
+            },
+        );
+        assert_eq!(t.sink.no_fwd_drops, vec![0, 1]);
+        t.publish();
+        let s = published(&t);
+        assert_eq!((s.drop_no_fwd, s.ports[1].tx_dropped), (1, 1));
+        // port_down does both.
+        assert!(t.gens.set_config(1, OFPPC_PORT_DOWN));
+        t.reopen_ports();
+        t.apply_port_config();
+        assert_eq!(t.no_recv, vec![true, true]);
+        assert_eq!(t.sink.no_fwd, vec![false, true]);
     }
 
     fn published(t: &WorkerThread) -> DataplaneStats {

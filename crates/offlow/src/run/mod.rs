@@ -379,6 +379,8 @@ async fn run(
             failed_ports = d.failed_ports,
             reopened = d.reopened,
             reopen_failed = d.reopen_failed,
+            drop_no_recv = d.drop_no_recv,
+            drop_no_fwd = d.drop_no_fwd,
             "data plane stopped"
         );
     }
@@ -526,6 +528,12 @@ fn on_bytes(
     }
     for fr in switch.take_flow_removed(now) {
         let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+    }
+    for desc in s.switch.take_port_status() {
+        let _ = s.events.send(Arc::new(Body::PortStatus(PortStatus {
+            reason: OFPPR_MODIFY,
+            desc,
+        })));
     }
 }
 
@@ -711,6 +719,10 @@ async fn packet_in_loop(
                 }
             }
             switch.commit_pending();
+            continue;
+        }
+        if !switch.packet_in_allowed(frame.in_port) {
+            // Its port is configured no_packet_in (§7.2.1).
             continue;
         }
         // §7.4.1: the table and cookie of the entry that sent it; a

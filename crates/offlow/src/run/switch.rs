@@ -5,6 +5,12 @@
 //! - FEATURES: the configured datapath id, [`super::buffers::N_BUFFERS`]
 //!   packet buffers, the pipeline's table count, FLOW_STATS | TABLE_STATS |
 //!   PORT_STATS.
+//! - PORT_MOD: `port_down`, `no_recv`, `no_fwd` and `no_packet_in` per
+//!   port (checked against the port's address; other bits refused), passed
+//!   to the packet workers ([`super::dataplane::Dataplane::set_port_config`]),
+//!   honoured by packet-outs and announced as PORT_STATUS. `port_down` is
+//!   OpenFlow's: the switch stops using the port; the Linux interface is
+//!   not touched.
 //! - PACKET_IN data: [`DatapathSwitch::packet_in_data`] keeps a frame the
 //!   output's `max_len` cuts short in a packet buffer (whole frames, and
 //!   `OFPCML_NO_BUFFER`, go unbuffered); a PACKET_OUT or FLOW_MOD naming
@@ -70,8 +76,8 @@ use offlow_openflow::multipart::{
 };
 use offlow_openflow::oxm;
 use offlow_openflow::{
-    BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, PacketOut, SwitchFeatures,
-    TableFeaturesFailedCode,
+    BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, PacketOut, PortMod,
+    PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode,
 };
 use offlow_pipeline::{
     BadActionCode, FlowFilter, FlowMatch, FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow,
@@ -93,6 +99,8 @@ pub struct PacketOutStats {
     pub drop_unknown_port: u64,
     /// Outputs to CONTROLLER dropped (packet-in from packet-out not wired).
     pub drop_to_controller: u64,
+    /// Outputs to a port configured `no_fwd` or `port_down`, dropped.
+    pub drop_no_fwd: u64,
 }
 
 /// Longest wait for the packet workers to credit their counters before a
@@ -116,6 +124,10 @@ pub struct SwitchPort {
     pub link: LinkState,
     /// Packet-out frames sent on it.
     pub tx_packets: u64,
+    /// Its OpenFlow configuration (`OFPPC_*` bits set by PORT_MOD; the
+    /// interface's own admin state adds `OFPPC_PORT_DOWN` in its
+    /// description).
+    pub config: u32,
     /// An unexpected failure to open it was logged (reset when the
     /// interface is found missing, so the next failure is logged again).
     open_failed: bool,
@@ -125,6 +137,14 @@ pub struct SwitchPort {
 pub const OFPPS_LINK_DOWN: u32 = 1;
 /// `OFPPC_PORT_DOWN`.
 pub const OFPPC_PORT_DOWN: u32 = 1;
+/// `OFPPC_NO_RECV`: drop everything received on the port.
+pub const OFPPC_NO_RECV: u32 = 1 << 2;
+/// `OFPPC_NO_FWD`: drop everything sent to the port.
+pub const OFPPC_NO_FWD: u32 = 1 << 5;
+/// `OFPPC_NO_PACKET_IN`: no packet-ins for frames received on the port.
+pub const OFPPC_NO_PACKET_IN: u32 = 1 << 6;
+/// The `OFPPC_*` bits PORT_MOD may set (OpenFlow 1.3.5 §7.2.1).
+pub const OFPPC_SETTABLE: u32 = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN;
 
 impl SwitchPort {
     /// A port with its transmit socket (if any) and link state as read.
@@ -142,6 +162,7 @@ impl SwitchPort {
             tx,
             link,
             tx_packets: 0,
+            config: 0,
             open_failed: false,
         }
     }
@@ -184,11 +205,12 @@ impl SwitchPort {
             port_no: self.number,
             hw_addr: self.link.hw_addr,
             name: FixedStr::new(&self.name),
-            config: if self.link.admin_up {
-                0
-            } else {
-                OFPPC_PORT_DOWN
-            },
+            config: self.config
+                | if self.link.admin_up {
+                    0
+                } else {
+                    OFPPC_PORT_DOWN
+                },
             state: if self.link.link_up {
                 0
             } else {
@@ -218,11 +240,13 @@ struct ControlSink<'a> {
     infos: Vec<PortInfo>,
     drop_unknown_port: u64,
     drop_to_controller: u64,
+    drop_no_fwd: u64,
 }
 
 impl OutputSink for ControlSink<'_> {
     fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
         match self.ports.iter_mut().find(|p| p.number == port) {
+            Some(p) if p.config & (OFPPC_NO_FWD | OFPPC_PORT_DOWN) != 0 => self.drop_no_fwd += 1,
             Some(p) => match &p.tx {
                 Some(tx) if tx.send(frame) => p.tx_packets += 1,
                 _ => self.drop_unknown_port += 1,
@@ -262,6 +286,8 @@ pub struct DatapathSwitch {
     packet_out: PacketOutStats,
     /// Frames whose packet-in showed only part of them.
     buffers: PacketBuffers,
+    /// Ports whose description changed by PORT_MOD, to announce.
+    port_status: Vec<offlow_openflow::Port>,
 }
 
 impl DatapathSwitch {
@@ -281,6 +307,7 @@ impl DatapathSwitch {
             exec: ExecStats::default(),
             packet_out: PacketOutStats::default(),
             buffers: PacketBuffers::default(),
+            port_status: Vec::new(),
         }
     }
 
@@ -298,6 +325,21 @@ impl DatapathSwitch {
         let part = frame[..shown].to_vec();
         let id = self.buffers.store(in_port, frame, self.clock_ns());
         (id, part)
+    }
+
+    /// Port descriptions changed by PORT_MOD since the last call (for
+    /// PORT_STATUS with reason MODIFY).
+    pub fn take_port_status(&mut self) -> Vec<offlow_openflow::Port> {
+        std::mem::take(&mut self.port_status)
+    }
+
+    /// Whether frames received on port `in_port` may become packet-ins
+    /// (not configured `OFPPC_NO_PACKET_IN`).
+    pub fn packet_in_allowed(&self, in_port: u32) -> bool {
+        self.ports
+            .iter()
+            .find(|p| p.number == in_port)
+            .is_none_or(|p| p.config & OFPPC_NO_PACKET_IN == 0)
     }
 
     /// The switch's own monotonic clock (packet buffer lifetimes).
@@ -775,6 +817,44 @@ impl offlow_openflow::Switch for DatapathSwitch {
         })
     }
 
+    /// §7.3.3: the port must exist and `hw_addr` be its address; only the
+    /// `OFPPC_*` bits of [`OFPPC_SETTABLE`] may be changed; `advertise`
+    /// must be 0 (a virtual interface has no link modes to advertise).
+    /// The new configuration reaches the packet workers within an idle
+    /// sleep and is announced as PORT_STATUS.
+    fn port_mod(&mut self, pm: &PortMod) -> Result<(), OfError> {
+        let port = self
+            .ports
+            .iter_mut()
+            .find(|p| p.number == pm.port_no)
+            .ok_or(OfError::PortModFailed(PortModFailedCode::BadPort))?;
+        if pm.hw_addr != port.link.hw_addr {
+            return Err(OfError::PortModFailed(PortModFailedCode::BadHwAddr));
+        }
+        if pm.mask & !OFPPC_SETTABLE != 0 {
+            return Err(OfError::PortModFailed(PortModFailedCode::BadConfig));
+        }
+        if pm.advertise != 0 {
+            return Err(OfError::PortModFailed(PortModFailedCode::BadAdvertise));
+        }
+        let config = (port.config & !pm.mask) | (pm.config & pm.mask);
+        if config == port.config {
+            return Ok(());
+        }
+        port.config = config;
+        let desc = port.desc();
+        if let Some(d) = &self.dataplane {
+            d.set_port_config(pm.port_no, config);
+        }
+        tracing::info!(
+            port = pm.port_no,
+            config = format_args!("{config:#x}"),
+            "port configured"
+        );
+        self.port_status.push(desc);
+        Ok(())
+    }
+
     fn packet_out(&mut self, po: &PacketOut) -> Result<(), OfError> {
         // A buffered frame replaces `po.data`; OFPP_ANY as in_port (what a
         // FLOW_MOD naming a buffer sends) means the frame's own port.
@@ -824,11 +904,12 @@ impl offlow_openflow::Switch for DatapathSwitch {
             .iter()
             .map(|p| PortInfo {
                 port: p.number,
-                no_fwd: false,
+                no_fwd: p.config & (OFPPC_NO_FWD | OFPPC_PORT_DOWN) != 0,
                 no_flood: false,
             })
             .collect();
         let mut sink = ControlSink {
+            drop_no_fwd: 0,
             ports: &mut self.ports,
             infos,
             drop_unknown_port: 0,
@@ -856,6 +937,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
         }
         self.packet_out.drop_unknown_port += sink.drop_unknown_port;
         self.packet_out.drop_to_controller += sink.drop_to_controller;
+        self.packet_out.drop_no_fwd += sink.drop_no_fwd;
         Ok(())
     }
 }
@@ -1118,6 +1200,75 @@ mod tests {
             assert!(sw.ports[2].tx.is_some(), "packet-out socket opened");
             assert!(sw.refresh_links().is_empty(), "and still there");
         }
+    }
+
+    /// PORT_MOD: errors for a wrong port, address, bit or advertisement;
+    /// a change is described (and announced once); no_packet_in stops the
+    /// port's packet-ins; a packet-out to a no_fwd port is dropped.
+    #[test]
+    fn port_mod_configures_ports() {
+        let up = LinkState {
+            hw_addr: [2, 0, 0, 0, 0, 9],
+            admin_up: true,
+            link_up: true,
+        };
+        let mut sw = DatapathSwitch::new(1, 1);
+        sw.ports = vec![SwitchPort::new(5, "capture", false, None, up)];
+        let pm = |port_no, hw_addr, config, mask| PortMod {
+            port_no,
+            hw_addr,
+            config,
+            mask,
+            advertise: 0,
+        };
+        let err = |e| Err(OfError::PortModFailed(e));
+        assert_eq!(
+            sw.port_mod(&pm(6, up.hw_addr, OFPPC_NO_FWD, OFPPC_NO_FWD)),
+            err(PortModFailedCode::BadPort)
+        );
+        assert_eq!(
+            sw.port_mod(&pm(5, [2, 0, 0, 0, 0, 1], OFPPC_NO_FWD, OFPPC_NO_FWD)),
+            err(PortModFailedCode::BadHwAddr)
+        );
+        assert_eq!(
+            sw.port_mod(&pm(5, up.hw_addr, 1 << 3, 1 << 3)),
+            err(PortModFailedCode::BadConfig),
+            "OFPPC_NO_FLOOD is OpenFlow 1.0's"
+        );
+        let mut adv = pm(5, up.hw_addr, 0, 0);
+        adv.advertise = 1;
+        assert_eq!(sw.port_mod(&adv), err(PortModFailedCode::BadAdvertise));
+        assert!(sw.take_port_status().is_empty(), "nothing changed");
+
+        let both = OFPPC_NO_FWD | OFPPC_NO_PACKET_IN;
+        assert_eq!(sw.port_mod(&pm(5, up.hw_addr, both, both)), Ok(()));
+        // The same again changes nothing and announces nothing.
+        assert_eq!(sw.port_mod(&pm(5, up.hw_addr, both, both)), Ok(()));
+        let status = sw.take_port_status();
+        assert_eq!(status.len(), 1);
+        assert_eq!(status[0].config, both);
+        assert!(!sw.packet_in_allowed(5));
+        assert!(sw.packet_in_allowed(6), "no such port: no filter");
+        // Only masked bits change.
+        assert_eq!(
+            sw.port_mod(&pm(5, up.hw_addr, 0, OFPPC_NO_PACKET_IN)),
+            Ok(())
+        );
+        assert_eq!(sw.take_port_status()[0].config, OFPPC_NO_FWD);
+        assert!(sw.packet_in_allowed(5));
+
+        let po = PacketOut {
+            buffer_id: offlow_openflow::OFP_NO_BUFFER,
+            in_port: PortNo::CONTROLLER.0,
+            actions: vec![offlow_openflow::Action::Output {
+                port: 5,
+                max_len: 0,
+            }],
+            data: vec![0; 60],
+        };
+        sw.packet_out(&po).unwrap();
+        assert_eq!(sw.packet_out_stats().drop_no_fwd, 1);
+        assert_eq!(sw.packet_out_stats().drop_unknown_port, 0);
     }
 
     #[test]
