@@ -829,12 +829,14 @@ impl Connection {
                     return;
                 }
                 if po.buffer_id != OFP_NO_BUFFER {
-                    if let Err(code) = self.take_buffer(po.buffer_id) {
+                    if let Err(code) = self.check_buffer(po.buffer_id) {
                         self.reply_error(OfError::BadRequest(code), frame);
                         return;
                     }
                 }
-                if let Err(e) = switch.packet_out(&po) {
+                let result = switch.packet_out(&po);
+                self.buffer_tried(po.buffer_id, &result);
+                if let Err(e) = result {
                     self.reply_error(e, frame);
                 }
             }
@@ -855,7 +857,7 @@ impl Connection {
                 // OFPBRC_BUFFER_UNKNOWN; the flow-mod itself still applies
                 // (as in Open vSwitch).
                 if fm.buffer_id != OFP_NO_BUFFER {
-                    if let Err(code) = self.take_buffer(fm.buffer_id) {
+                    if let Err(code) = self.check_buffer(fm.buffer_id) {
                         self.reply_error(OfError::BadRequest(code), frame);
                     } else {
                         let po = PacketOut {
@@ -868,7 +870,9 @@ impl Connection {
                             }],
                             data: Vec::new(),
                         };
-                        if let Err(e) = switch.packet_out(&po) {
+                        let result = switch.packet_out(&po);
+                        self.buffer_tried(fm.buffer_id, &result);
+                        if let Err(e) = result {
                             self.reply_error(e, frame);
                         }
                     }
@@ -951,21 +955,37 @@ impl Connection {
         }
     }
 
-    /// Mark `buffer_id` used: `OFPBRC_BUFFER_UNKNOWN` if this connection
-    /// never received it (or long ago), `OFPBRC_BUFFER_EMPTY` if it was
-    /// used already.
-    fn take_buffer(&mut self, buffer_id: u32) -> Result<(), Brc> {
-        match self
+    /// Whether `buffer_id` may be used: `OFPBRC_BUFFER_UNKNOWN` if this
+    /// connection never received it (or long ago), `OFPBRC_BUFFER_EMPTY`
+    /// if it was used already.
+    fn check_buffer(&self, buffer_id: u32) -> Result<(), Brc> {
+        match self.issued_buffers.iter().find(|(b, _)| *b == buffer_id) {
+            None => Err(Brc::BufferUnknown),
+            Some((_, true)) => Err(Brc::BufferEmpty),
+            Some((_, false)) => Ok(()),
+        }
+    }
+
+    /// The switch processed a request naming `buffer_id` with `result`:
+    /// the buffer counts as used unless the request was refused for
+    /// another reason (then the controller can correct it and retry).
+    fn buffer_tried(&mut self, buffer_id: u32, result: &Result<(), OfError>) {
+        let used = match result {
+            Ok(()) => true,
+            Err(e) => matches!(
+                e,
+                OfError::BadRequest(Brc::BufferEmpty | Brc::BufferUnknown)
+            ),
+        };
+        if buffer_id == OFP_NO_BUFFER || !used {
+            return;
+        }
+        if let Some((_, u)) = self
             .issued_buffers
             .iter_mut()
             .find(|(b, _)| *b == buffer_id)
         {
-            None => Err(Brc::BufferUnknown),
-            Some((_, true)) => Err(Brc::BufferEmpty),
-            Some((_, used)) => {
-                *used = true;
-                Ok(())
-            }
+            *u = true;
         }
     }
 

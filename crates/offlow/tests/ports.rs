@@ -316,14 +316,18 @@ fn af_xdp_ports_forward_ping_tcp_and_udp() {
 
 /// Packet buffers with a real controller connection (played by the test):
 /// an output to CONTROLLER with `max_len` 64 shows the controller 64 bytes
-/// of a 342-byte UDP frame and keeps the rest under a buffer id; a
-/// PACKET_OUT naming that id sends the whole frame on, and the host gets
-/// every byte; the id then answers BUFFER_EMPTY, an id never issued
-/// BUFFER_UNKNOWN, and the connection stays up.
+/// of a 342-byte UDP frame (reason action, table 0, the entry's cookie)
+/// and keeps the rest under a buffer id. A PACKET_OUT naming that id that
+/// the switch refuses (a bad output port) does not use it up; a valid one
+/// sends the whole frame on, and the host gets every byte; the id then
+/// answers BUFFER_EMPTY, an id never issued BUFFER_UNKNOWN. A FLOW_MOD
+/// naming a buffer sends that packet through the new flow. A table-miss
+/// entry's packet-in says no_match. The connection stays up throughout.
 #[test]
 fn buffered_packet_in_and_packet_out_by_buffer_id() {
     use offlow_openflow::{
-        Action, BadRequestCode, Body, ErrorMsg, Message, OfError, PacketOut, OFP_NO_BUFFER,
+        Action, BadRequestCode, Body, ErrorMsg, FlowMod, Instruction, Message, OfError, PacketIn,
+        PacketOut, OFP_NO_BUFFER,
     };
     if !prerequisites() {
         return;
@@ -333,7 +337,7 @@ fn buffered_packet_in_and_packet_out_by_buffer_id() {
     let mut c = Peer::new(std::net::TcpStream::connect(("127.0.0.1", d.port)).expect("connect"));
     c.handshake();
     d.ofctl(&["add-flow", "priority=1,cookie=0x42,actions=CONTROLLER:64"]);
-    // A static neighbour, so h0 sends the UDP frame itself (no ARP first).
+    // A static neighbour, so h0 sends the UDP frames itself (no ARP first).
     let link = sh("ip", &["-n", &net.h[1], "-br", "link", "show", "eth0"]);
     let text = String::from_utf8_lossy(&link.stdout);
     let mac = text
@@ -362,64 +366,109 @@ fn buffered_packet_in_and_packet_out_by_buffer_id() {
         .unwrap()
         .expect("bind in h0");
     let payload: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
-    tx.send_to(&payload, "10.0.0.2:7777").expect("send");
-
-    // Our frame's packet-in (the hosts' own IPv6 chatter may come first).
     let total = 14 + 20 + 8 + payload.len();
-    let pi = (0..100)
-        .find_map(|_| match c.recv().body {
-            Body::PacketIn(p) if usize::from(p.total_len) == total => Some(p),
-            _ => None,
+    // Send one datagram; its packet-in (the hosts' IPv6 chatter may come
+    // first).
+    let send_and_catch = |c: &mut Peer, tag: u8| -> PacketIn {
+        let mut p = payload.clone();
+        p[0] = tag;
+        tx.send_to(&p, "10.0.0.2:7777").expect("send");
+        (0..100)
+            .find_map(|_| match c.recv().body {
+                Body::PacketIn(p) if usize::from(p.total_len) == total && p.data.len() > 42 => {
+                    Some(p)
+                }
+                _ => None,
+            })
+            .expect("the UDP frame's packet-in")
+    };
+    let mut got = vec![0u8; 2048];
+    let mut arrives = |tag: u8| {
+        let (n, _) = rx.recv_from(&mut got).expect("the buffered frame arrives");
+        assert_eq!(got[0], tag, "the datagram sent");
+        assert_eq!(&got[1..n], &payload[1..], "every byte, not the 64 shown");
+    };
+    let error_of = |c: &mut Peer, xid: u32| {
+        let m = (0..100)
+            .map(|_| c.recv())
+            .find(|m| m.xid == xid)
+            .expect("a reply");
+        match m.body {
+            Body::Error(ErrorMsg::Standard { error, .. }) => error,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    };
+    let out = |buffer_id, port| {
+        Body::PacketOut(PacketOut {
+            buffer_id,
+            in_port: 1,
+            actions: vec![Action::Output { port, max_len: 0 }],
+            data: Vec::new(),
         })
-        .expect("the UDP frame's packet-in");
+    };
+
+    let pi = send_and_catch(&mut c, 1);
     assert_ne!(pi.buffer_id, OFP_NO_BUFFER, "{pi:?}");
     assert_eq!(pi.data.len(), 64, "max_len bytes shown");
-    assert_eq!(pi.cookie, 0x42);
+    assert_eq!(
+        (pi.reason, pi.table_id, pi.cookie),
+        (1, 0, 0x42),
+        "OFPR_ACTION"
+    );
     assert!(
         rx.recv_from(&mut [0u8; 1]).is_err(),
         "nothing crossed the switch yet"
     );
+    // Refused (output to port 0): the buffer is still there.
+    c.send(&Message::new(9, out(pi.buffer_id, 0)));
+    assert_eq!(
+        error_of(&mut c, 9),
+        OfError::BadAction(offlow_pipeline::BadActionCode::BadOutPort)
+    );
+    c.send(&Message::new(10, out(pi.buffer_id, 2)));
+    arrives(1);
+    c.send(&Message::new(11, out(pi.buffer_id, 2)));
+    assert_eq!(
+        error_of(&mut c, 11),
+        OfError::BadRequest(BadRequestCode::BufferEmpty)
+    );
+    c.send(&Message::new(12, out(pi.buffer_id.wrapping_add(1000), 2)));
+    assert_eq!(
+        error_of(&mut c, 12),
+        OfError::BadRequest(BadRequestCode::BufferUnknown)
+    );
 
-    let out = |buffer_id| {
-        Body::PacketOut(PacketOut {
-            buffer_id,
-            in_port: 1,
-            actions: vec![Action::Output {
+    // A FLOW_MOD naming the buffer: the packet takes the new flow.
+    let pi = send_and_catch(&mut c, 2);
+    let mut m = offlow_flow::Match::ANY;
+    m.set_exact(offlow_flow::Field::InPort, 1);
+    let fm = FlowMod {
+        buffer_id: pi.buffer_id,
+        ..FlowMod::add(
+            0,
+            10,
+            &m,
+            vec![Instruction::ApplyActions(vec![Action::Output {
                 port: 2,
                 max_len: 0,
-            }],
-            data: Vec::new(),
-        })
+            }])],
+        )
     };
-    c.send(&Message::new(10, out(pi.buffer_id)));
-    let mut got = vec![0u8; 2048];
-    let (n, _) = rx.recv_from(&mut got).expect("the buffered frame arrives");
-    assert_eq!(&got[..n], &payload[..], "every byte, not the 64 shown");
+    c.send(&Message::new(13, Body::FlowMod(fm)));
+    arrives(2);
 
-    let error_of = |m: Message| match m.body {
-        Body::Error(ErrorMsg::Standard { error, .. }) => (m.xid, error),
-        other => panic!("expected an error, got {other:?}"),
-    };
-    c.send(&Message::new(11, out(pi.buffer_id)));
-    let reply = (0..100)
-        .map(|_| c.recv())
-        .find(|m| m.xid == 11)
-        .expect("a reply");
+    // A table-miss entry's packet-in says OFPR_NO_MATCH.
+    d.ofctl(&["del-flows"]);
+    d.ofctl(&["add-flow", "priority=0,cookie=0x43,actions=CONTROLLER:64"]);
+    let pi = send_and_catch(&mut c, 3);
     assert_eq!(
-        error_of(reply),
-        (11, OfError::BadRequest(BadRequestCode::BufferEmpty))
+        (pi.reason, pi.table_id, pi.cookie),
+        (0, 0, 0x43),
+        "OFPR_NO_MATCH"
     );
-    c.send(&Message::new(12, out(pi.buffer_id.wrapping_add(1000))));
-    let reply = (0..100)
-        .map(|_| c.recv())
-        .find(|m| m.xid == 12)
-        .expect("a reply");
-    assert_eq!(
-        error_of(reply),
-        (12, OfError::BadRequest(BadRequestCode::BufferUnknown))
-    );
-    c.send(&Message::new(13, Body::BarrierRequest));
-    assert!((0..100).any(|_| c.recv().xid == 13), "still connected");
+
+    c.send(&Message::new(14, Body::BarrierRequest));
+    assert!((0..100).any(|_| c.recv().xid == 14), "still connected");
 }
 
 /// `ovs-ofctl mod-port` (PORT_MOD): no-forward on one port and

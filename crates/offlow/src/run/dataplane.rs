@@ -91,7 +91,7 @@ use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 use offlow_pipeline::PacketInOrigin;
 
-use super::switch::{OFPPC_NO_FWD, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
+use super::switch::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
 use super::config::PortKind;
 use tokio::sync::mpsc;
@@ -605,6 +605,7 @@ impl Dataplane {
                     pending: vec![false; infos.len()],
                     no_fwd: vec![false; infos.len()],
                     no_fwd_drops: vec![0; infos.len()],
+                    no_packet_in: vec![false; infos.len()],
                     packet_in: cfg.packet_in.clone(),
                     ttl_wanted: cfg.ttl_wanted.clone(),
                     drop_unknown_port: 0,
@@ -787,6 +788,9 @@ struct PortSink {
     no_fwd: Vec<bool>,
     /// Per port: outputs dropped so (published in its `tx_dropped`).
     no_fwd_drops: Vec<u64>,
+    /// Per port: configured `no_packet_in` (its table misses send no
+    /// packet-in).
+    no_packet_in: Vec<bool>,
     packet_in: mpsc::Sender<PacketInFrame>,
     ttl_wanted: Arc<AtomicBool>,
     drop_unknown_port: u64,
@@ -860,6 +864,16 @@ impl OutputSink for PortSink {
         origin: PacketInOrigin,
         _meta: OutputMeta,
     ) {
+        // §7.2.1: a port configured no_packet_in sends no packet-in for
+        // its table misses (dropped here, before the copy).
+        if origin.table_miss {
+            let in_port = self.in_port;
+            if let Some(i) = self.infos.iter().position(|p| p.port == in_port) {
+                if self.no_packet_in[i] {
+                    return;
+                }
+            }
+        }
         self.queue_packet_in(PacketInFrame {
             in_port: self.in_port,
             data: frame.to_vec(),
@@ -1083,6 +1097,9 @@ impl WorkerThread {
                 *f = bits & NO_FWD != 0;
                 info.no_fwd = *f;
             }
+            if let Some(p) = self.sink.no_packet_in.get_mut(i) {
+                *p = bits & OFPPC_NO_PACKET_IN != 0;
+            }
         }
     }
 
@@ -1129,7 +1146,10 @@ impl WorkerThread {
                 Err(e) => {
                     self.reopen_failed += 1;
                     // Tells the control side to ask again at its next poll.
-                    self.gens.failed[i].store(generation, Ordering::Release);
+                    // fetch_max: a slower worker failing at an older
+                    // generation must not hide a newer failure (the control
+                    // side retries only when the latest generation failed).
+                    self.gens.failed[i].fetch_max(generation, Ordering::AcqRel);
                     if !std::mem::replace(&mut self.reopen_warned[i], true) {
                         warn!(worker = self.sink.me, port = dp.number, ifname = %dp.ifname,
                             generation, error = format!("{e:#}"),
@@ -1364,6 +1384,7 @@ mod tests {
             pending: Vec::new(),
             no_fwd: Vec::new(),
             no_fwd_drops: Vec::new(),
+            no_packet_in: Vec::new(),
             packet_in: tx,
             ttl_wanted: Arc::new(AtomicBool::new(false)),
             drop_unknown_port: 0,
@@ -1446,6 +1467,7 @@ mod tests {
             .collect();
         t.sink.no_fwd = vec![false; 2];
         t.sink.no_fwd_drops = vec![0; 2];
+        t.sink.no_packet_in = vec![false; 2];
         assert!(!t.reopen_requested());
         assert!(t.gens.set_config(1, OFPPC_NO_FWD));
         assert!(t.gens.set_config(0, OFPPC_NO_RECV));

@@ -721,8 +721,8 @@ async fn packet_in_loop(
             switch.commit_pending();
             continue;
         }
-        if !switch.packet_in_allowed(frame.in_port) {
-            // Its port is configured no_packet_in (§7.2.1).
+        if !frame.invalid_ttl && !switch.packet_in_allowed(frame.in_port, frame.origin.table_miss) {
+            // A table miss on a port configured no_packet_in (§7.2.1).
             continue;
         }
         // §7.4.1: the table and cookie of the entry that sent it; a

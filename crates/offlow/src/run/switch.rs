@@ -5,7 +5,7 @@
 //! - FEATURES: the configured datapath id, [`super::buffers::N_BUFFERS`]
 //!   packet buffers, the pipeline's table count, FLOW_STATS | TABLE_STATS |
 //!   PORT_STATS.
-//! - PORT_MOD: `port_down`, `no_recv`, `no_fwd` and `no_packet_in` per
+//! - PORT_MOD: `port_down`, `no_recv`, `no_fwd` and `no_packet_in` (table misses) per
 //!   port (checked against the port's address; other bits refused), passed
 //!   to the packet workers ([`super::dataplane::Dataplane::set_port_config`]),
 //!   honoured by packet-outs and announced as PORT_STATUS. `port_down` is
@@ -141,7 +141,7 @@ pub const OFPPC_PORT_DOWN: u32 = 1;
 pub const OFPPC_NO_RECV: u32 = 1 << 2;
 /// `OFPPC_NO_FWD`: drop everything sent to the port.
 pub const OFPPC_NO_FWD: u32 = 1 << 5;
-/// `OFPPC_NO_PACKET_IN`: no packet-ins for frames received on the port.
+/// `OFPPC_NO_PACKET_IN`: no packet-ins for table misses of frames received on the port.
 pub const OFPPC_NO_PACKET_IN: u32 = 1 << 6;
 /// The `OFPPC_*` bits PORT_MOD may set (OpenFlow 1.3.5 §7.2.1).
 pub const OFPPC_SETTABLE: u32 = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN;
@@ -333,13 +333,18 @@ impl DatapathSwitch {
         std::mem::take(&mut self.port_status)
     }
 
-    /// Whether frames received on port `in_port` may become packet-ins
-    /// (not configured `OFPPC_NO_PACKET_IN`).
-    pub fn packet_in_allowed(&self, in_port: u32) -> bool {
-        self.ports
-            .iter()
-            .find(|p| p.number == in_port)
-            .is_none_or(|p| p.config & OFPPC_NO_PACKET_IN == 0)
+    /// Whether a packet-in for a frame received on port `in_port`, sent
+    /// by a table-miss entry or not, may go out: §7.2.1, a port configured
+    /// `OFPPC_NO_PACKET_IN` sends none for its table misses. (The workers
+    /// drop those already; this covers the moments before they take a
+    /// new configuration.)
+    pub fn packet_in_allowed(&self, in_port: u32, table_miss: bool) -> bool {
+        !table_miss
+            || self
+                .ports
+                .iter()
+                .find(|p| p.number == in_port)
+                .is_none_or(|p| p.config & OFPPC_NO_PACKET_IN == 0)
     }
 
     /// The switch's own monotonic clock (packet buffer lifetimes).
@@ -856,32 +861,14 @@ impl offlow_openflow::Switch for DatapathSwitch {
     }
 
     fn packet_out(&mut self, po: &PacketOut) -> Result<(), OfError> {
-        // A buffered frame replaces `po.data`; OFPP_ANY as in_port (what a
-        // FLOW_MOD naming a buffer sends) means the frame's own port.
-        let mut buffered = None;
-        if po.buffer_id != offlow_openflow::OFP_NO_BUFFER {
-            let now = self.clock_ns();
-            let (port, frame) = self.buffers.take(po.buffer_id, now).map_err(|e| {
-                OfError::BadRequest(match e {
-                    BufferError::Unknown => BadRequestCode::BufferUnknown,
-                    BufferError::Empty => BadRequestCode::BufferEmpty,
-                })
-            })?;
-            let in_port = if po.in_port == PortNo::ANY.0 {
-                port
-            } else {
-                po.in_port
-            };
-            buffered = Some((in_port, frame));
-        }
-        let (in_port_no, data): (u32, &[u8]) = match &buffered {
-            Some((p, f)) => (*p, f),
-            None => (po.in_port, &po.data),
-        };
         // §7.3.7: in_port is a standard port or OFPP_CONTROLLER (LOCAL is
-        // accepted as Open vSwitch does).
-        let in_port = PortNo(in_port_no);
-        if !(in_port.is_physical() || in_port == PortNo::CONTROLLER || in_port == PortNo::LOCAL) {
+        // accepted as Open vSwitch does); with a buffer, OFPP_ANY (what a
+        // FLOW_MOD naming a buffer sends) means the frame's own port.
+        let valid_in_port =
+            |p: PortNo| p.is_physical() || p == PortNo::CONTROLLER || p == PortNo::LOCAL;
+        let buffered_own_port =
+            po.buffer_id != offlow_openflow::OFP_NO_BUFFER && po.in_port == PortNo::ANY.0;
+        if !buffered_own_port && !valid_in_port(PortNo(po.in_port)) {
             return Err(OfError::BadRequest(BadRequestCode::BadPort));
         }
         let mut actions = Vec::with_capacity(po.actions.len());
@@ -895,6 +882,33 @@ impl offlow_openflow::Switch for DatapathSwitch {
             }
             actions.push(pa);
         }
+        // Output:TABLE runs the pipeline: flow-mods received before this
+        // packet-out apply to it (§6.4: a FLOW_MOD naming a buffer
+        // processes the packet "after the flow is inserted").
+        if actions.iter().any(
+            |a| matches!(a, offlow_pipeline::Action::Output { port, .. } if *port == PortNo::TABLE),
+        ) {
+            self.commit_pending();
+        }
+        // Only a valid request uses up its buffer: a refused one can be
+        // corrected and sent again.
+        let mut buffered = None;
+        if po.buffer_id != offlow_openflow::OFP_NO_BUFFER {
+            let now = self.clock_ns();
+            let (port, frame) = self.buffers.take(po.buffer_id, now).map_err(|e| {
+                OfError::BadRequest(match e {
+                    BufferError::Unknown => BadRequestCode::BufferUnknown,
+                    BufferError::Empty => BadRequestCode::BufferEmpty,
+                })
+            })?;
+            // A buffered frame came in on one of the data ports.
+            let in_port = if buffered_own_port { port } else { po.in_port };
+            buffered = Some((in_port, frame));
+        }
+        let (in_port_no, data): (u32, &[u8]) = match &buffered {
+            Some((p, f)) => (*p, f),
+            None => (po.in_port, &po.data),
+        };
         let parsed = offlow_flow::extract(data, in_port_no, &mut self.parse);
         let mut layout = parsed.layout;
         // Tailroom for pushes (VLAN 4 bytes, MPLS 4 bytes each).
@@ -1233,7 +1247,7 @@ mod tests {
         assert_eq!(
             sw.port_mod(&pm(5, up.hw_addr, 1 << 3, 1 << 3)),
             err(PortModFailedCode::BadConfig),
-            "OFPPC_NO_FLOOD is OpenFlow 1.0's"
+            "OFPPC_NO_RECV_STP is OpenFlow 1.0's"
         );
         let mut adv = pm(5, up.hw_addr, 0, 0);
         adv.advertise = 1;
@@ -1247,15 +1261,16 @@ mod tests {
         let status = sw.take_port_status();
         assert_eq!(status.len(), 1);
         assert_eq!(status[0].config, both);
-        assert!(!sw.packet_in_allowed(5));
-        assert!(sw.packet_in_allowed(6), "no such port: no filter");
+        assert!(!sw.packet_in_allowed(5, true));
+        assert!(sw.packet_in_allowed(5, false), "only table misses");
+        assert!(sw.packet_in_allowed(6, true), "no such port: no filter");
         // Only masked bits change.
         assert_eq!(
             sw.port_mod(&pm(5, up.hw_addr, 0, OFPPC_NO_PACKET_IN)),
             Ok(())
         );
         assert_eq!(sw.take_port_status()[0].config, OFPPC_NO_FWD);
-        assert!(sw.packet_in_allowed(5));
+        assert!(sw.packet_in_allowed(5, true));
 
         let po = PacketOut {
             buffer_id: offlow_openflow::OFP_NO_BUFFER,
