@@ -86,6 +86,12 @@ const CMD_DELETE: u16 = 2;
 /// pool has long recycled them).
 const ISSUED_BUFFERS_MAX: usize = 4096;
 
+/// `OFPR_INVALID_TTL`: a packet-in for a TTL that expired.
+const OFPR_INVALID_TTL: u8 = 2;
+
+/// `OFPCML_NO_BUFFER`: as a `miss_send_len`, send whole frames unbuffered.
+const OFPCML_NO_BUFFER: u16 = 0xffff;
+
 /// A controller's role (§6.3.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ControllerRole {
@@ -577,11 +583,27 @@ impl Connection {
     /// FLOW_REMOVED, PORT_STATUS) if this connection's role and async masks
     /// let it through (§7.3.10: a message is sent only if its reason's bit
     /// is set in the mask for the connection's role).
-    /// PACKET_IN truncation to [`Connection::miss_send_len`] is the
-    /// caller's.
-    pub fn send_async(&mut self, body: Body, roles: &Roles) -> AsyncOutcome {
+    ///
+    /// A PACKET_IN with reason `OFPR_INVALID_TTL` is given this
+    /// connection's [`Connection::miss_send_len`] here (§7.3.2: it applies
+    /// to packet-ins no output action sized): the switch builds it with the
+    /// whole frame and the id of a buffer holding it; a connection that
+    /// asked for `OFPCML_NO_BUFFER`, or whose length covers the frame, gets
+    /// the frame unbuffered, any other the first `miss_send_len` bytes and
+    /// the buffer id. Other packet-ins are sent as built.
+    pub fn send_async(&mut self, mut body: Body, roles: &Roles) -> AsyncOutcome {
         if !self.negotiated || self.closed.is_some() {
             return AsyncOutcome::NotReady;
+        }
+        if let Body::PacketIn(p) = &mut body {
+            if p.reason == OFPR_INVALID_TTL {
+                let n = self.switch_config.miss_send_len;
+                if n == OFPCML_NO_BUFFER || p.data.len() <= usize::from(n) {
+                    p.buffer_id = OFP_NO_BUFFER;
+                } else if p.buffer_id != OFP_NO_BUFFER {
+                    p.data.truncate(usize::from(n));
+                }
+            }
         }
         let i = self.role(roles).async_index();
         let a = &self.async_config;

@@ -1253,3 +1253,56 @@ proptest! {
         }
     }
 }
+
+/// §7.3.2: an OFPR_INVALID_TTL packet-in (built with the whole frame and a
+/// buffer id) is cut to each connection's miss_send_len; a frame that fits,
+/// or a connection asking for OFPCML_NO_BUFFER, gets it whole and
+/// unbuffered. Other reasons are sent as built.
+#[test]
+fn invalid_ttl_packet_ins_follow_miss_send_len() {
+    let mut b = Bench::new();
+    let mut c = b.established();
+    let ttl = |len: usize, buffer_id| {
+        let Body::PacketIn(mut p) = packet_in(2, buffer_id) else {
+            unreachable!()
+        };
+        p.data = vec![0xcd; len];
+        p.total_len = len as u16;
+        Body::PacketIn(p)
+    };
+    let sent = |c: &mut Connection| match drain(c).pop().map(|m| m.body) {
+        Some(Body::PacketIn(p)) => (p.buffer_id, p.data.len()),
+        other => panic!("expected a packet-in, got {other:?}"),
+    };
+    // Default miss_send_len 128.
+    assert_eq!(c.send_async(ttl(300, 7), &b.roles), AsyncOutcome::Sent);
+    assert_eq!(sent(&mut c), (7, 128));
+    assert_eq!(c.send_async(ttl(100, 8), &b.roles), AsyncOutcome::Sent);
+    assert_eq!(sent(&mut c), (OFP_NO_BUFFER, 100), "fits: unbuffered");
+    // Buffer 7 was issued to this connection, 8 was not.
+    let out = b.ask(
+        &mut c,
+        2,
+        Body::PacketOut(PacketOut {
+            buffer_id: 8,
+            in_port: 1,
+            actions: vec![],
+            data: vec![],
+        }),
+    );
+    assert_eq!(
+        error_of(&out[0]).0,
+        OfError::BadRequest(BadRequestCode::BufferUnknown)
+    );
+    // An action packet-in keeps what the switch built.
+    c.send_async(packet_in(1, 9), &b.roles);
+    assert_eq!(sent(&mut c), (9, 60));
+    // OFPCML_NO_BUFFER: whole and unbuffered.
+    let cfg = SwitchConfig {
+        flags: 0,
+        miss_send_len: 0xffff,
+    };
+    assert!(b.ask(&mut c, 3, Body::SetConfig(cfg)).is_empty());
+    c.send_async(ttl(300, 10), &b.roles);
+    assert_eq!(sent(&mut c), (OFP_NO_BUFFER, 300));
+}

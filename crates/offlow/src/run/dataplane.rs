@@ -887,7 +887,8 @@ impl OutputSink for PortSink {
         if !self.ttl_wanted.load(Ordering::Relaxed) {
             return;
         }
-        // Sent whole, like OFPCML_NO_BUFFER: no output action gave a length.
+        // Whole: no output action gave a length; each connection cuts it
+        // to its miss_send_len (`Connection::send_async`).
         self.queue_packet_in(PacketInFrame {
             in_port,
             data: frame.to_vec(),

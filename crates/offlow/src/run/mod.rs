@@ -739,7 +739,11 @@ async fn packet_in_loop(
         m.set_exact(Field::InPort, u128::from(frame.in_port));
         // Frames are at most a few KiB (the workers' buffers).
         let total_len = frame.data.len().min(usize::from(u16::MAX)) as u16;
-        let (buffer_id, data) = switch.packet_in_data(frame.in_port, frame.data, frame.max_len);
+        let (buffer_id, data) = if frame.invalid_ttl {
+            switch.packet_in_whole(frame.in_port, frame.data)
+        } else {
+            switch.packet_in_data(frame.in_port, frame.data, frame.max_len)
+        };
         let body = Body::PacketIn(PacketIn {
             buffer_id,
             total_len,

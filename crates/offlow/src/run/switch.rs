@@ -327,6 +327,15 @@ impl DatapathSwitch {
         (id, part)
     }
 
+    /// The buffer id and data of an `OFPR_INVALID_TTL` packet-in for
+    /// `frame`: the whole frame, also kept in a buffer; each connection
+    /// cuts it to its own `miss_send_len` (or drops the id when the frame
+    /// fits, or it asked for no buffering: `Connection::send_async`).
+    pub fn packet_in_whole(&mut self, in_port: u32, frame: Vec<u8>) -> (u32, Vec<u8>) {
+        let id = self.buffers.store(in_port, frame.clone(), self.clock_ns());
+        (id, frame)
+    }
+
     /// Port descriptions changed by PORT_MOD since the last call (for
     /// PORT_STATUS with reason MODIFY).
     pub fn take_port_status(&mut self) -> Vec<offlow_openflow::Port> {
