@@ -24,6 +24,14 @@
 //! A truncated copy of a frame therefore never has a presence bit the whole
 //! frame lacks (tested).
 //!
+//! # Fast path
+//! [`extract_to`] (and so [`extract`] and [`extract_into`]) first offers the
+//! frame to [`crate::extract_fast::extract_common`], which handles Ethernet
+//! (at most one tag) + option-less, unfragmented IPv4 + TCP/UDP/ICMPv4 (or a
+//! protocol without transport fields) in a few checks and falls back here, to [`extract_to_general`], for anything
+//! else. The two agree bit for bit on key, layout and counters
+//! (`tests/prop_extract_fast.rs`); the general parser is the reference.
+//!
 //! # Invariants
 //! - Never panics and never reads past `frame` (fuzzed, property-tested):
 //!   every header is read through an `offlow-wire` view built with
@@ -372,8 +380,36 @@ pub fn extract_into(
 /// Like [`extract_into`], also writing the layout in place (fully
 /// overwritten): a worker keeps keys and layouts in batch arrays, and
 /// returning a layout by value costs a stack round trip per packet.
+///
+/// The common frame (Ethernet, at most one VLAN tag, IPv4 without options,
+/// not a fragment, TCP/UDP/ICMPv4 or a protocol without transport fields)
+/// takes a fast path
+/// ([`crate::extract_fast::extract_common`]); everything else, and anything
+/// that path is unsure of, goes to [`extract_to_general`]. Both give the
+/// same key, layout and counters (property-tested).
 #[inline]
 pub fn extract_to(
+    frame: &[u8],
+    in_port: u32,
+    key: &mut FlowKey,
+    lay: &mut Layout,
+    stats: &mut ParseStats,
+) {
+    if !crate::extract_fast::extract_common(frame, in_port, key, lay) {
+        extract_to_general(frame, in_port, key, lay, stats);
+    }
+}
+
+/// The general parser: every frame shape, layer by layer (see the module
+/// documentation). [`extract_to`] calls it for every frame the fast path
+/// declines; it is public as the reference the fast path is tested
+/// against. Same contract as [`extract_to`].
+///
+/// Kept out of line so the worker's loop holds only the small fast path
+/// (the general parser's body is large and now runs for few packets); the
+/// effect of this attribute alone was not measured.
+#[inline(never)]
+pub fn extract_to_general(
     frame: &[u8],
     in_port: u32,
     key: &mut FlowKey,
