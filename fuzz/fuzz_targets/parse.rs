@@ -2,11 +2,13 @@
 //! panic, its result must be internally consistent
 //! (`Parsed::check_consistency`), and a truncated copy of the frame must not
 //! claim a presence bit the whole frame lacks, nor disagree with it on any
-//! field whose presence it claims.
+//! field whose presence it claims. `extract` (which takes the fast path for
+//! the common frame) must equal the general parser, `extract_to_general`:
+//! key, layout and counters.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use offlow_flow::{extract, Field, ParseStats};
+use offlow_flow::{extract, extract_to_general, Field, FlowKey, Layout, ParseStats};
 
 fuzz_target!(|data: &[u8]| {
     let mut stats = ParseStats::default();
@@ -14,6 +16,12 @@ fuzz_target!(|data: &[u8]| {
     if let Err(e) = whole.check_consistency(data.len()) {
         panic!("inconsistent parse: {e}: {whole:?}");
     }
+    let (mut key, mut lay, mut general_stats) =
+        (FlowKey::ZERO, Layout::default(), ParseStats::default());
+    extract_to_general(data, 1, &mut key, &mut lay, &mut general_stats);
+    assert_eq!(key, whole.key, "fast path and general parser: key");
+    assert_eq!(lay, whole.layout, "fast path and general parser: layout");
+    assert_eq!(general_stats, stats, "fast path and general parser: counters");
     // The cut point comes from the last byte so the mutator can steer it
     // without disturbing the headers at the front.
     let Some(&last) = data.last() else { return };
