@@ -316,7 +316,17 @@ impl Control {
     /// acknowledge at their next batch or [`Worker::poll`]; a worker that
     /// neither processes nor polls makes this time out (false).
     pub fn sync_counters(&self, timeout: Duration) -> bool {
+        self.sync_counters_waking(timeout, || {})
+    }
+
+    /// [`sync_counters`](Self::sync_counters), calling `wake` once the
+    /// request is posted: a caller whose idle workers sleep (in `poll(2)`,
+    /// say) wakes them there, so they acknowledge now rather than at the
+    /// end of their sleep. Waking before the request could let a worker
+    /// look, find nothing, and sleep again.
+    pub fn sync_counters_waking(&self, timeout: Duration, wake: impl FnOnce()) -> bool {
         let epoch = self.sync.requested.0.fetch_add(1, Ordering::AcqRel) + 1;
+        wake();
         let deadline = Instant::now() + timeout;
         let acks: Vec<Arc<AckSlot>> = {
             let mut list = lock(&self.sync.acks);

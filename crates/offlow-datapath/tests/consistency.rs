@@ -188,6 +188,33 @@ fn schedule_is_what_the_test_assumes() {
     assert_eq!(expected(6), (BASE + 6, BASE + 5));
 }
 
+/// `Control::sync_counters_waking` calls its wake-up after posting the
+/// request: a worker woken by it (here, polled from inside the closure)
+/// acknowledges at once and the call succeeds; a worker that nobody wakes
+/// and that never polls makes it time out. An idle worker's counts are
+/// credited by the sync.
+#[test]
+fn sync_wake_comes_after_the_request() {
+    let mut control = Control::new(Pipeline::new(1));
+    control
+        .flow_mod(&FlowMod::add(0, 1, Match::ANY, out(BASE)), 0)
+        .expect("catch-all");
+    control.commit();
+    let worker = std::cell::RefCell::new(control.worker(WorkerConfig::default()));
+    let f = frame(51, 1);
+    let mut bufs = vec![PacketBuf::from_frame(&f, 16)];
+    worker
+        .borrow_mut()
+        .process(&mut bufs, 1, &mut CountingSink::default());
+    let id = control.pipeline().dump(&FlowFilter::all())[0].id;
+    let counted = || control.pipeline().entry(id).expect("rule").counters.get().0;
+    assert_eq!(counted(), 0, "deferred");
+    let short = std::time::Duration::from_millis(20);
+    assert!(!control.sync_counters(short), "nobody polls: times out");
+    assert!(control.sync_counters_waking(short, || worker.borrow_mut().poll()));
+    assert_eq!(counted(), 1, "credited by the sync");
+}
+
 /// `Control::sync_counters` against a worker running on another thread:
 /// once it returns true, the catch-all rule has been credited with at least
 /// every packet the worker had finished before the call, and at most those

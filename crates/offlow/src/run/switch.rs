@@ -502,7 +502,16 @@ impl DatapathSwitch {
     /// Make the rule and table counters include every packet the workers
     /// have processed (bounded wait, see [`SYNC_TIMEOUT`]).
     fn sync_counters(&self) {
-        if self.dataplane.is_some() && !self.control.sync_counters(SYNC_TIMEOUT) {
+        let Some(dataplane) = &self.dataplane else {
+            return;
+        };
+        // Idle workers sleep in poll(2): wake them, or this waits for the
+        // end of their sleep (up to 2 ms) on every stats request and
+        // expiry scan.
+        if !self
+            .control
+            .sync_counters_waking(SYNC_TIMEOUT, || dataplane.wake_all())
+        {
             tracing::debug!("a packet worker missed the counter sync");
         }
     }
