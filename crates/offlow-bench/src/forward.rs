@@ -16,7 +16,13 @@
 //! - `offlow af_packet, N worker(s)`: `offlow run --netns SW --port p1
 //!   --port p2 --workers N --fail-mode secure` with the two flows
 //!   `in_port=1,actions=output:2` and back, added with `ovs-ofctl`.
-//! - `offlow af_xdp`: the same with AF_XDP ports (queue 0, one worker).
+//! - `offlow af_xdp`: the same with AF_XDP ports (one row per `--workers`
+//!   value). With N > 1 workers the switch's veths get N queues (worker *i*
+//!   takes queue *i*); every other row has single-queue veths, as before.
+//!   A host's AF_PACKET transmit chooses the veth queue from the sending
+//!   CPU rather than per flow, so the one generator thread may feed a
+//!   single queue: the row then shows what the second worker costs more
+//!   than what it adds.
 //! - `ovs netdev system` / `ovs netdev afxdp`: a private ovsdb-server and
 //!   ovs-vswitchd (own directory, run inside SW with `ip netns exec`), bridge
 //!   `datapath_type=netdev`, p1/p2 as ports of type `system` (AF_PACKET in
@@ -112,7 +118,7 @@ pub enum RowKind {
     Bridge,
     /// offlow with AF_PACKET ports (one row per `--workers` value).
     Offlow,
-    /// offlow with AF_XDP ports (one worker).
+    /// offlow with AF_XDP ports (one row per `--workers` value).
     OfflowXdp,
     /// Open vSwitch netdev datapath, ports of type `system`.
     OvsSystem,
@@ -443,17 +449,38 @@ impl Topo {
     }
 
     /// Hosts A and B and, when `switched`, a switch namespace between them.
-    fn hosts(switched: bool) -> anyhow::Result<Topo> {
+    /// `queues`: receive and transmit queues of each switch-side veth pair.
+    fn hosts(switched: bool, queues: usize) -> anyhow::Result<Topo> {
         let tag = unique_tag();
         let mut t = Topo::empty();
         let a = add_ns(&mut t, format!("{tag}a"))?;
         let b = add_ns(&mut t, format!("{tag}b"))?;
         if switched {
             let sw = add_ns(&mut t, format!("{tag}s"))?;
+            let q = queues.max(1).to_string();
             for (p, h) in [("p1", &a), ("p2", &b)] {
                 ip(&[
-                    "link", "add", "name", p, "netns", &sw, "type", "veth", "peer", "name", "eth0",
-                    "netns", h,
+                    "link",
+                    "add",
+                    "name",
+                    p,
+                    "netns",
+                    &sw,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "eth0",
+                    "netns",
+                    h,
+                    "numtxqueues",
+                    &q,
+                    "numrxqueues",
+                    &q,
                 ])?;
                 ip(&["-n", &sw, "link", "set", p, "up"])?;
             }
@@ -934,7 +961,7 @@ enum Plan {
     Direct,
     Bridge,
     Offlow(usize),
-    OfflowXdp,
+    OfflowXdp(usize),
     Ovs(&'static str),
 }
 
@@ -946,7 +973,8 @@ impl Plan {
             Plan::Bridge => "linux bridge".into(),
             Plan::Offlow(1) => "offlow af_packet, 1 worker".into(),
             Plan::Offlow(w) => format!("offlow af_packet, {w} workers"),
-            Plan::OfflowXdp => "offlow af_xdp, 1 worker".into(),
+            Plan::OfflowXdp(1) => "offlow af_xdp, 1 worker".into(),
+            Plan::OfflowXdp(w) => format!("offlow af_xdp, {w} workers"),
             Plan::Ovs(t) => format!("ovs 3.1 netdev, type={t}"),
         }
     }
@@ -957,7 +985,7 @@ impl Plan {
             Plan::Direct => "direct",
             Plan::Bridge => "bridge",
             Plan::Offlow(_) => "offlow",
-            Plan::OfflowXdp => "offlow",
+            Plan::OfflowXdp(_) => "offlow",
             Plan::Ovs("afxdp") => "ovs-afxdp",
             Plan::Ovs(_) => "ovs-system",
         }
@@ -972,9 +1000,9 @@ fn run_row(
 ) -> anyhow::Result<(Snapshot, f64)> {
     match plan {
         Plan::Loopback => measure(&Topo::loopback()?, frames, args),
-        Plan::Direct => measure(&Topo::hosts(false)?, frames, args),
+        Plan::Direct => measure(&Topo::hosts(false, 1)?, frames, args),
         Plan::Bridge => {
-            let t = Topo::hosts(true)?;
+            let t = Topo::hosts(true, 1)?;
             let sw = t.sw()?;
             ip(&["-n", sw, "link", "add", "name", "br0", "type", "bridge"])?;
             for p in ["p1", "p2"] {
@@ -984,19 +1012,19 @@ fn run_row(
             measure(&t, frames, args)
         }
         Plan::Offlow(w) => {
-            let t = Topo::hosts(true)?;
+            let t = Topo::hosts(true, 1)?;
             let _switch = start_offlow(bin, t.sw()?, *w, false)?;
             measure(&t, frames, args)
         }
         // The generator's frames carry complete checksums: AF_XDP's lack of
         // a partial-checksum flag does not matter here.
-        Plan::OfflowXdp => {
-            let t = Topo::hosts(true)?;
-            let _switch = start_offlow(bin, t.sw()?, 1, true)?;
+        Plan::OfflowXdp(w) => {
+            let t = Topo::hosts(true, *w)?;
+            let _switch = start_offlow(bin, t.sw()?, *w, true)?;
             measure(&t, frames, args)
         }
         Plan::Ovs(ty) => {
-            let t = Topo::hosts(true)?;
+            let t = Topo::hosts(true, 1)?;
             let _ovs = Ovs::start(t.sw()?, ty)?;
             measure(&t, frames, args)
         }
@@ -1018,7 +1046,7 @@ pub fn run(args: &ForwardArgs) -> anyhow::Result<ForwardReport> {
             RowKind::Direct => plans.push(Plan::Direct),
             RowKind::Bridge => plans.push(Plan::Bridge),
             RowKind::Offlow => plans.extend(args.workers.iter().map(|&w| Plan::Offlow(w))),
-            RowKind::OfflowXdp => plans.push(Plan::OfflowXdp),
+            RowKind::OfflowXdp => plans.extend(args.workers.iter().map(|&w| Plan::OfflowXdp(w))),
             RowKind::OvsSystem => plans.push(Plan::Ovs("system")),
             RowKind::OvsAfxdp => plans.push(Plan::Ovs("afxdp")),
         }
@@ -1030,7 +1058,7 @@ pub fn run(args: &ForwardArgs) -> anyhow::Result<ForwardReport> {
         }
         let workers = match p {
             Plan::Offlow(w) => Some(*w),
-            Plan::OfflowXdp => Some(1),
+            Plan::OfflowXdp(w) => Some(*w),
             _ => None,
         };
         let mut row = Row::empty(p.name(), p.kind(), workers);

@@ -81,7 +81,8 @@ fn every_row_forwards_and_json_parses() {
         );
         ran += 1;
     }
-    let expect = 5 + if args.offlow_bin.is_some() { 3 } else { 0 };
+    // offlow: AF_PACKET and AF_XDP, 1 and 2 workers each.
+    let expect = 5 + if args.offlow_bin.is_some() { 4 } else { 0 };
     assert_eq!(ran, expect, "rows run: {:?}", report.rows);
 
     let line = report.to_json().to_string();

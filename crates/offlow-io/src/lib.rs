@@ -135,6 +135,12 @@ pub trait Port: Send {
     /// sleep on this port, poll it).
     fn poll_fd(&self) -> Option<RawFd>;
 
+    /// Every descriptor to poll for this port (a port over several sockets
+    /// has one each); by default [`Port::poll_fd`].
+    fn poll_fds(&self, out: &mut Vec<RawFd>) {
+        out.extend(self.poll_fd());
+    }
+
     /// This thread's counters for the port.
     fn stats(&mut self) -> PortStats;
 }

@@ -314,6 +314,81 @@ fn af_xdp_ports_forward_ping_tcp_and_udp() {
     );
 }
 
+/// AF_XDP ports with two workers: each worker's socket takes its own
+/// receive queue of each interface (veths created with two queues), one
+/// program shared by the sockets of an interface; ping, TCP and UDP from
+/// many sources cross. With one queue and two workers the switch refuses
+/// to start and says how to fix it; one worker takes both queues.
+#[test]
+fn af_xdp_ports_with_two_workers_take_a_queue_each() {
+    if !prerequisites() {
+        return;
+    }
+    const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "tx", "off"];
+    let ports = |net: &Net| {
+        [
+            format!("af_xdp:{}=1", net.ports[0]),
+            format!("af_xdp:{}=2", net.ports[1]),
+        ]
+    };
+    let single = Net::new("oxq", XDP_OFFLOADS);
+    let [p1, p2] = ports(&single);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_offlow"));
+    cmd.args(["run", "--netns", &single.sw, "--port", &p1, "--port", &p2])
+        .args(["--workers", "2", "--listen", "ptcp:0:127.0.0.1"]);
+    let out = common::run_bounded(cmd, Duration::from_secs(20));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started on one queue: {err}");
+    assert!(
+        err.contains("receive queue") && err.contains("numrxqueues 2"),
+        "{err}"
+    );
+    drop(single);
+
+    let net = Net::new_with_queues("oxq", XDP_OFFLOADS, 2);
+    let [p1, p2] = ports(&net);
+    let d = Daemon::start(&[
+        "--netns",
+        &net.sw,
+        "--port",
+        &p1,
+        "--port",
+        &p2,
+        "--workers",
+        "2",
+        "--fail-mode",
+        "standalone",
+    ]);
+    assert!(
+        net.ping(0, "10.0.0.2", 3),
+        "ping over two-queue AF_XDP ports"
+    );
+    assert!(
+        tcp_transfer(&net, 1 << 20),
+        "TCP over two-queue AF_XDP ports"
+    );
+    let got = udp(&net, 1000, 16, 64);
+    assert!(got >= 990, "UDP: {got} of 1000");
+    let ports = d.ofctl(&["dump-ports"]);
+    assert!(first_number_after(&ports, "rx pkts=") >= 1000, "{ports}");
+    drop(d);
+    // One worker on the same two-queue interfaces serves both queues (a
+    // queue without a socket would hand its frames to the kernel).
+    let _d = Daemon::start(&[
+        "--netns",
+        &net.sw,
+        "--port",
+        &p1,
+        "--port",
+        &p2,
+        "--fail-mode",
+        "standalone",
+    ]);
+    assert!(net.ping(0, "10.0.0.2", 3), "ping, one worker, two queues");
+    let got = udp(&net, 1000, 16, 64);
+    assert!(got >= 990, "UDP, one worker, two queues: {got} of 1000");
+}
+
 /// Packet buffers with a real controller connection (played by the test):
 /// an output to CONTROLLER with `max_len` 64 shows the controller 64 bytes
 /// of a 342-byte UDP frame (reason action, table 0, the entry's cookie)

@@ -622,14 +622,16 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
         });
     }
     // The worker count is checked in `resolve`, after `--workers`.
-    if workers > 1 && ports.iter().any(|p| p.kind != PortKind::AfPacket) {
+    if workers > 1
+        && ports
+            .iter()
+            .any(|p| matches!(p.kind, PortKind::Pcap { .. }))
+    {
         let span = f.workers.as_ref().map(|w| w.span()).unwrap_or(0..0);
         return Err(at(
             "workers",
             span,
-            anyhow::anyhow!(
-                "af_xdp and pcap ports are served by one worker (one queue): set workers = 1"
-            ),
+            anyhow::anyhow!("pcap ports are served by one worker: set workers = 1"),
         ));
     }
     Ok(RunConfig {
@@ -685,8 +687,12 @@ impl RunArgs {
         if let Some(f) = &self.flows {
             c.flows = Some(f.clone());
         }
-        if c.workers > 1 && c.ports.iter().any(|p| p.kind != PortKind::AfPacket) {
-            bail!("af_xdp and pcap ports are served by one worker (one queue): use --workers 1");
+        if c.workers > 1
+            && c.ports
+                .iter()
+                .any(|p| matches!(p.kind, PortKind::Pcap { .. }))
+        {
+            bail!("pcap ports are served by one worker: use --workers 1");
         }
         if let Some(d) = self.dpid {
             c.dpid = d;

@@ -86,7 +86,7 @@ use offlow_datapath::{
     OutputMeta, OutputSink, PacketBuf, PortInfo, SteeringTable, Worker, WorkerStats,
     DEFAULT_HEADROOM,
 };
-use offlow_io::afxdp::{AfXdpConfig, AfXdpPort};
+use offlow_io::afxdp::{active_queue_count, queue_count, AfXdpConfig, AfXdpQueues, XdpProgram};
 use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 use offlow_pipeline::PacketInOrigin;
@@ -256,6 +256,11 @@ struct Generations {
     /// Per port: its OpenFlow configuration bits (`OFPPC_*`, from
     /// PORT_MOD); a change also moves the epoch.
     config: Box<[AtomicU32]>,
+    /// Per AF_XDP port: the redirect program every worker's sockets share,
+    /// with the generation it was attached for. The first worker to
+    /// re-open the port at a new generation attaches a new one; the others
+    /// take it. Locked only when opening a port.
+    xdp: Box<[Mutex<Option<SharedProgram>>]>,
 }
 
 impl Generations {
@@ -265,6 +270,7 @@ impl Generations {
             ports: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
             failed: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
             config: (0..n_ports).map(|_| AtomicU32::new(0)).collect(),
+            xdp: (0..n_ports).map(|_| Mutex::new(None)).collect(),
         }
     }
 
@@ -359,13 +365,62 @@ impl Port for AbsentPort {
     }
 }
 
-/// Open the socket (or capture files) of one data port for one worker,
-/// inside the ports' namespace; `fanout`: the AF_PACKET fanout group to
-/// join (several workers).
+/// An AF_XDP port's program and the generation it was attached for.
+type SharedProgram = (u64, Arc<XdpShare>);
+
+/// An AF_XDP port is one socket per receive queue of its interface, all
+/// registered in one redirect program attached to the interface (a frame
+/// can only reach the socket bound to its queue: a queue without one would
+/// hand its frames to the kernel stack). The workers share the queues:
+/// worker *i* of *n* takes queues *i*, *i + n*, ... ([`AfXdpQueues::share`]),
+/// so the interface's spreading of flows over its queues spreads them over
+/// the workers.
+#[derive(Debug)]
+struct XdpShare {
+    /// The interface's receive queues (when the program was attached).
+    queues: u32,
+    program: Arc<XdpProgram>,
+}
+
+/// The redirect program of AF_XDP port `p`, attached to its interface in
+/// the ports' namespace, and the interface's queue count. An interface
+/// with fewer receive queues than `n_workers` is an error that says how to
+/// give it more (a worker without a queue could not receive on the port).
+fn xdp_program(p: &DataPort, netns: Option<&str>, n_workers: usize) -> anyhow::Result<XdpShare> {
+    let attach = AfXdpConfig::new(&p.ifname).attach;
+    let (queues, program) = in_netns(netns, || {
+        // Sockets for the queues the interface has now; the program's map
+        // covers the most it could have.
+        let queues = active_queue_count(&p.ifname).unwrap_or(1);
+        let map_slots = queue_count(&p.ifname).unwrap_or(1).max(queues);
+        if (queues as usize) < n_workers {
+            return Err(anyhow::anyhow!(
+                "AF_XDP port {} ({}) has {queues} receive queue(s); {n_workers} workers need                  one each (`ethtool -L {} combined {n_workers}`, or a veth created with                  `numrxqueues {n_workers} numtxqueues {n_workers}`), or use --workers 1",
+                p.number,
+                p.ifname,
+                p.ifname
+            ));
+        }
+        let program = XdpProgram::redirect_to_sockets(&p.ifname, map_slots, attach)
+            .with_context(|| format!("attaching the AF_XDP program to {}", p.ifname))?;
+        Ok((queues, program))
+    })
+    .context("entering the ports' network namespace")??;
+    Ok(XdpShare {
+        queues,
+        program: Arc::new(program),
+    })
+}
+
+/// Open the socket (or capture files) of one data port for worker
+/// `worker` of `n_workers`, inside the ports' namespace; `fanout`: the
+/// AF_PACKET fanout group to join (several workers); `xdp`: the program
+/// and queue count of an AF_XDP port (required for one).
 fn open_port(
     p: &DataPort,
     netns: Option<&str>,
     fanout: Option<u16>,
+    xdp: Option<(&XdpShare, usize, usize)>,
 ) -> anyhow::Result<Box<dyn Port>> {
     Ok(match &p.kind {
         PortKind::AfPacket => {
@@ -377,12 +432,16 @@ fn open_port(
             Box::new(port)
         }
         PortKind::AfXdp => {
+            let (share, worker, n_workers) =
+                xdp.context("an AF_XDP port opened without its program")?;
+            let queues = AfXdpQueues::share(share.queues, worker, n_workers);
             let xc = AfXdpConfig::new(&p.ifname);
-            let port = in_netns(netns, || AfXdpPort::open(&xc))
+            let port = in_netns(netns, || AfXdpQueues::open(&xc, &share.program, &queues))
                 .context("entering the ports' network namespace")?
                 .with_context(|| format!("opening AF_XDP port {} ({})", p.number, p.ifname))?;
-            info!(port = p.number, ifname = %p.ifname,
-                xdp_mode = ?port.program().map(|p| p.mode()), zerocopy = port.zerocopy(),
+            info!(port = p.number, ifname = %p.ifname, worker, queues = ?queues,
+                xdp_mode = ?share.program.mode(),
+                zerocopy = port.sockets().iter().all(|s| s.zerocopy()),
                 "AF_XDP port open");
             Box::new(port)
         }
@@ -550,17 +609,28 @@ impl Dataplane {
         let base = (std::process::id() as u16).wrapping_mul(31);
         let fanout_base = (n_workers > 1).then_some(base);
         let n_ports = cfg.ports.len();
+        let gens = Arc::new(Generations::new(n_ports));
+        // One program per AF_XDP port, shared by every worker's sockets
+        // (kept in `gens` for re-opens at generation 0).
+        for (i, p) in cfg.ports.iter().enumerate() {
+            if p.kind == PortKind::AfXdp && !p.missing {
+                let share = xdp_program(p, cfg.netns, n_workers)?;
+                *lock(&gens.xdp[i]) = Some((0, Arc::new(share)));
+            }
+        }
         let mut per_worker: Vec<Vec<Box<dyn Port>>> = Vec::new();
-        for _ in 0..n_workers {
+        for w in 0..n_workers {
             let mut ports: Vec<Box<dyn Port>> = Vec::new();
             for (i, p) in cfg.ports.iter().enumerate() {
                 let port = if p.missing {
                     Box::new(AbsentPort::new(&p.ifname))
                 } else {
+                    let share = lock(&gens.xdp[i]).as_ref().map(|(_, s)| s.clone());
                     open_port(
                         p,
                         cfg.netns,
                         fanout_base.map(|b| fanout_id(b, n_ports, i, 0)),
+                        share.as_deref().map(|s| (s, w, n_workers)),
                     )?
                 };
                 ports.push(port);
@@ -568,7 +638,6 @@ impl Dataplane {
             per_worker.push(ports);
         }
         let data_ports: Arc<[DataPort]> = cfg.ports.into();
-        let gens = Arc::new(Generations::new(n_ports));
         let netns: Option<Arc<str>> = cfg.netns.map(Arc::from);
         let stop = Arc::new(AtomicBool::new(false));
         let infos: Vec<PortInfo> = cfg
@@ -1080,8 +1149,10 @@ impl WorkerThread {
             .iter()
             .enumerate()
             .filter(|&(i, _)| !self.dead.get(i).copied().unwrap_or(false))
-            .filter_map(|(_, p)| p.poll_fd())
-            .collect();
+            .fold(Vec::new(), |mut fds, (_, p)| {
+                p.poll_fds(&mut fds);
+                fds
+            });
         if let Some(inbox) = self.inboxes.get(self.sink.me) {
             fds.push(std::os::fd::AsRawFd::as_raw_fd(&inbox.wake));
         }
@@ -1117,6 +1188,27 @@ impl WorkerThread {
         }
     }
 
+    /// Port `i`'s shared program at `generation` when it is an AF_XDP port
+    /// (attaching it if this worker is the first to need it at that
+    /// generation), else `None`.
+    fn xdp_share(&self, i: usize, generation: u64) -> anyhow::Result<Option<Arc<XdpShare>>> {
+        let dp = &self.data_ports[i];
+        if dp.kind != PortKind::AfXdp {
+            return Ok(None);
+        }
+        let mut slot = lock(&self.gens.xdp[i]);
+        let share = match slot.as_ref() {
+            Some((g, share)) if *g == generation => share.clone(),
+            _ => {
+                // The old program (if any) goes with the last socket on it.
+                let share = Arc::new(xdp_program(dp, self.netns.as_deref(), self.sink.n_workers)?);
+                *slot = Some((generation, share.clone()));
+                share
+            }
+        };
+        Ok(Some(share))
+    }
+
     fn reopen_requested(&self) -> bool {
         self.gens.epoch.load(Ordering::Acquire) != self.seen_epoch
     }
@@ -1149,7 +1241,11 @@ impl WorkerThread {
             let fanout = self
                 .fanout_base
                 .map(|b| fanout_id(b, n_ports, i, generation));
-            match open_port(dp, self.netns.as_deref(), fanout) {
+            let n_workers = self.sink.n_workers;
+            match self.xdp_share(i, generation).and_then(|share| {
+                let xdp = share.as_deref().map(|s| (s, self.sink.me, n_workers));
+                open_port(dp, self.netns.as_deref(), fanout, xdp)
+            }) {
                 Ok(port) => {
                     self.ports[i] = port;
                     self.reopened += 1;

@@ -316,6 +316,8 @@ pub struct Net {
     pub ports: Vec<String>,
     /// `ethtool -K eth0` settings of the hosts.
     offloads: Vec<String>,
+    /// Receive and transmit queues of every veth end.
+    queues: u32,
 }
 
 impl Net {
@@ -325,9 +327,19 @@ impl Net {
         Net::with_hosts(tag, offloads, 2, &[0, 1])
     }
 
+    /// [`Net::new`] with veths of `queues` receive and transmit queues
+    /// each (multi-queue AF_XDP: one queue per worker).
+    pub fn new_with_queues(tag: &str, offloads: &[&str], queues: u32) -> Net {
+        Net::build(tag, offloads, 2, &[0, 1], queues)
+    }
+
     /// `hosts` host namespaces; only the hosts in `linked` get their veth
     /// pair now (the others with [`Net::link`]).
     pub fn with_hosts(tag: &str, offloads: &[&str], hosts: usize, linked: &[usize]) -> Net {
+        Net::build(tag, offloads, hosts, linked, 1)
+    }
+
+    fn build(tag: &str, offloads: &[&str], hosts: usize, linked: &[usize], queues: u32) -> Net {
         let tag = format!(
             "{tag}{}x{}",
             std::process::id(),
@@ -340,6 +352,7 @@ impl Net {
             h: (0..hosts).map(|i| format!("{tag}h{i}")).collect(),
             ports: (1..=hosts).map(|i| format!("{tag}p{i}")).collect(),
             offloads: offloads.iter().map(|o| o.to_string()).collect(),
+            queues,
         };
         for p in &net.ports {
             assert!(p.len() <= 15, "interface name {p} is over 15 bytes");
@@ -357,20 +370,13 @@ impl Net {
     /// `switch_down_for`, the switch's end stays down that long first (an
     /// interface the switch can see but not use yet).
     pub fn link(&self, i: usize, switch_down_for: Option<Duration>) {
-        ip(&[
-            "link",
-            "add",
-            &self.ports[i],
-            "netns",
-            &self.sw,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            &self.h[i],
-        ]);
+        let q = self.queues.to_string();
+        let queues = ["numtxqueues", &q, "numrxqueues", &q];
+        let mut args = vec!["link", "add", &self.ports[i], "netns", &self.sw];
+        args.extend(queues);
+        args.extend(["type", "veth", "peer", "name", "eth0", "netns", &self.h[i]]);
+        args.extend(queues);
+        ip(&args);
         let addr = format!("10.0.0.{}/24", i + 1);
         ip(&["-n", &self.h[i], "addr", "add", &addr, "dev", "eth0"]);
         ip(&["-n", &self.h[i], "link", "set", "eth0", "up"]);
