@@ -29,6 +29,20 @@ fn prerequisites() -> bool {
 /// finishing.
 const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
+/// Traffic between the two hosts of `net` across `what`: a ping, a TCP
+/// transfer of `tcp_bytes` (its checksums checked end to end), and `udp_n`
+/// UDP datagrams from `sources` source ports, at most `lost` of them lost.
+fn ping_tcp_udp(net: &Net, what: &str, tcp_bytes: usize, udp: (usize, usize), sources: u16) {
+    let (udp_n, lost) = udp;
+    assert!(net.ping(0, "10.0.0.2", 3), "ping across {what}");
+    assert!(
+        tcp_transfer(net, tcp_bytes),
+        "{tcp_bytes} bytes of TCP across {what}"
+    );
+    let got = common::udp(net, udp_n, sources, 64);
+    assert!(got + lost >= udp_n, "UDP across {what}: {got} of {udp_n}");
+}
+
 /// `offlow run` on the two switch ports of `net`, with `extra` options.
 fn start(net: &Net, extra: &[&str]) -> Daemon {
     let mut args = vec![
@@ -50,13 +64,7 @@ fn standalone_switch_passes_ping_tcp_and_udp() {
     }
     let net = Net::new("oft", OFFLOADS);
     let d = start(&net, &["--fail-mode", "standalone", "--workers", "2"]);
-    assert!(
-        net.ping(0, "10.0.0.2", 3),
-        "ping through the learning switch"
-    );
-    assert!(tcp_transfer(&net, 2 << 20), "2 MiB of TCP arrive intact");
-    let got = udp(&net, 2000, 4, 64);
-    assert!(got >= 1990, "UDP: {got} of 2000 arrived");
+    ping_tcp_udp(&net, "the learning switch", 2 << 20, (2000, 10), 4);
     // The learned flows are ordinary flows, visible to ovs-ofctl.
     let flows = d.ofctl(&["dump-flows"]);
     assert!(
@@ -292,10 +300,7 @@ fn af_xdp_ports_forward_ping_tcp_and_udp() {
         "--fail-mode",
         "standalone",
     ]);
-    assert!(net.ping(0, "10.0.0.2", 3), "ping over AF_XDP ports");
-    assert!(tcp_transfer(&net, 1 << 20), "TCP over AF_XDP ports");
-    let got = udp(&net, 1000, 4, 64);
-    assert!(got >= 990, "UDP: {got} of 1000");
+    ping_tcp_udp(&net, "AF_XDP ports", 1 << 20, (1000, 10), 4);
     let ports = d.ofctl(&["dump-ports"]);
     assert!(first_number_after(&ports, "rx pkts=") >= 1000, "{ports}");
     // The XDP program is on the switch's interfaces while it runs.
@@ -359,16 +364,7 @@ fn af_xdp_ports_with_two_workers_take_a_queue_each() {
         "--fail-mode",
         "standalone",
     ]);
-    assert!(
-        net.ping(0, "10.0.0.2", 3),
-        "ping over two-queue AF_XDP ports"
-    );
-    assert!(
-        tcp_transfer(&net, 1 << 20),
-        "TCP over two-queue AF_XDP ports"
-    );
-    let got = udp(&net, 1000, 16, 64);
-    assert!(got >= 990, "UDP: {got} of 1000");
+    ping_tcp_udp(&net, "two-queue AF_XDP ports", 1 << 20, (1000, 10), 16);
     let ports = d.ofctl(&["dump-ports"]);
     assert!(first_number_after(&ports, "rx pkts=") >= 1000, "{ports}");
     drop(d);
