@@ -57,6 +57,25 @@ fn start(net: &Net, extra: &[&str]) -> Daemon {
     Daemon::start(&args)
 }
 
+/// AF_XDP does not flag partial checksums: hosts on AF_XDP ports finish
+/// their own.
+const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "tx", "off"];
+
+/// The two switch ports of `net` as AF_XDP ports 1 and 2.
+fn xdp_ports(net: &Net) -> [String; 2] {
+    [1, 2].map(|n| format!("af_xdp:{}={n}", net.ports[n - 1]))
+}
+
+/// `offlow run` in standalone mode on the two switch ports of `net` as
+/// AF_XDP ports, with `extra` options.
+fn start_xdp(net: &Net, extra: &[&str]) -> Daemon {
+    let [p1, p2] = xdp_ports(net);
+    let mut args = vec!["--netns", &net.sw, "--port", &p1, "--port", &p2];
+    args.extend_from_slice(&["--fail-mode", "standalone"]);
+    args.extend_from_slice(extra);
+    Daemon::start(&args)
+}
+
 #[test]
 fn standalone_switch_passes_ping_tcp_and_udp() {
     if !prerequisites() {
@@ -286,20 +305,8 @@ fn af_xdp_ports_forward_ping_tcp_and_udp() {
     if !prerequisites() {
         return;
     }
-    // AF_XDP does not flag partial checksums: the hosts finish their own.
-    let net = Net::new("oft", &["tso", "off", "gso", "off", "tx", "off"]);
-    let p1 = format!("af_xdp:{}=1", net.ports[0]);
-    let p2 = format!("af_xdp:{}=2", net.ports[1]);
-    let d = Daemon::start(&[
-        "--netns",
-        &net.sw,
-        "--port",
-        &p1,
-        "--port",
-        &p2,
-        "--fail-mode",
-        "standalone",
-    ]);
+    let net = Net::new("oft", XDP_OFFLOADS);
+    let d = start_xdp(&net, &[]);
     ping_tcp_udp(&net, "AF_XDP ports", 1 << 20, (1000, 10), 4);
     let ports = d.ofctl(&["dump-ports"]);
     assert!(first_number_after(&ports, "rx pkts=") >= 1000, "{ports}");
@@ -329,15 +336,8 @@ fn af_xdp_ports_with_two_workers_take_a_queue_each() {
     if !prerequisites() {
         return;
     }
-    const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "tx", "off"];
-    let ports = |net: &Net| {
-        [
-            format!("af_xdp:{}=1", net.ports[0]),
-            format!("af_xdp:{}=2", net.ports[1]),
-        ]
-    };
     let single = Net::new("oxq", XDP_OFFLOADS);
-    let [p1, p2] = ports(&single);
+    let [p1, p2] = xdp_ports(&single);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_offlow"));
     cmd.args(["run", "--netns", &single.sw, "--port", &p1, "--port", &p2])
         .args(["--workers", "2", "--listen", "ptcp:0:127.0.0.1"]);
@@ -351,35 +351,14 @@ fn af_xdp_ports_with_two_workers_take_a_queue_each() {
     drop(single);
 
     let net = Net::new_with_queues("oxq", XDP_OFFLOADS, 2);
-    let [p1, p2] = ports(&net);
-    let d = Daemon::start(&[
-        "--netns",
-        &net.sw,
-        "--port",
-        &p1,
-        "--port",
-        &p2,
-        "--workers",
-        "2",
-        "--fail-mode",
-        "standalone",
-    ]);
+    let d = start_xdp(&net, &["--workers", "2"]);
     ping_tcp_udp(&net, "two-queue AF_XDP ports", 1 << 20, (1000, 10), 16);
     let ports = d.ofctl(&["dump-ports"]);
     assert!(first_number_after(&ports, "rx pkts=") >= 1000, "{ports}");
     drop(d);
     // One worker on the same two-queue interfaces serves both queues (a
     // queue without a socket would hand its frames to the kernel).
-    let _d = Daemon::start(&[
-        "--netns",
-        &net.sw,
-        "--port",
-        &p1,
-        "--port",
-        &p2,
-        "--fail-mode",
-        "standalone",
-    ]);
+    let _d = start_xdp(&net, &[]);
     assert!(net.ping(0, "10.0.0.2", 3), "ping, one worker, two queues");
     let got = udp(&net, 1000, 16, 64);
     assert!(got >= 990, "UDP, one worker, two queues: {got} of 1000");
