@@ -5,12 +5,26 @@
 //! # Layout
 //! A set-associative table of [`WAYS`]-way buckets. Each bucket is one
 //! 64-byte line holding the ways' 32-bit hash signatures, their small hit
-//! credits and a clock hand; keys and values live in parallel arrays indexed
-//! by `bucket * WAYS + way`. A lookup reads the signature line, then only the
-//! key(s) whose signature matches — normally exactly one 128-byte key.
+//! credits, which of them hold extended keys (below) and a clock hand;
+//! entries live in arrays indexed by `bucket * WAYS + way`. A lookup reads the signature line, then only the
+//! entry (entries) whose signature matches — normally exactly one.
 //! [`MicroflowCache::lookup_batch`] prefetches every bucket line of the batch
-//! first, then every candidate key, then compares, so a batch pays roughly one
-//! memory latency instead of one per packet.
+//! first, then every candidate entry, then compares, so a batch pays roughly
+//! one memory latency instead of one per packet.
+//!
+//! # The common-case key line
+//! A [`FlowKey`] is 16 words (two cache lines), but an Ethernet/IPv4/L4
+//! packet uses only six of them ([`CORE_WORDS`]: in_port, the Ethernet
+//! addresses, type and VLAN, the IPv4 addresses, ports and protocol, the
+//! presence bits); the other ten ([`REST_WORDS`]: metadata, tunnel, IPv6, ND,
+//! MPLS/PBB) are zero for it. Each entry therefore has one hot line holding
+//! its key's core words and its value, and its bucket line says whether the
+//! key is "extended" (some rest word non-zero). A lookup compares the core
+//! words and the extended bit; only an extended key also compares the full
+//! key, which is kept in a second array. So the common packet reads its
+//! bucket line and one entry line, and hashes six words ([`flow_hash`]), not
+//! sixteen — exactly, since two non-extended keys with equal core words are
+//! equal in every word.
 //!
 //! The 64-bit hash is computed once per packet ([`flow_hash`]) and reused:
 //! its low bits pick the bucket, its high 32 bits are the signature.
@@ -122,6 +136,9 @@ struct Bucket {
     sigs: [u32; WAYS],
     /// Hit credit per way (written by lookups, hence `Cell`).
     credit: [Cell<u8>; WAYS],
+    /// Bit `w` set when way `w` holds an extended key (a [`REST_WORDS`]
+    /// word non-zero); meaningful only for occupied ways.
+    extended: u8,
     /// Next way the eviction sweep looks at.
     hand: u8,
 }
@@ -131,6 +148,7 @@ impl Bucket {
         Bucket {
             sigs: [0; WAYS],
             credit: Default::default(),
+            extended: 0,
             hand: 0,
         }
     }
@@ -186,15 +204,74 @@ const SECRETS: [u64; KEY_WORDS] = [
     0x2545_f491_4f6c_dd1d,
 ];
 
+/// The words an Ethernet/IPv4/L4 key may use (see the module documentation);
+/// word 14 is [`offlow_flow::present::WORD`].
+pub const CORE_WORDS: [usize; 6] = [0, 3, 4, 5, 6, 14];
+
+/// The words that are zero for such a key; with [`CORE_WORDS`], every word.
+pub const REST_WORDS: [usize; 10] = [1, 2, 7, 8, 9, 10, 11, 12, 13, 15];
+
+/// Whether `key` uses any of [`REST_WORDS`] (it is not a common-case key).
+#[inline(always)]
+fn is_extended(key: &FlowKey) -> bool {
+    let mut any = 0u64;
+    for &i in &REST_WORDS {
+        any |= key.words[i];
+    }
+    any != 0
+}
+
+/// One entry's hot line: its key's [`CORE_WORDS`] and its value, so a
+/// common-case hit reads this line and its bucket's line only (64 bytes for
+/// any value of at most 15 bytes, such as the datapath's).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Slot<V: Copy> {
+    core: [u64; CORE_WORDS.len()],
+    /// `Some` exactly where the bucket's signature is non-zero.
+    value: Option<V>,
+}
+
+impl<V: Copy> Slot<V> {
+    const EMPTY: Slot<V> = Slot {
+        core: [0; CORE_WORDS.len()],
+        value: None,
+    };
+
+    /// Whether the core words equal `key`'s, as XORs ORed together.
+    #[inline(always)]
+    fn core_eq(&self, key: &FlowKey) -> bool {
+        let mut d = 0u64;
+        for (c, &w) in self.core.iter().zip(&CORE_WORDS) {
+            d |= c ^ key.words[w];
+        }
+        d == 0
+    }
+}
+
+/// `key`'s [`CORE_WORDS`], in order.
+#[inline(always)]
+fn core_of(key: &FlowKey) -> [u64; CORE_WORDS.len()] {
+    CORE_WORDS.map(|w| key.words[w])
+}
+
 /// Hash of a full flow key, for [`MicroflowCache`]. Low bits pick the bucket,
 /// high 32 bits are the signature. Compute it once per packet and pass it to
-/// the `*_hashed` methods and [`MicroflowCache::lookup_batch`].
+/// the `*_hashed` methods and [`MicroflowCache::lookup_batch`]. A key whose
+/// [`REST_WORDS`] are all zero costs three multiplies; any other key mixes
+/// those words in as well.
 #[inline]
 pub fn flow_hash(key: &FlowKey) -> u64 {
     let w = &key.words;
-    let mut acc = 0u64;
-    for i in (0..KEY_WORDS).step_by(2) {
-        acc = acc.wrapping_add(fold_mul(w[i] ^ SECRETS[i], w[i + 1] ^ SECRETS[i + 1]));
+    let pair = |a: usize, b: usize| fold_mul(w[a] ^ SECRETS[a], w[b] ^ SECRETS[b]);
+    let [c0, c1, c2, c3, c4, c5] = CORE_WORDS;
+    let mut acc = pair(c0, c1)
+        .wrapping_add(pair(c2, c3))
+        .wrapping_add(pair(c4, c5));
+    if is_extended(key) {
+        for p in REST_WORDS.chunks_exact(2) {
+            acc = acc.wrapping_add(pair(p[0], p[1]));
+        }
     }
     fold_mul(acc ^ SECRETS[0], SECRETS[5])
 }
@@ -229,10 +306,11 @@ pub struct MicroflowCache<V: Copy> {
     // Read by every lookup.
     /// Bucket metadata lines.
     buckets: Box<[Bucket]>,
-    /// Keys, `bucket * WAYS + way`.
+    /// Core words and values, `bucket * WAYS + way`.
+    slots: Box<[Slot<V>]>,
+    /// Full keys, parallel to `slots`: read by lookups of extended keys
+    /// only, and by `invalidate` and `iter`.
     keys: Box<[FlowKey]>,
-    /// Values, parallel to `keys`; `Some` exactly where the signature is non-zero.
-    values: Box<[Option<V>]>,
     /// `buckets.len() - 1` (the bucket count is a power of two).
     bucket_mask: u64,
     hits: Cell<u64>,
@@ -256,8 +334,8 @@ impl<V: Copy> MicroflowCache<V> {
         let nb = entries / WAYS;
         MicroflowCache {
             buckets: (0..nb).map(|_| Bucket::empty()).collect(),
+            slots: vec![Slot::EMPTY; entries].into_boxed_slice(),
             keys: vec![FlowKey::ZERO; entries].into_boxed_slice(),
-            values: vec![None; entries].into_boxed_slice(),
             bucket_mask: (nb - 1) as u64,
             hits: Cell::new(0),
             misses: Cell::new(0),
@@ -333,14 +411,17 @@ impl<V: Copy> MicroflowCache<V> {
         (hash & self.bucket_mask) as usize
     }
 
-    /// Entry index of `key` in bucket `b` among the ways in `cand`, if any.
+    /// Entry index of `key` in bucket `b` among the ways in `cand`, if any;
+    /// `extended` is [`is_extended`]`(key)`.
     #[inline(always)]
-    fn find_in(&self, b: usize, mut cand: u32, key: &FlowKey) -> Option<usize> {
+    fn find_in(&self, b: usize, cand: u32, key: &FlowKey, extended: bool) -> Option<usize> {
+        let ext_ways = u32::from(self.buckets[b].extended);
+        let mut cand = cand & if extended { ext_ways } else { !ext_ways };
         while cand != 0 {
             let w = cand.trailing_zeros() as usize;
             cand &= cand - 1;
             let i = b * WAYS + w;
-            if key_eq(&self.keys[i], key) {
+            if self.slots[i].core_eq(key) && (!extended || key_eq(&self.keys[i], key)) {
                 return Some(i);
             }
         }
@@ -358,7 +439,7 @@ impl<V: Copy> MicroflowCache<V> {
         if cur < self.max_credit() {
             c.set(cur + 1);
         }
-        self.values[i]
+        self.slots[i].value
     }
 
     #[inline(always)]
@@ -382,7 +463,7 @@ impl<V: Copy> MicroflowCache<V> {
     pub fn lookup_hashed(&self, key: &FlowKey, hash: u64) -> Option<V> {
         let b = self.bucket_index(hash);
         let cand = self.buckets[b].match_mask(signature(hash));
-        match self.find_in(b, cand, key) {
+        match self.find_in(b, cand, key, is_extended(key)) {
             Some(i) => {
                 self.hits.set(self.hits.get() + 1);
                 self.touch(b, i)
@@ -396,7 +477,7 @@ impl<V: Copy> MicroflowCache<V> {
 
     /// Look up a batch: `out[i]` receives the value of `keys[i]`, whose hash
     /// is `hashes[i]`. Bucket lines of the whole batch are prefetched first,
-    /// then the candidate keys, then keys are compared. Processes
+    /// then the candidate entries, then keys are compared. Processes
     /// `min(keys.len(), hashes.len(), out.len())` entries (callers pass equal
     /// lengths; a mismatch is a bug caught by a debug assertion).
     pub fn lookup_batch(&self, keys: &[FlowKey], hashes: &[u64], out: &mut [Option<V>]) {
@@ -418,23 +499,31 @@ impl<V: Copy> MicroflowCache<V> {
         for &h in hashes {
             prefetch(&self.buckets[self.bucket_index(h)]);
         }
-        // Stage 2: signature compare, and prefetch the first candidate key
-        // (both of its lines) so stage 3's compare rarely waits.
-        for (c, &h) in cand.iter_mut().zip(hashes) {
+        // Stage 2: signature compare, and prefetch the first candidate's
+        // slot (and, for an extended key, its full key) so stage 3's compare
+        // rarely waits. Bit j of `extended`: key j is extended.
+        let mut extended = 0u64;
+        for (j, ((c, &h), key)) in cand.iter_mut().zip(hashes).zip(keys).enumerate() {
             let b = self.bucket_index(h);
             *c = self.buckets[b].match_mask(signature(h));
+            let ext = is_extended(key);
+            extended |= u64::from(ext) << j;
             if *c != 0 {
                 let i = b * WAYS + c.trailing_zeros() as usize;
-                let k: *const FlowKey = &self.keys[i];
-                prefetch(k);
-                prefetch(k.cast::<u8>().wrapping_add(64));
+                prefetch(&self.slots[i]);
+                if ext {
+                    let k: *const FlowKey = &self.keys[i];
+                    prefetch(k);
+                    prefetch(k.cast::<u8>().wrapping_add(64));
+                }
             }
         }
-        // Stage 3: full-key compare.
+        // Stage 3: compare.
         let mut hits = 0u64;
         for (j, ((key, &h), o)) in keys.iter().zip(hashes).zip(out.iter_mut()).enumerate() {
             let b = self.bucket_index(h);
-            *o = match self.find_in(b, cand[j], key) {
+            let ext = extended >> j & 1 != 0;
+            *o = match self.find_in(b, cand[j], key, ext) {
                 Some(i) => {
                     hits += 1;
                     self.touch(b, i)
@@ -459,8 +548,9 @@ impl<V: Copy> MicroflowCache<V> {
         let b = self.bucket_index(hash);
         let sig = signature(hash);
         let cand = self.buckets[b].match_mask(sig);
-        if let Some(i) = self.find_in(b, cand, key) {
-            self.values[i] = Some(value);
+        let extended = is_extended(key);
+        if let Some(i) = self.find_in(b, cand, key, extended) {
+            self.slots[i].value = Some(value);
             self.updates += 1;
             return InsertOutcome::Updated;
         }
@@ -485,9 +575,13 @@ impl<V: Copy> MicroflowCache<V> {
         let bucket = &mut self.buckets[b];
         bucket.sigs[way] = sig;
         bucket.credit[way].set(0);
+        bucket.extended = (bucket.extended & !(1 << way)) | (u8::from(extended) << way);
         let i = b * WAYS + way;
+        self.slots[i] = Slot {
+            core: core_of(key),
+            value: Some(value),
+        };
         self.keys[i] = *key;
-        self.values[i] = Some(value);
         self.inserts += 1;
         if outcome == InsertOutcome::Evicted {
             self.evictions += 1;
@@ -536,9 +630,9 @@ impl<V: Copy> MicroflowCache<V> {
     pub fn update_hashed(&mut self, key: &FlowKey, hash: u64, value: V) -> bool {
         let b = self.bucket_index(hash);
         let cand = self.buckets[b].match_mask(signature(hash));
-        match self.find_in(b, cand, key) {
+        match self.find_in(b, cand, key, is_extended(key)) {
             Some(i) => {
-                self.values[i] = Some(value);
+                self.slots[i].value = Some(value);
                 true
             }
             None => false,
@@ -554,8 +648,8 @@ impl<V: Copy> MicroflowCache<V> {
     pub fn remove_hashed(&mut self, key: &FlowKey, hash: u64) -> Option<V> {
         let b = self.bucket_index(hash);
         let cand = self.buckets[b].match_mask(signature(hash));
-        let i = self.find_in(b, cand, key)?;
-        let v = self.values[i];
+        let i = self.find_in(b, cand, key, is_extended(key))?;
+        let v = self.slots[i].value;
         self.free_entry(i);
         v
     }
@@ -564,7 +658,7 @@ impl<V: Copy> MicroflowCache<V> {
         let (b, w) = (i / WAYS, i % WAYS);
         self.buckets[b].sigs[w] = 0;
         self.buckets[b].credit[w].set(0);
-        self.values[i] = None;
+        self.slots[i].value = None;
         self.len -= 1;
         self.removed += 1;
     }
@@ -574,7 +668,7 @@ impl<V: Copy> MicroflowCache<V> {
     pub fn invalidate(&mut self, mut pred: impl FnMut(&FlowKey, &V) -> bool) -> usize {
         let mut n = 0;
         for i in 0..self.keys.len() {
-            if let Some(v) = self.values[i] {
+            if let Some(v) = self.slots[i].value {
                 if pred(&self.keys[i], &v) {
                     self.free_entry(i);
                     n += 1;
@@ -589,7 +683,9 @@ impl<V: Copy> MicroflowCache<V> {
         for b in self.buckets.iter_mut() {
             *b = Bucket::empty();
         }
-        self.values.fill(None);
+        for slot in self.slots.iter_mut() {
+            slot.value = None;
+        }
         self.removed += self.len as u64;
         self.len = 0;
     }
@@ -598,8 +694,8 @@ impl<V: Copy> MicroflowCache<V> {
     pub fn iter(&self) -> impl Iterator<Item = (&FlowKey, V)> + '_ {
         self.keys
             .iter()
-            .zip(self.values.iter())
-            .filter_map(|(k, v)| v.map(|v| (k, v)))
+            .zip(self.slots.iter())
+            .filter_map(|(k, s)| s.value.map(|v| (k, v)))
     }
 }
 
@@ -622,6 +718,43 @@ mod tests {
     fn bucket_is_one_line() {
         assert_eq!(core::mem::size_of::<Bucket>(), 64);
         assert_eq!(core::mem::align_of::<Bucket>(), 64);
+    }
+
+    #[test]
+    fn slot_is_one_line_and_words_partition_the_key() {
+        // The datapath's value fits the slot's line.
+        assert_eq!(core::mem::size_of::<Option<(u32, u32, u32)>>(), 16);
+        assert_eq!(core::mem::size_of::<Slot<(u32, u32, u32)>>(), 64);
+        let mut all: Vec<usize> = CORE_WORDS.iter().chain(&REST_WORDS).copied().collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..KEY_WORDS).collect::<Vec<_>>());
+        assert_eq!(CORE_WORDS[5], offlow_flow::present::WORD);
+    }
+
+    #[test]
+    fn keys_differing_only_in_a_rest_word_are_told_apart() {
+        let mut base = FlowKey::ZERO;
+        base.words[0] = 3;
+        base.words[5] = 0x0a00_0001;
+        // Every key forced into the same bucket with the same signature.
+        let h = flow_hash(&base);
+        for &w in &REST_WORDS {
+            let mut c = MicroflowCache::<u64>::new(64, InsertPolicy::Always);
+            let mut extended = base;
+            extended.words[w] = 1;
+            c.insert_hashed(&base, h, 1);
+            assert_eq!(c.lookup_hashed(&extended, h), None, "word {w}");
+            c.insert_hashed(&extended, h, 2);
+            assert_eq!(c.lookup_hashed(&base, h), Some(1), "word {w}");
+            assert_eq!(c.lookup_hashed(&extended, h), Some(2), "word {w}");
+            // The other way round: the extended key cached first.
+            let mut c = MicroflowCache::<u64>::new(64, InsertPolicy::Always);
+            c.insert_hashed(&extended, h, 2);
+            assert_eq!(c.lookup_hashed(&base, h), None, "word {w}");
+            let mut other = extended;
+            other.words[w] = 2;
+            assert_eq!(c.lookup_hashed(&other, h), None, "word {w}");
+        }
     }
 
     #[test]

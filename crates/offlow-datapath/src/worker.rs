@@ -222,7 +222,7 @@ impl Apply<StateOp> for DatapathState {
 }
 
 /// Batches a worker may keep counts pending before it credits them.
-pub const FLUSH_EVERY_BATCHES: u32 = 64;
+pub const FLUSH_EVERY_BATCHES: u32 = 256;
 
 /// One worker's acknowledgement of counter-sync requests.
 #[repr(align(128))]

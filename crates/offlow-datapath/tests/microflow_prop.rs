@@ -13,11 +13,20 @@ use std::collections::HashMap;
 
 fn key(i: u32) -> FlowKey {
     let mut k = FlowKey::ZERO;
-    // Some pairs of keys differ only in word 0 (in_port), some only in the
-    // last word (pbb_isid), so a compare that skips any word would fail.
+    // Some pairs of keys differ only in word 0 (in_port), some only in one
+    // of the words an IPv4 key leaves zero (the cache compares those only
+    // for "extended" keys), so a compare that skips any word would fail.
     k.set(Field::InPort, u128::from(i % 2 + 1));
-    k.set(Field::PbbIsid, u128::from((i / 2) % 4));
-    k.set(Field::Ipv4Src, u128::from(0x0a00_0000 | (i / 8)));
+    // Class 0 includes the plain (non-extended) key; the others are 1..=4 in
+    // their word, so no two classes share a key.
+    let rest = u128::from((i / 2) % 4);
+    match (i / 8) % 4 {
+        0 => k.set(Field::PbbIsid, rest),
+        1 => k.set(Field::Metadata, rest + 1),
+        2 => k.set(Field::Ipv6Dst, rest + 1),
+        _ => k.set(Field::ArpSha, rest + 1),
+    }
+    k.set(Field::Ipv4Src, u128::from(0x0a00_0000 | (i / 32)));
     k
 }
 
