@@ -14,23 +14,28 @@
 //! receive buffers hostage until the port has sent them.
 //!
 //! Invariants: a queue never holds more than its capacity; `len` frames are
-//! valid in `bufs[..len]`; port lookup is O(1) for port numbers below
+//! valid in its first `len` slots; port lookup is O(1) for port numbers below
 //! [`DIRECT_PORTS`] (others scan the list of configured ports).
 //!
 //! Thread-safety: one `TxBatches` per worker (`Send`, not shared).
 
-use crate::buf::PacketBuf;
 use crate::execute::{OutputMeta, OutputSink, PortInfo};
 
 /// Port numbers below this are looked up by direct index.
 pub const DIRECT_PORTS: usize = 4096;
 
-/// One port's queue.
+/// One port's queue: `capacity` frame slots of `max_frame` bytes in one
+/// contiguous block, so queuing a frame is one bounds check and one copy
+/// into memory the previous frame's copy just warmed.
 #[derive(Debug)]
 pub struct TxQueue {
     /// The port.
     pub port: u32,
-    bufs: Vec<PacketBuf>,
+    /// Slot `i` is `slots[i * max_frame ..][.. max_frame]`.
+    slots: Box<[u8]>,
+    /// Length of the frame in each slot (valid for the first `len`).
+    lens: Box<[usize]>,
+    max_frame: usize,
     len: usize,
     /// Frames dropped because the queue was full.
     pub dropped: u64,
@@ -42,23 +47,34 @@ impl TxQueue {
     fn new(port: u32, capacity: usize, max_frame: usize) -> TxQueue {
         TxQueue {
             port,
-            bufs: (0..capacity)
-                .map(|_| PacketBuf::new(0, max_frame))
-                .collect(),
+            slots: vec![0u8; capacity.saturating_mul(max_frame)].into_boxed_slice(),
+            lens: vec![0; capacity].into_boxed_slice(),
+            max_frame,
             len: 0,
             dropped: 0,
             too_long: 0,
         }
     }
 
+    #[inline]
     fn push(&mut self, frame: &[u8]) {
-        let Some(buf) = self.bufs.get_mut(self.len) else {
+        let Some(slot_len) = self.lens.get_mut(self.len) else {
             self.dropped += 1;
             return;
         };
-        match buf.load(frame) {
-            Ok(()) => self.len += 1,
-            Err(_) => self.too_long += 1,
+        if frame.len() > self.max_frame {
+            self.too_long += 1;
+            return;
+        }
+        // `len < capacity` (checked above), so the slot lies inside `slots`.
+        let at = self.len * self.max_frame;
+        match self.slots.get_mut(at..at + frame.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(frame);
+                *slot_len = frame.len();
+                self.len += 1;
+            }
+            None => self.too_long += 1,
         }
     }
 
@@ -74,7 +90,11 @@ impl TxQueue {
 
     /// The queued frames, oldest first.
     pub fn frames(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        self.bufs[..self.len].iter().map(PacketBuf::frame)
+        let stride = self.max_frame;
+        self.lens[..self.len]
+            .iter()
+            .enumerate()
+            .map(move |(i, &n)| &self.slots[i * stride..i * stride + n])
     }
 
     /// Forget the queued frames (after the port sent them); buffers stay.
