@@ -149,6 +149,10 @@ pub struct CachedRef {
     pub checked: u32,
 }
 
+// The microflow cache keeps a value in its entry's 64-byte hot line only
+// if `Option<value>` takes at most 16 bytes (see `microflow::Slot`).
+const _: () = assert!(core::mem::size_of::<Option<CachedRef>>() <= 16);
+
 /// What [`ActionTable::count_checked`] found for a cached microflow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HitCheck {

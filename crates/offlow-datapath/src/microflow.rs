@@ -45,8 +45,10 @@
 //! # Invariants
 //! - A way is occupied iff its signature is non-zero ([`flow_hash`]
 //!   signatures are forced non-zero); an occupied way's value is `Some`.
-//! - A lookup returns a value only after comparing the full key, so a hit
-//!   returns the value last inserted for exactly that key, whatever hashes
+//! - A lookup returns a value only after establishing that every word of
+//!   the stored key equals the query's (core words and extended bit; for an
+//!   extended key, all sixteen words), so a hit returns the value last
+//!   inserted for exactly that key, whatever hashes
 //!   the caller passes (a wrong hash can only cause a miss, or a duplicate
 //!   entry in another bucket that is never returned for another key).
 //! - No allocation after [`MicroflowCache::new`]; no panics on key contents.

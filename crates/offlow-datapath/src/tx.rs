@@ -47,7 +47,15 @@ impl TxQueue {
     fn new(port: u32, capacity: usize, max_frame: usize) -> TxQueue {
         TxQueue {
             port,
-            slots: vec![0u8; capacity.saturating_mul(max_frame)].into_boxed_slice(),
+            // An overflowing size could never be allocated anyway; saying so
+            // here keeps `push`'s `len * max_frame` free of overflow.
+            slots: vec![
+                0u8;
+                capacity
+                    .checked_mul(max_frame)
+                    .expect("tx queue size overflows")
+            ]
+            .into_boxed_slice(),
             lens: vec![0; capacity].into_boxed_slice(),
             max_frame,
             len: 0,

@@ -1,6 +1,8 @@
 //! Example-based tests of the microflow cache: collisions, one-bucket edge
 //! cases, policy behaviour, removal, invalidation and the 1M-entry size.
 
+mod common;
+
 use offlow_datapath::{flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, WAYS};
 use offlow_flow::{Field, FlowKey};
 
@@ -209,4 +211,51 @@ fn hash_spreads_keys_over_buckets() {
     }
     let ev = c.stats().evictions;
     assert!(ev < 80, "{ev} evictions at 50% load");
+}
+
+/// Keys that differ only in words an IPv4 key leaves zero (IPv6 addresses,
+/// tunnel id, metadata) must still spread over the buckets: the hash mixes
+/// those words in for such "extended" keys.
+#[test]
+fn hash_spreads_extended_keys_over_buckets() {
+    let fields = [Field::Ipv6Dst, Field::TunnelId, Field::Metadata];
+    for field in fields {
+        let mut c = MicroflowCache::<u32>::new(1 << 14, InsertPolicy::Always);
+        for i in 0..(1 << 13) {
+            let mut k = FlowKey::ZERO;
+            k.set(Field::InPort, 1);
+            k.set(field, u128::from(i) + 1);
+            c.insert(&k, i);
+        }
+        let ev = c.stats().evictions;
+        assert!(ev < 80, "{field:?}: {ev} evictions at 50% load");
+    }
+}
+
+/// The common frames leave every word outside `CORE_WORDS` zero, so they
+/// take the cache's one-line compare (a layout change that moved an IPv4
+/// field elsewhere would silently slow every IPv4 packet).
+#[test]
+fn common_frames_use_only_the_core_words() {
+    use offlow_datapath::microflow::REST_WORDS;
+    let l4s: [(u8, Vec<u8>); 3] = [
+        (6, common::tcp(1000, 80, b"x")),
+        (17, common::udp(1000, 53, b"x")),
+        (1, common::icmp(8, 0, [0, 1, 0, 1], b"x")),
+    ];
+    for (proto, l4) in l4s {
+        for tags in [&[][..], &[(0x8100, 10)][..]] {
+            let mut f = common::eth(
+                tags,
+                0x0800,
+                &common::ipv4([10, 0, 0, 1], [10, 0, 0, 2], proto, 64, 0, &l4),
+            );
+            common::fill_checksums(&mut f, false);
+            let key = common::parse(&f).key;
+            for w in REST_WORDS {
+                assert_eq!(key.words[w], 0, "proto {proto}, tags {tags:?}: word {w}");
+            }
+            assert_ne!(key.words[0], 0, "in_port is set");
+        }
+    }
 }

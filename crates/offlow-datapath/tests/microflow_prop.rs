@@ -13,20 +13,29 @@ use std::collections::HashMap;
 
 fn key(i: u32) -> FlowKey {
     let mut k = FlowKey::ZERO;
-    // Some pairs of keys differ only in word 0 (in_port), some only in one
-    // of the words an IPv4 key leaves zero (the cache compares those only
-    // for "extended" keys), so a compare that skips any word would fail.
     k.set(Field::InPort, u128::from(i % 2 + 1));
-    // Class 0 includes the plain (non-extended) key; the others are 1..=4 in
-    // their word, so no two classes share a key.
-    let rest = u128::from((i / 2) % 4);
-    match (i / 8) % 4 {
-        0 => k.set(Field::PbbIsid, rest),
-        1 => k.set(Field::Metadata, rest + 1),
-        2 => k.set(Field::Ipv6Dst, rest + 1),
-        _ => k.set(Field::ArpSha, rest + 1),
+    k.set(Field::Ipv4Src, 0x0a00_0001);
+    if i < 32 {
+        // Some keys differ only in one of the words an IPv4 key leaves zero
+        // (the cache compares those only for "extended" keys). Class 0
+        // includes the plain keys 0 and 1; the others are 1..=4 in their
+        // word, so no two classes share a key.
+        let rest = u128::from((i / 2) % 4);
+        match (i / 8) % 4 {
+            0 => k.set(Field::PbbIsid, rest),
+            1 => k.set(Field::Metadata, rest + 1),
+            2 => k.set(Field::Ipv6Dst, rest + 1),
+            _ => k.set(Field::ArpSha, rest + 1),
+        }
+    } else {
+        // Plain keys that differ from key 0 or 1 in one bit of one of the
+        // other words an IPv4 key uses (eth addresses and type, IPv4
+        // addresses, ports and protocol, presence bits): a compare that
+        // skipped any of them fails.
+        const OTHER_CORE: [usize; 5] = [3, 4, 5, 6, 14];
+        let j = (i - 32) / 2;
+        k.words[OTHER_CORE[j as usize % OTHER_CORE.len()]] ^= 1 << (50 + j / 5);
     }
-    k.set(Field::Ipv4Src, u128::from(0x0a00_0000 | (i / 32)));
     k
 }
 

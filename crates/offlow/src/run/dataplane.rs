@@ -907,7 +907,10 @@ impl PortSink {
             return None;
         }
         // Pick the k-th set bit: a flow's hash is stable, so is its worker.
-        let k = hash % u64::from(m.count_ones());
+        // From the hash's high half: the low bits pick the receiving worker's
+        // microflow-cache bucket, and taking the worker from them too would
+        // leave each worker only the buckets of its own residue.
+        let k = (hash >> 32) % u64::from(m.count_ones());
         let mut rest = m;
         for _ in 0..k {
             rest &= rest - 1; // clear the lowest set bit
@@ -1695,21 +1698,24 @@ mod tests {
         // Bits past the worker count are ignored; none left: no target.
         assert_eq!(s.steer_target(0b1_0000, 7), None);
         assert_eq!(s.steer_target(0, 7), None);
-        for hash in 0..64u64 {
+        for high in 0..64u64 {
+            let hash = high << 32 | 0x5a5a;
             let t = s.steer_target(0b1_1010, hash).unwrap();
             assert!(t == 1 || t == 3, "{t}");
-            // Reference: the (hash mod 2)-th of [1, 3].
-            assert_eq!(t, [1, 3][(hash % 2) as usize]);
+            // Reference: the (high half mod 2)-th of [1, 3].
+            assert_eq!(t, [1, 3][(high % 2) as usize]);
             assert_eq!(s.steer_target(0b1_1010, hash), Some(t), "stable");
+            // The low half (which picks cache buckets) plays no part.
+            assert_eq!(s.steer_target(0b1_1010, high << 32 | 0x0001), Some(t));
         }
         // Every running bit of a full mask is reachable.
         let mut seen = [false; 4];
-        for hash in 0..16 {
-            seen[s.steer_target(u64::MAX, hash).unwrap()] = true;
+        for high in 0..16 {
+            seen[s.steer_target(u64::MAX, high << 32).unwrap()] = true;
         }
         assert_eq!(seen, [true; 4]);
         // 64 workers: the top bit is a worker too.
-        assert_eq!(sink(0, 64).steer_target(1 << 63, 5), Some(63));
+        assert_eq!(sink(0, 64).steer_target(1 << 63, 5 << 32), Some(63));
     }
 
     #[test]
