@@ -6,8 +6,9 @@
 //! A set-associative table of [`WAYS`]-way buckets. Each bucket is one
 //! 64-byte line holding the ways' 32-bit hash signatures, their small hit
 //! credits, which of them hold extended keys (below) and a clock hand;
-//! entries live in arrays indexed by `bucket * WAYS + way`. A lookup reads the signature line, then only the
-//! entry (entries) whose signature matches — normally exactly one.
+//! entries live in arrays indexed by `bucket * WAYS + way`. A lookup reads
+//! the signature line, then only the entries whose signature matches —
+//! normally exactly one.
 //! [`MicroflowCache::lookup_batch`] prefetches every bucket line of the batch
 //! first, then every candidate entry, then compares, so a batch pays roughly
 //! one memory latency instead of one per packet.
@@ -48,9 +49,9 @@
 //! - A lookup returns a value only after establishing that every word of
 //!   the stored key equals the query's (core words and extended bit; for an
 //!   extended key, all sixteen words), so a hit returns the value last
-//!   inserted for exactly that key, whatever hashes
-//!   the caller passes (a wrong hash can only cause a miss, or a duplicate
-//!   entry in another bucket that is never returned for another key).
+//!   inserted for exactly that key, whatever hashes the caller passes (a
+//!   wrong hash can only cause a miss, or a duplicate entry in another
+//!   bucket that is never returned for another key).
 //! - No allocation after [`MicroflowCache::new`]; no panics on key contents.
 //!
 //! # Thread-safety
