@@ -5,9 +5,11 @@
 //! Rules are grouped into *tuples*. A tuple owns a hash mask that is a subset
 //! of the (effective) mask of every rule it holds, and an open-addressing
 //! table from "key & tuple mask" to a *bucket*: the rules whose masked values
-//! are equal under that mask. A bucket is a short list checked fully with
-//! [`Rule::matches`], which is what gives native port ranges and arbitrary
-//! bit masks for free: the tuple mask only has to be implied by the rule.
+//! are equal under that mask. A bucket is a short list of rules, each tested
+//! by a compact check of what the hash lookup has not already verified (the
+//! rule's mask bits outside the tuple mask, and its native port ranges; see
+//! [`Check`]). That is what gives native port ranges and arbitrary bit masks
+//! for free: the tuple mask only has to be implied by the rule.
 //!
 //! Choosing the tuple of a rule (the "merge" of TupleMerge): the rule's
 //! effective mask (its matcher mask plus the common high bits of its port
@@ -32,6 +34,8 @@
 //! - tuple mask ⊆ rule effective mask, and the bucket key equals the rule's
 //!   effective value under the tuple mask; hence a key matching the rule
 //!   hashes to the rule's bucket;
+//! - each rule's check was computed against the mask of the tuple holding
+//!   it, so check plus bucket-key equality is exactly [`Rule::matches`];
 //! - bucket entries are sorted by rank (priority desc, id asc);
 //! - `order` lists exactly the non-empty tuples, sorted by max priority desc,
 //!   and each tuple's `max_prio` is the largest priority it holds;
@@ -145,38 +149,108 @@ impl Hasher for FoldHasher {
 
 type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FoldHasher>>;
 
-/// Most key words a [`Check`] holds inline (an IPv4 5-tuple rule uses 4:
-/// ethertype, addresses, ports+protocol, presence).
-const CHECK_WORDS: usize = 5;
+/// Most residual key words (besides the folded ethertype and presence
+/// bits, see [`Check`]) a check holds inline. Measured on the WUSTL 10K
+/// sets (`examples/tuple_residuals.rs`): after folding, every rule has at
+/// most one (the address word, when a prefix is finer than its tuple's),
+/// so one word keeps a check at half a cache line.
+const CHECK_WORDS: usize = 1;
 
-/// A rule's full match test in compact form: the non-zero mask words with
-/// their values, plus the port ranges (two cache lines instead of the
-/// rule's five). A lookup never touches the rule slab, so the writer's slab
-/// writes stay out of the readers' working set.
+/// Where the ethertype lives in the key (word, shift); see `offlow_flow::key`.
+const ETH_WORD: usize = Field::EthType.loc().word as usize;
+const ETH_SHIFT: u32 = Field::EthType.loc().shift as u32;
+/// Bits of the ethertype and of the presence flags inside their key words.
+const ETH_BITS: u64 = 0xffff << ETH_SHIFT;
+// The folded forms are 16 bits wide: both fields must be exactly that.
+const _: () = assert!(Field::EthType.loc().bits == 16 && present::SHIFT == 48);
+const PRESENT_BITS: u64 = 0xffff << present::SHIFT;
+
+/// What a lookup must still test of a rule once the key has reached the
+/// rule's bucket: the rule's mask bits *outside* its tuple's hash mask (the
+/// *residual*), with their values, plus the native port ranges.
+///
+/// Why only the residual: `Tuple::find` compares the key's masked words
+/// exactly with the bucket key, and the bucket key is the rule's effective
+/// value under the tuple mask (module invariants). Every matcher bit inside
+/// the tuple mask is therefore already known to agree; re-testing it would
+/// only make the checks, the per-rule data every lookup reads, larger. On
+/// the WUSTL 10K sets (`examples/tuple_residuals.rs`) whole-match checks of
+/// 96 bytes were about 900 KiB of a lookup's 1.7-2.1 MiB of data; these
+/// residual checks are 32 bytes, bringing it to 1.2-1.5 MiB, closer to a
+/// 1 MiB L2.
+///
+/// Layout: the tuple shapes leave the ethertype and presence bits out of
+/// the hash (see [`relax`]), so nearly every rule has residual bits in
+/// those two words. They are stored folded, 16 bits each, instead of as
+/// two whole words: the ethertype as mask and value, the presence bits as
+/// the set of layers that must be present (the usual form: value equal to
+/// mask; any other presence or ethertype-word residual is stored as a
+/// generic word). The remaining non-zero residual words, up to
+/// [`CHECK_WORDS`], are stored as (index, mask, value); words whose
+/// residual is zero are not stored.
+///
+/// Invariants: a check is only valid for the tuple it was computed against
+/// (`TupleMerge::place` computes it after choosing the tuple, and a rule
+/// never changes tuple without being placed again); values are pre-masked;
+/// a check never straddles a cache line (asserted below).
 #[derive(Debug, Clone, Copy)]
 struct Check {
-    /// Number of used words, or `u8::MAX` when the rule has more non-zero
-    /// mask words than fit: then the slab's [`Rule::matches`] is used.
-    n: u8,
-    idx: [u8; CHECK_WORDS],
     masks: [u64; CHECK_WORDS],
     values: [u64; CHECK_WORDS],
     src: PortRange,
     dst: PortRange,
+    /// Residual ethertype mask and value (key bits `ETH_BITS >> ETH_SHIFT`).
+    eth_mask: u16,
+    eth_value: u16,
+    /// Residual presence bits that must be set in the key.
+    need: u16,
+    idx: [u8; CHECK_WORDS],
+    /// Number of used generic words (unused slots are zero), or `u8::MAX`
+    /// when the residual has more than fit (or the matcher is not
+    /// pre-masked): then the slab's [`Rule::matches`] is used instead.
+    n: u8,
 }
 
+// Checks are read one per candidate rule at random; with a size dividing
+// the 64-byte line (and `LineVec`'s line alignment) each read is one line.
+const _: () = assert!(64 % std::mem::size_of::<Check>() == 0);
+
 impl Check {
-    fn of(rule: &Rule) -> Check {
+    /// The check of `rule` when it sits in the tuple with hash mask
+    /// `tuple_mask` (which must be a subset of the rule's effective mask).
+    fn of(rule: &Rule, tuple_mask: &FlowKey) -> Check {
         let mut c = Check {
-            n: 0,
-            idx: [0; CHECK_WORDS],
             masks: [0; CHECK_WORDS],
             values: [0; CHECK_WORDS],
             src: rule.src_port,
             dst: rule.dst_port,
+            eth_mask: 0,
+            eth_value: 0,
+            need: 0,
+            idx: [0; CHECK_WORDS],
+            n: 0,
         };
-        for (w, &m) in rule.matcher.mask.words.iter().enumerate() {
-            if m == 0 {
+        let m = &rule.matcher;
+        // A value bit outside the mask makes `Match::matches` fail for every
+        // key. The residual form would drop such a bit (and the bucket key
+        // never sees it), so leave that rule to the exact slow path.
+        let premasked = (0..KEY_WORDS).all(|w| m.value.words[w] & !m.mask.words[w] == 0);
+        if !premasked {
+            c.n = u8::MAX;
+            return c;
+        }
+        for w in 0..KEY_WORDS {
+            let mut r = m.mask.words[w] & !tuple_mask.words[w];
+            let v = m.value.words[w];
+            if w == ETH_WORD {
+                c.eth_mask = ((r & ETH_BITS) >> ETH_SHIFT) as u16;
+                c.eth_value = ((v & r & ETH_BITS) >> ETH_SHIFT) as u16;
+                r &= !ETH_BITS;
+            } else if w == present::WORD && v & r & PRESENT_BITS == r & PRESENT_BITS {
+                c.need = ((r & PRESENT_BITS) >> present::SHIFT) as u16;
+                r &= !PRESENT_BITS;
+            }
+            if r == 0 {
                 continue;
             }
             let n = c.n as usize;
@@ -185,18 +259,25 @@ impl Check {
                 return c;
             }
             c.idx[n] = w as u8;
-            c.masks[n] = m;
-            c.values[n] = rule.matcher.value.words[w];
+            c.masks[n] = r;
+            c.values[n] = v & r;
             c.n += 1;
         }
         c
     }
 
-    /// Same answer as [`Rule::matches`] when `n != u8::MAX`.
+    /// Same answer as [`Rule::matches`] for a key whose words under the
+    /// tuple mask equal the bucket key, when `n != u8::MAX`.
     #[inline(always)]
     fn matches(&self, key: &FlowKey) -> bool {
-        let mut diff = 0u64;
-        for j in 0..self.n as usize {
+        let eth = (key.words[ETH_WORD] >> ETH_SHIFT) as u16;
+        let have = (key.words[present::WORD] >> present::SHIFT) as u16;
+        let mut diff = ((eth & self.eth_mask) ^ self.eth_value) as u64
+            | ((have & self.need) ^ self.need) as u64;
+        // All slots, used or not (unused ones are mask 0, value 0 and pass):
+        // a fixed trip count leaves no branch on `n`, which varies from rule
+        // to rule (measured: ipc1_10K about 4% slower with `0..n`).
+        for j in 0..CHECK_WORDS {
             diff |= (key.words[self.idx[j] as usize] & self.masks[j]) ^ self.values[j];
         }
         diff == 0
@@ -638,6 +719,47 @@ impl TupleMerge {
             .map(|&(_, t)| &self.tuples[t as usize].mask)
     }
 
+    /// Each held rule with the hash mask of the tuple holding it, in no
+    /// particular order (for diagnostics: e.g. how many key words each
+    /// rule's check has to test beyond what its tuple's hash verified).
+    pub fn placements(&self) -> impl Iterator<Item = (&Rule, &FlowKey)> + '_ {
+        self.rules
+            .iter()
+            .flatten()
+            .map(|s| (&s.rule, &self.tuples[s.tuple as usize].mask))
+    }
+
+    /// Bytes of the data a lookup may read: tuple headers and order, hash
+    /// slots, bucket keys, bucket entry lines and the rule checks (not the
+    /// rule slab, which only the slow check path reads). An estimate of a
+    /// reader's hot set when the trace touches most rules.
+    pub fn lookup_bytes(&self) -> usize {
+        use std::mem::size_of;
+        let tuples: usize = self
+            .order
+            .iter()
+            .map(|&(_, t)| {
+                let t = &self.tuples[t as usize];
+                let lines: usize = t.buckets.iter().map(|b| b.lines.len()).sum();
+                size_of::<Tuple>()
+                    + t.slots.len() * size_of::<u64>()
+                    + t.bkeys.len() * size_of::<u64>()
+                    + t.buckets.len() * size_of::<Bucket>()
+                    + lines * size_of::<EntryLine>()
+            })
+            .sum();
+        tuples
+            + self.order.len() * size_of::<(Priority, u32)>()
+            + self.checks.len() * size_of::<Check>()
+    }
+
+    /// Bytes of per-rule check data a lookup reads (one check per rule).
+    pub const CHECK_BYTES: usize = std::mem::size_of::<Check>();
+
+    /// Residual key words a rule's check holds inline; a rule needing more
+    /// is tested through the rule slab (slower, more cache lines).
+    pub const CHECK_INLINE_WORDS: usize = CHECK_WORDS;
+
     fn tuple_for(&mut self, mask: &FlowKey) -> usize {
         if let Some(&t) = self.shapes.get(&mask.words) {
             return t as usize;
@@ -663,7 +785,6 @@ impl TupleMerge {
 
     fn place(&mut self, rule: Rule) {
         let (emask, evalue) = effective(&rule);
-        let check = Check::of(&rule);
         let r = rank(rule.priority, rule.id);
         let prio = rule.priority;
         let mut mk = [0u64; KEY_WORDS];
@@ -696,6 +817,9 @@ impl TupleMerge {
                 (t, self.tuples[t].masked(&evalue, &mut mk))
             }
         };
+        // The check depends on the chosen tuple: only bits its hash mask
+        // does not cover are re-tested.
+        let check = Check::of(&rule, &self.tuples[t].mask);
         let slot = match self.free_rules.pop() {
             Some(s) => {
                 self.checks[s as usize] = check;
@@ -887,6 +1011,159 @@ mod tests {
         }
         assert_eq!(c.tuple_count(), 0);
         assert_eq!(c.lookup(&key(1, 0x0a00_0005, 1, 2, 6)), None);
+    }
+
+    /// Rules that share a tuple (or land in finer ones) and differ only in
+    /// bits the tuple's hash does not cover: each check tests just its
+    /// residual, so every such bit must still decide the answer exactly as
+    /// the linear oracle does.
+    #[test]
+    fn residual_checks_agree_with_linear() {
+        use crate::LinearClassifier;
+        use std::collections::BTreeSet;
+        let net = 0x0a01_0200u32; // 10.1.2.0
+        let net2 = 0x0a01_0300u32; // 10.1.3.0
+        let web = PortRange { lo: 80, hi: 89 };
+        let high = PortRange {
+            lo: 1024,
+            hi: u16::MAX,
+        };
+        let v4 = |dst_len: u32, dst: u32| {
+            let mut m = Match::ANY;
+            m.set_exact(Field::EthType, 0x0800);
+            m.set_prefix(Field::Ipv4Dst, dst as u128, dst_len);
+            m
+        };
+        let mut rules = vec![
+            // /24 and /28 in 10.1.2.0: both round to the same /24 shape.
+            Rule::new(1, 10, v4(24, net)),
+            Rule::new(2, 20, v4(28, net | 0x30)),
+            // /20 and /26 that round to /16 and /24.
+            Rule::new(3, 5, v4(20, net & 0xffff_f000)),
+            Rule::new(4, 30, v4(26, net | 0x40)),
+            // Same /24 prefix, told apart only by port ranges (not hashed
+            // at the coarsest level).
+            Rule::new(5, 40, v4(24, net)).with_ports(PortRange::ANY, web),
+            Rule::new(6, 35, v4(24, net)).with_ports(high, PortRange::ANY),
+        ];
+        // Masked protocol (not exact: dropped from the shape).
+        let mut m = v4(24, net);
+        m.set_masked(Field::IpProto, 0x06, 0x0e);
+        rules.push(Rule::new(7, 45, m));
+        // Masked port bits besides the native range (dropped: not exact).
+        let mut m = v4(24, net);
+        m.set_masked(Field::TcpDst, 0x0040, 0x00c0);
+        rules.push(Rule::new(8, 50, m).with_ports(web, PortRange::ANY));
+        // Ethertype (folded) beside eth_dst bits (hashed) in one key word.
+        let mut m = v4(24, net);
+        m.set_masked(Field::EthDst, 0x02, 0x03);
+        rules.push(Rule::new(9, 55, m));
+        // A presence bit required *absent*: not the folded form, the
+        // presence word is stored as a generic residual word.
+        let mut m = v4(24, net2);
+        m.mask.add_presence(present::FRAG);
+        rules.push(Rule::new(10, 60, m));
+        // IPv6 (more residual words than fit: the slab fallback).
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x86dd);
+        m.set_prefix(Field::Ipv6Dst, 0x2001_0db8u128 << 96 | 0x1234, 124);
+        m.set_prefix(Field::Ipv6Src, 0xfe80u128 << 112, 70);
+        rules.push(Rule::new(11, 65, m));
+        // No ethertype at all, lowest priority: the catch-all of the /24.
+        let mut m = Match::ANY;
+        m.set_prefix(Field::Ipv4Dst, net as u128, 24);
+        rules.push(Rule::new(12, 1, m));
+        // A value bit outside its mask: matches no key (oracle semantics).
+        let mut m = v4(28, net | 0x30);
+        m.value.words[5] |= 1;
+        rules.push(Rule::new(13, 70, m));
+
+        let mut keys = Vec::new();
+        for host in [0x01u32, 0x31, 0x3f, 0x41, 0x7f, 0x81] {
+            for dst in [net | host, net2 | host, (net & 0xffff_f000) | 0x0f00 | host] {
+                for (sp, dp) in [(1, 80), (2000, 85), (2000, 90), (85, 0x4c), (85, 0x8c)] {
+                    for proto in [6u8, 7, 17] {
+                        let k = key(9, dst, sp, dp, proto);
+                        keys.push(k);
+                        let mut k2 = k;
+                        k2.set(Field::EthDst, 0x0a);
+                        keys.push(k2);
+                        let mut k3 = k;
+                        k3.set(Field::EthType, 0x86dd);
+                        keys.push(k3);
+                        let mut k4 = k;
+                        k4.add_presence(present::FRAG);
+                        keys.push(k4);
+                        let mut k5 = k;
+                        k5.words[present::WORD] &= !((present::L4 as u64) << present::SHIFT);
+                        keys.push(k5);
+                    }
+                }
+            }
+        }
+        for low in [0x1234u128, 0x1230, 0x1334] {
+            let mut k = FlowKey::ZERO;
+            k.set(Field::EthType, 0x86dd);
+            k.set(Field::Ipv6Dst, 0x2001_0db8u128 << 96 | low);
+            k.set(Field::Ipv6Src, 0xfe80u128 << 112 | 0x55);
+            k.add_presence(present::L3);
+            keys.push(k);
+        }
+
+        // Default tuples, and a collision limit of 1 that spreads the same
+        // rules over finer tuples (so their residuals differ).
+        for limit in [16, 1] {
+            let mut tm = TupleMerge::with_config(TupleConfig {
+                collision_limit: limit,
+                ..TupleConfig::default()
+            });
+            let mut lin = LinearClassifier::new();
+            for r in &rules {
+                tm.insert(r.clone());
+                lin.insert(r.clone());
+            }
+            if limit == 16 {
+                // Rules 1 and 2 really share a tuple, whose mask leaves the
+                // /28's last four prefix bits to the residual check.
+                let mask_of = |id| {
+                    tm.placements()
+                        .find(|(r, _)| r.id == id)
+                        .map(|(_, m)| *m)
+                        .expect("rule held")
+                };
+                assert_eq!(mask_of(1), mask_of(2));
+                assert_eq!(mask_of(1).get(Field::Ipv4Dst), 0xffff_ff00);
+            }
+            // Each kind of check above is really exercised: folded or one
+            // generic word inline, more words through the slab.
+            let inline = |id| tm.checks[tm.index[&id] as usize].n != u8::MAX;
+            for id in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12] {
+                assert!(inline(id), "limit {limit}: rule {id} inline");
+            }
+            assert!(!inline(11) && !inline(13), "limit {limit}");
+            let mut hit = BTreeSet::new();
+            let compare = |tm: &TupleMerge, lin: &LinearClassifier, hit: &mut BTreeSet<u32>| {
+                for (i, k) in keys.iter().enumerate() {
+                    let want = lin.lookup(k);
+                    assert_eq!(tm.lookup(k), want, "limit {limit}, key {i}: {k:?}");
+                    hit.extend(want);
+                }
+            };
+            compare(&tm, &lin, &mut hit);
+            // Every rule but the never-matching one decides some key, so
+            // each residual bit above is actually exercised.
+            assert_eq!(hit, (1..=12).collect::<BTreeSet<u32>>(), "limit {limit}");
+            // Updates: remove the broad rules, re-insert one with a new
+            // priority (possibly a new tuple), and compare again.
+            for id in [1, 5, 12] {
+                assert_eq!(tm.remove(id).is_some(), lin.remove(id).is_some());
+            }
+            compare(&tm, &lin, &mut hit);
+            let again = Rule::new(1, 100, v4(24, net));
+            tm.insert(again.clone());
+            lin.insert(again);
+            compare(&tm, &lin, &mut hit);
+        }
     }
 
     #[test]
