@@ -324,14 +324,23 @@ const ENTRIES_PER_LINE: usize = 4;
 #[repr(C, align(64))]
 struct EntryLine([Entry; ENTRIES_PER_LINE]);
 
-// The slice cast in `Bucket::as_slice` relies on a line being exactly
+// The slice cast in `Bucket::tail` relies on a line being exactly
 // `ENTRIES_PER_LINE` entries with no padding.
 const _: () =
     assert!(std::mem::size_of::<EntryLine>() == ENTRIES_PER_LINE * std::mem::size_of::<Entry>());
 
-/// A bucket: entries sorted by rank desc, stored in whole cache lines.
+/// A bucket: entries sorted by rank desc. The first (best) entry lives in
+/// the bucket itself, the rest in whole cache lines. Most buckets of the
+/// WUSTL 10K sets hold one rule (about 1.0–1.35 rules per bucket), so a
+/// lookup that reaches such a bucket reads no entry line at all, and the
+/// bucket needs no heap line (a 64-byte line per bucket was the largest part
+/// of a lookup's data, `examples/tuple_residuals.rs`).
 #[derive(Debug, Clone, Default)]
 struct Bucket {
+    /// Entry 0; meaningful only when `len > 0`.
+    head: Entry,
+    /// Entries `1..len`, `ENTRIES_PER_LINE` to a line; no lines when
+    /// `len <= 1`.
     lines: Vec<EntryLine>,
     len: usize,
 }
@@ -347,47 +356,82 @@ impl Bucket {
         self.len == 0
     }
 
+    /// Entry 0, as a slice of length `min(len, 1)`.
     #[inline(always)]
-    fn as_slice(&self) -> &[Entry] {
+    fn head_slice(&self) -> &[Entry] {
+        if self.len == 0 {
+            &[]
+        } else {
+            std::slice::from_ref(&self.head)
+        }
+    }
+
+    /// Entries `1..len`.
+    #[inline(always)]
+    fn tail(&self) -> &[Entry] {
         let all = self.lines.len() * ENTRIES_PER_LINE;
         // SAFETY: `EntryLine` is `repr(C)` around `[Entry; ENTRIES_PER_LINE]`
         // and its size is exactly that array's (asserted above), so `n` lines
         // are `n * ENTRIES_PER_LINE` contiguous, initialised entries.
         let flat = unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<Entry>(), all) };
-        &flat[..self.len]
+        // `len - 1 <= all` (invariant: lines are added before they fill).
+        &flat[..self.len.saturating_sub(1)]
     }
 
-    fn as_mut_flat(&mut self) -> &mut [Entry] {
+    fn tail_flat_mut(&mut self) -> &mut [Entry] {
         let all = self.lines.len() * ENTRIES_PER_LINE;
-        // SAFETY: as in `as_slice`; `&mut self` gives exclusive access.
+        // SAFETY: as in `tail`; `&mut self` gives exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<Entry>(), all) }
     }
 
-    fn partition_point(&self, pred: impl FnMut(&Entry) -> bool) -> usize {
-        self.as_slice().partition_point(pred)
+    fn partition_point(&self, mut pred: impl FnMut(&Entry) -> bool) -> usize {
+        if self.len == 0 || !pred(&self.head) {
+            return 0;
+        }
+        1 + self.tail().partition_point(pred)
     }
 
-    fn iter(&self) -> std::slice::Iter<'_, Entry> {
-        self.as_slice().iter()
+    fn iter(&self) -> std::iter::Chain<std::slice::Iter<'_, Entry>, std::slice::Iter<'_, Entry>> {
+        self.head_slice().iter().chain(self.tail())
+    }
+
+    /// Insert `e` at position `pos` (at most `len`) of the tail.
+    fn tail_insert(&mut self, pos: usize, e: Entry) {
+        let n = self.len.saturating_sub(1);
+        if n == self.lines.len() * ENTRIES_PER_LINE {
+            self.lines.push(EntryLine::default());
+        }
+        let flat = self.tail_flat_mut();
+        flat.copy_within(pos..n, pos + 1);
+        flat[pos] = e;
     }
 
     fn insert(&mut self, pos: usize, e: Entry) {
-        if self.len == self.lines.len() * ENTRIES_PER_LINE {
-            self.lines.push(EntryLine::default());
+        if self.len == 0 {
+            self.head = e;
+        } else if pos == 0 {
+            let old = self.head;
+            self.tail_insert(0, old);
+            self.head = e;
+        } else {
+            self.tail_insert(pos - 1, e);
         }
-        let len = self.len;
-        let flat = self.as_mut_flat();
-        flat.copy_within(pos..len, pos + 1);
-        flat[pos] = e;
         self.len += 1;
     }
 
     fn remove(&mut self, pos: usize) {
-        let len = self.len;
-        self.as_mut_flat().copy_within(pos + 1..len, pos);
+        let n = self.len.saturating_sub(1);
+        if pos == 0 {
+            if n > 0 {
+                self.head = self.tail()[0];
+                self.tail_flat_mut().copy_within(1..n, 0);
+            }
+        } else {
+            self.tail_flat_mut().copy_within(pos..n, pos - 1);
+        }
         self.len -= 1;
-        if self.len == 0 {
-            // Give the lines back: an empty bucket is released for reuse.
+        if self.len <= 1 {
+            // Give the lines back: the tail is empty.
             self.lines = Vec::new();
         }
     }
@@ -395,7 +439,7 @@ impl Bucket {
 
 impl<'a> IntoIterator for &'a Bucket {
     type Item = &'a Entry;
-    type IntoIter = std::slice::Iter<'a, Entry>;
+    type IntoIter = std::iter::Chain<std::slice::Iter<'a, Entry>, std::slice::Iter<'a, Entry>>;
     fn into_iter(self) -> Self::IntoIter {
         self.iter()
     }
