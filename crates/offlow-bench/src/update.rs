@@ -35,7 +35,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use offlow_datapath::{Control, WorkerConfig, WorkerStats};
-use offlow_pipeline::{Action, FlowMod, FlowModCommand, Instruction, PortNo};
+use offlow_pipeline::{
+    Action, FlowMod, FlowModCommand, FlowModEffect, Instruction, PipelineError, PortNo,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -119,50 +121,113 @@ fn median(v: &[f64]) -> f64 {
     s.get(s.len() / 2).copied().unwrap_or(0.0)
 }
 
-/// The flow-mod stream over a fixed universe of ADDs.
+/// The flow-mod stream over a fixed universe of ADDs. Each flow-mod is the
+/// stored ADD with its command (and for a MODIFY its instructions) swapped
+/// in place for the call and back after it, so the stream itself allocates
+/// nothing: the writer's figure is the switch's cost, not the bench's.
 struct Stream {
     adds: Vec<FlowMod>,
     installed: Vec<bool>,
     /// Per ACL rule / prefix: currently modified.
     flipped: Vec<bool>,
     acl_count: usize,
+    /// Per output port: the instructions of a modified prefix (index 0
+    /// unused).
+    port_programs: Vec<Vec<Instruction>>,
+    /// A modified ACL rule's instructions: none (a permit becomes a drop;
+    /// a drop stays a drop).
+    drop_program: Vec<Instruction>,
     rng: SmallRng,
 }
 
+/// One flow-mod of the stream, on `Stream::adds[index]`.
+#[derive(Debug, Clone, Copy)]
+enum StreamOp {
+    Add,
+    /// MODIFY_STRICT to the modified program (`true`) or back to the ADD's.
+    Modify(bool),
+    Delete,
+}
+
 impl Stream {
-    fn next(&mut self) -> FlowMod {
+    fn new(adds: Vec<FlowMod>, acl_count: usize, seed: u64) -> Stream {
+        let port_programs = (0..=N_PORTS)
+            .map(|port| {
+                vec![Instruction::ApplyActions(vec![Action::output(PortNo(
+                    port,
+                ))])]
+            })
+            .collect();
+        Stream {
+            installed: vec![true; adds.len()],
+            flipped: vec![false; adds.len()],
+            acl_count,
+            adds,
+            port_programs,
+            drop_program: Vec::new(),
+            rng: SmallRng::seed_from_u64(seed),
+        }
+    }
+
+    /// Pick the next flow-mod and update the stream's view of the table.
+    fn next_op(&mut self) -> (usize, StreamOp) {
         let i = if self.rng.gen_bool(0.5) && self.acl_count > 0 {
             self.rng.gen_range(0..self.acl_count)
         } else {
             self.rng
                 .gen_range(self.acl_count.min(self.adds.len() - 1)..self.adds.len())
         };
-        let add = &self.adds[i];
         if !self.installed[i] {
             self.installed[i] = true;
             self.flipped[i] = false;
-            return add.clone();
+            return (i, StreamOp::Add);
         }
-        let mut fm = add.clone();
         if self.rng.gen_range(0..3) == 0 {
-            fm.command = FlowModCommand::ModifyStrict;
             self.flipped[i] = !self.flipped[i];
-            if self.flipped[i] {
-                fm.instructions = if i < self.acl_count {
-                    Vec::new() // permit becomes drop (a drop stays a drop)
-                } else {
-                    let port = 1 + (i as u32 + 3) % N_PORTS;
-                    vec![Instruction::ApplyActions(vec![Action::output(PortNo(
-                        port,
-                    ))])]
-                };
-            }
+            (i, StreamOp::Modify(self.flipped[i]))
         } else {
-            fm.command = FlowModCommand::DeleteStrict;
-            fm.instructions.clear();
             self.installed[i] = false;
+            (i, StreamOp::Delete)
         }
-        fm
+    }
+
+    /// Send the next flow-mod to `control`. Every op of the stream is
+    /// valid for the current state (the bench does not look at the result;
+    /// the tests do).
+    fn send_next(&mut self, control: &mut Control) -> Result<FlowModEffect, PipelineError> {
+        let (i, op) = self.next_op();
+        let fm = &mut self.adds[i];
+        let add_command = fm.command;
+        let swapped = match op {
+            StreamOp::Add => None,
+            StreamOp::Modify(false) => {
+                fm.command = FlowModCommand::ModifyStrict;
+                None
+            }
+            StreamOp::Modify(true) => {
+                fm.command = FlowModCommand::ModifyStrict;
+                Some(if i < self.acl_count {
+                    &mut self.drop_program
+                } else {
+                    &mut self.port_programs[1 + (i as u32 + 3) as usize % N_PORTS as usize]
+                })
+            }
+            StreamOp::Delete => {
+                fm.command = FlowModCommand::DeleteStrict;
+                Some(&mut self.drop_program)
+            }
+        };
+        let result = match swapped {
+            Some(program) => {
+                std::mem::swap(&mut fm.instructions, program);
+                let result = control.flow_mod(fm, 0);
+                std::mem::swap(&mut fm.instructions, program);
+                result
+            }
+            None => control.flow_mod(fm, 0),
+        };
+        fm.command = add_command;
+        result
     }
 }
 
@@ -212,13 +277,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
     };
     let acl_mods = datapath::flow_mods(WorkloadKind::Acl, &inputs).len();
     let adds = datapath::flow_mods(WorkloadKind::AclFib, &inputs);
-    let mut stream = Stream {
-        installed: vec![true; adds.len()],
-        flipped: vec![false; adds.len()],
-        acl_count: acl_mods,
-        adds,
-        rng: SmallRng::seed_from_u64(args.seed ^ 0x5eed),
-    };
+    let mut stream = Stream::new(adds, acl_mods, args.seed ^ 0x5eed);
 
     let config = WorkerConfig {
         cache_capacity: args.cache_size,
@@ -269,9 +328,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
             let mut done = 0u64;
             loop {
                 for _ in 0..args.commit_every.max(1) {
-                    let fm = stream.next();
-                    // Every op of the stream is valid for the current state.
-                    let _ = control.flow_mod(&fm, 0);
+                    let _ = stream.send_next(control);
                     done += 1;
                 }
                 let c0 = Instant::now();
@@ -425,4 +482,50 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(r.stale == 0, "{} packets used a stale action", r.stale);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classbench::parse_rules_bytes;
+    use crate::classify::DEFAULT_RULES;
+    use crate::fib;
+    use offlow_pipeline::Pipeline;
+
+    /// Every flow-mod of the stream is accepted, its effect is the one its
+    /// op promises, and the stored ADDs come back unchanged: the stream
+    /// swaps programs in and out without losing any.
+    #[test]
+    fn stream_ops_are_valid_and_leave_the_adds_intact() {
+        let acl = parse_rules_bytes("acl1", DEFAULT_RULES).unwrap();
+        let fib = fib::Table {
+            routes: (0..64u32)
+                .map(|i| (i << 24 | 0x0a_0000, 16 + (i % 9) as u8, i % 5))
+                .collect(),
+            asns: (0..5).collect(),
+            skipped: 0,
+            skip_reasons: Vec::new(),
+        };
+        let mut adds = workload::acl_flow_mods(&acl, 0, &[Instruction::GotoTable(1)], N_PORTS);
+        let acl_count = adds.len();
+        adds.extend(workload::fib_flow_mods(&fib, 1, N_PORTS, true));
+        let originals = adds.clone();
+        let mut control = Control::new(Pipeline::new(2));
+        for fm in &adds {
+            control.flow_mod(fm, 0).unwrap();
+        }
+        let mut stream = Stream::new(adds, acl_count, 7);
+        let (mut added, mut modified, mut removed) = (0, 0, 0);
+        for _ in 0..5000 {
+            let effect = stream.send_next(&mut control).unwrap();
+            assert!(effect.added.len() + effect.modified.len() + effect.removed.len() == 1);
+            added += effect.added.len();
+            modified += effect.modified.len();
+            removed += effect.removed.len();
+        }
+        assert!(added > 0 && modified > 0 && removed > 0);
+        let installed = stream.installed.iter().filter(|&&b| b).count();
+        assert_eq!(installed, control.pipeline().len());
+        assert_eq!(format!("{:?}", stream.adds), format!("{originals:?}"));
+    }
 }

@@ -391,9 +391,9 @@ impl Control {
         // Too many shadowed entries to list: every lookup in the table
         // counts as shadowed (`Dep::Table` covers its misses too).
         let whole_table = effect.shadowed_all.then_some(Dep::Table(table_id));
-        let shadowed = || -> Vec<Dep> {
+        let shadowed = || -> Box<[Dep]> {
             match whole_table {
-                Some(t) => vec![t],
+                Some(t) => Box::new([t]),
                 None => effect
                     .shadowed
                     .iter()
@@ -403,26 +403,25 @@ impl Control {
                     .collect(),
             }
         };
-        let new_rules: Option<Vec<Rule>> = effect
+        // An added entry not found in its table cannot be a filter: fall
+        // back to freeing its shadowed deps' dependents. Checked before
+        // anything is pushed, so the two outcomes never mix.
+        let all_found = effect
             .added
             .iter()
-            .map(|&id| {
-                let e = self.pipeline().entry_in(table_id, id)?;
-                Some(e.matcher.to_rule(id, e.priority))
-            })
-            .collect();
-        match new_rules {
-            Some(rules) => {
-                for rule in rules {
-                    self.pending_adds.push(AddFilter {
-                        rule,
-                        shadowed: shadowed().into(),
-                    });
-                }
+            .all(|&id| self.pipeline().entry_in(table_id, id).is_some());
+        if !all_found {
+            self.pending.extend(shadowed().iter().copied());
+            return;
+        }
+        for &id in &effect.added {
+            if let Some(e) = self.state.writer_view().pipeline.entry_in(table_id, id) {
+                let rule = e.matcher.to_rule(id, e.priority);
+                self.pending_adds.push(AddFilter {
+                    rule,
+                    shadowed: shadowed(),
+                });
             }
-            // An added entry not found in its table cannot be a filter:
-            // fall back to freeing its shadowed deps' dependents.
-            None => self.pending.extend(shadowed()),
         }
     }
 
