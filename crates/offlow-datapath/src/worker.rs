@@ -219,6 +219,12 @@ impl Apply<StateOp> for DatapathState {
             }
         }
     }
+
+    fn prefetch(&self, op: &StateOp) {
+        if let StateOp::Pipeline(p) = op {
+            self.pipeline.prefetch_op(p);
+        }
+    }
 }
 
 /// Batches a worker may keep counts pending before it credits them.

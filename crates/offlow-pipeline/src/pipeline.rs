@@ -535,6 +535,10 @@ impl Apply<PipelineOp> for Pipeline {
     fn apply(&mut self, op: &PipelineOp) {
         Pipeline::apply(self, op);
     }
+
+    fn prefetch(&self, op: &PipelineOp) {
+        self.prefetch_op(op);
+    }
 }
 
 /// Hidden VLAN tags remembered during one lookup (push over an existing tag
@@ -897,6 +901,29 @@ impl Pipeline {
             effect.removed.push(Arc::clone(e));
         }
         (Self::one_op(ops), effect)
+    }
+
+    /// Hint that `op` is applied soon: start loading the slots it will
+    /// touch in the id-keyed structures (its table's entry map, the
+    /// classifier's id index, the pipeline's id-to-table map). Changes
+    /// nothing. A batch hints its first op only.
+    pub fn prefetch_op(&self, op: &PipelineOp) {
+        let (table_id, id) = match op {
+            PipelineOp::Insert(e) => (e.table_id, e.id),
+            PipelineOp::Remove { table_id, id } => (*table_id, *id),
+            PipelineOp::Batch(ops) => {
+                if let Some(first) = ops.first() {
+                    self.prefetch_op(first);
+                }
+                return;
+            }
+            PipelineOp::Compile => return,
+        };
+        if let Some(t) = self.tables.get(usize::from(table_id)) {
+            t.entries.prefetch(id.into());
+            t.classifier.prefetch(id);
+            self.index.prefetch(id.into());
+        }
     }
 
     /// Perform a prepared op. Must be applied to a pipeline in the state it
