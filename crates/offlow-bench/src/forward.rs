@@ -80,7 +80,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use offlow_io::netns::in_netns;
+use offlow_io::netns::{self, add_veth_pair, in_netns, VethEnd};
 use offlow_io::{AfPacketConfig, AfPacketPort, Port};
 use serde::Serialize;
 use serde_json::json;
@@ -385,7 +385,7 @@ fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
-    run_cmd(Command::new("ip").args(args)).map(|_| ())
+    Ok(netns::ip(args).map(|_| ())?)
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -457,39 +457,25 @@ impl Topo {
         let b = add_ns(&mut t, format!("{tag}b"))?;
         if switched {
             let sw = add_ns(&mut t, format!("{tag}s"))?;
-            let q = queues.max(1).to_string();
             for (p, h) in [("p1", &a), ("p2", &b)] {
-                ip(&[
-                    "link",
-                    "add",
-                    "name",
-                    p,
-                    "netns",
-                    &sw,
-                    "numtxqueues",
-                    &q,
-                    "numrxqueues",
-                    &q,
-                    "type",
-                    "veth",
-                    "peer",
-                    "name",
-                    "eth0",
-                    "netns",
-                    h,
-                    "numtxqueues",
-                    &q,
-                    "numrxqueues",
-                    &q,
-                ])?;
+                let switch_end = VethEnd {
+                    name: p,
+                    netns: &sw,
+                };
+                let host_end = VethEnd {
+                    name: "eth0",
+                    netns: h,
+                };
+                add_veth_pair(switch_end, host_end, Some(queues))?;
                 ip(&["-n", &sw, "link", "set", p, "up"])?;
             }
             t.sw = Some(sw);
         } else {
-            ip(&[
-                "link", "add", "name", "eth0", "netns", &a, "type", "veth", "peer", "name", "eth0",
-                "netns", &b,
-            ])?;
+            let end = |netns| VethEnd {
+                name: "eth0",
+                netns,
+            };
+            add_veth_pair(end(&a), end(&b), None)?;
         }
         // Host MACs differ from the frames' destination (see module docs).
         for (h, mac) in [(&a, "02:00:00:00:00:11"), (&b, "02:00:00:00:00:12")] {

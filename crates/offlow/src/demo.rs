@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use offlow_io::netns::in_netns;
+use offlow_io::netns::{self, add_veth_pair, in_netns, VethEnd};
 
 use crate::run::dataplane::{DataplaneStats, StatsHandle};
 use crate::run::{self, FailMode, RunConfig};
@@ -88,18 +88,7 @@ fn check_interrupted() -> anyhow::Result<()> {
 }
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("running `ip` (iproute2)")?;
-    if !out.status.success() {
-        bail!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    Ok(netns::ip(args).map(|_| ())?)
 }
 
 /// The namespaces and links of the demo; deleted on drop.
@@ -132,20 +121,15 @@ impl Topology {
             t.created.push(host.clone());
             quiet_ipv6(&host);
             let port = format!("{prefix}p{i}");
-            ip(&[
-                "link",
-                "add",
-                &port,
-                "netns",
-                &t.switch_ns,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                &host,
-            ])?;
+            let switch_end = VethEnd {
+                name: &port,
+                netns: &t.switch_ns,
+            };
+            let host_end = VethEnd {
+                name: "eth0",
+                netns: &host,
+            };
+            add_veth_pair(switch_end, host_end, None)?;
             ip(&["-n", &t.switch_ns, "link", "set", &port, "up"])?;
             ip(&["-n", &host, "link", "set", "lo", "up"])?;
             ip(&[
