@@ -262,17 +262,7 @@ impl Dir24 {
     /// precedes the write. Only a hint: it changes nothing.
     #[inline]
     pub fn prefetch_update(&self, addr: u32) {
-        let p: *const u32 = &self.tbl24.as_ref()[(addr >> 8) as usize];
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint that never faults, whatever the
-        // address (this one is in bounds anyway), and SSE, which provides
-        // it, is part of the x86_64 baseline.
-        #[allow(unused_unsafe)]
-        unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = p;
+        crate::idtable::prefetch(&self.tbl24.as_ref()[(addr >> 8) as usize]);
     }
 
     /// Longest-prefix match for `addr`.

@@ -224,7 +224,7 @@ impl<V> IdTable<V> {
 
 /// Hint the CPU to pull the line holding `p` into L1. A no-op off x86_64.
 #[inline(always)]
-pub(crate) fn prefetch<T>(p: *const T) {
+pub fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint that never faults, whatever the address,
     // and SSE, which provides it, is part of the x86_64 baseline.

@@ -32,7 +32,7 @@ pub mod versioned;
 pub use adaptive::{Classifier, ClassifierConfig, Compiled};
 pub use dir24::{Dir24, FibError};
 pub use idmap::{IdBuildHasher, IdHasher, IdMap};
-pub use idtable::IdTable;
+pub use idtable::{prefetch, IdTable};
 pub use linear::LinearClassifier;
 pub use lpm::{BinaryTrie, FibClassifier, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};

@@ -60,6 +60,7 @@
 //! `Sync`: move it to its worker, never share it.
 
 use core::cell::Cell;
+use offlow_classifier::prefetch;
 use offlow_flow::{FlowKey, KEY_WORDS};
 
 /// Ways per bucket: 8 signatures of 4 bytes plus 8 credits fill one line.
@@ -288,20 +289,6 @@ fn key_eq(a: &FlowKey, b: &FlowKey) -> bool {
         d |= a.words[i] ^ b.words[i];
     }
     d == 0
-}
-
-/// Hint the CPU to pull the line holding `p` into L1. A no-op off x86_64.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, whatever the address,
-    // and SSE (which provides it) is part of the x86_64 baseline.
-    #[allow(unused_unsafe)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// The exact-match microflow cache; see the module documentation.

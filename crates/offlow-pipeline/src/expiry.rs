@@ -75,7 +75,7 @@
 
 use std::sync::Arc;
 
-use offlow_classifier::IdTable;
+use offlow_classifier::{prefetch, IdTable};
 
 use crate::entry::{FlowCounters, FlowEntry, FlowModFlags};
 use crate::pipeline::{FlowModEffect, Pipeline, PipelineOp};
@@ -86,20 +86,6 @@ const NS_PER_SEC: u64 = 1_000_000_000;
 
 /// Slots ahead of the scan whose counters are prefetched.
 const PREFETCH_AHEAD: usize = 16;
-
-/// Hint the CPU to load the line holding `p`. A no-op off x86_64.
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address, and SSE (which
-    // provides it) is part of the x86_64 baseline.
-    #[allow(unused_unsafe)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// `ofp_flow_removed_reason` (§7.4.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
