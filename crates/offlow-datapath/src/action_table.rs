@@ -64,8 +64,10 @@
 //!   slots, `by_steered` the configuration-steered ones' (path, mask).
 //! - A live entry is listed under every dep it has in `by_dep` (lists may
 //!   also hold refs to since-freed entries; they are skipped by generation).
-//! - An entry is freed only with zero pending counts (callers drain first;
-//!   checked in debug builds).
+//! - An entry is freed only with zero pending counts: [`ActionTable::invalidate`]
+//!   and [`ActionTable::add_filter`] hand a freed entry's pending counts to
+//!   their `credit` callback first; every other free needs the caller to
+//!   drain first (checked in debug builds).
 //! - A live entry's filters are sequence numbers of filters added since it
 //!   was interned, increasing, at most [`MAX_FILTERS`] of them; they only
 //!   grow while the entry lives, so a filter count is a valid "checked up
@@ -593,6 +595,18 @@ impl ActionTable {
         }
     }
 
+    /// Hand `slot`'s pending counts to `credit` and zero them: what an
+    /// entry still holds is credited before the entry is freed.
+    fn settle(&mut self, slot: u32, credit: &mut impl FnMut(&ActionEntry, u64, u64)) {
+        let e = &mut self.slots[slot as usize];
+        if e.pending_packets != 0 {
+            credit(e, e.pending_packets, e.pending_bytes);
+            // The slot stays in `dirty`; draining skips a zero count.
+            e.pending_packets = 0;
+            e.pending_bytes = 0;
+        }
+    }
+
     fn free_slot(&mut self, slot: u32) {
         let e = &mut self.slots[slot as usize];
         debug_assert!(e.live && e.pending_packets == 0);
@@ -614,15 +628,23 @@ impl ActionTable {
         self.free.push(slot);
     }
 
-    /// Free every entry that depends on `dep`; returns how many. Call only
-    /// between batches (pending counts drained).
-    pub fn invalidate(&mut self, dep: Dep) -> usize {
+    /// Free every entry that depends on `dep`, handing each one's pending
+    /// counts to `credit` as `(entry, packets, bytes)` first; returns how
+    /// many. Call only between batches. Only the freed entries are
+    /// credited, so a catch-up after a small change costs the worker no
+    /// drain of the whole table.
+    pub fn invalidate(
+        &mut self,
+        dep: Dep,
+        mut credit: impl FnMut(&ActionEntry, u64, u64),
+    ) -> usize {
         let Some(refs) = self.by_dep.remove(&dep) else {
             return 0;
         };
         let mut n = 0;
         for r in refs {
             if self.get(r).is_some() {
+                self.settle(r.slot(), &mut credit);
                 self.free_slot(r.slot());
                 n += 1;
             }
@@ -636,9 +658,15 @@ impl ActionTable {
     /// its table with priority <= its own, and that table's miss). Each such
     /// entry whose lookup at that table saw the packet's own key gets `rule`
     /// as a filter; the others, and entries already holding
-    /// [`MAX_FILTERS`], are freed. Returns how many were freed. Call only
-    /// between batches (pending counts drained).
-    pub fn add_filter(&mut self, rule: &Rule, shadowed: &[Dep]) -> usize {
+    /// [`MAX_FILTERS`], are freed, their pending counts handed to `credit`
+    /// first (as in [`invalidate`](Self::invalidate)). Returns how many were
+    /// freed. Call only between batches.
+    pub fn add_filter(
+        &mut self,
+        rule: &Rule,
+        shadowed: &[Dep],
+        mut credit: impl FnMut(&ActionEntry, u64, u64),
+    ) -> usize {
         let mut seq = None;
         let mut freed = 0;
         for &dep in shadowed {
@@ -654,6 +682,7 @@ impl ActionTable {
                 };
                 let keep = e.sees_packet_key(dep) && e.filters.len() < MAX_FILTERS;
                 if !keep {
+                    self.settle(r.slot(), &mut credit);
                     self.free_slot(r.slot());
                     freed += 1;
                     continue;
@@ -757,6 +786,11 @@ mod tests {
         r
     }
 
+    /// For tables whose freed entries hold no counts.
+    fn no_credit(_: &ActionEntry, packets: u64, _: u64) {
+        panic!("a freed entry held {packets} uncredited packets");
+    }
+
     impl ActionTable {
         fn intern_plain(&mut self, r: &Resolution) -> ActionRef {
             self.intern(r, |_| None, |_| true)
@@ -772,16 +806,20 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c);
         assert_eq!(t.len(), 2);
-        assert_eq!(t.invalidate(Dep::Rule(9)), 0);
-        assert_eq!(t.invalidate(Dep::Miss(1)), 1);
+        assert_eq!(t.invalidate(Dep::Rule(9), no_credit), 0);
+        assert_eq!(t.invalidate(Dep::Miss(1), no_credit), 1);
         assert!(t.get(c).is_none() && t.get(a).is_some());
-        assert_eq!(t.invalidate(Dep::Rule(7)), 1);
+        assert_eq!(t.invalidate(Dep::Rule(7), no_credit), 1);
         assert!(t.get(a).is_none());
         // The slot is reused with a new generation: old refs stay dead.
         let d = t.intern_plain(&res(&[(0, 3)], Outcome::Forward, 4));
         assert!(t.get(a).is_none() && t.get(c).is_none());
         assert_eq!(t.get(d).map(|e| e.path.len()), Some(1));
-        assert_eq!(t.invalidate(Dep::Rule(1)), 0, "already freed via rule 7");
+        assert_eq!(
+            t.invalidate(Dep::Rule(1), no_credit),
+            0,
+            "already freed via rule 7"
+        );
     }
 
     #[test]
@@ -808,7 +846,7 @@ mod tests {
         assert_eq!(t.get(o).unwrap().workers, Some(16));
         assert_eq!(t.get(o).unwrap().shape, Shape::Output(2));
         // Invalidation frees every variant; re-interning makes new ones.
-        assert_eq!(t.invalidate(Dep::Rule(1)), 3);
+        assert_eq!(t.invalidate(Dep::Rule(1), no_credit), 3);
         assert!(t.get(s2).is_none() && t.get(s4).is_none() && t.get(plain).is_none());
         let again = t.intern_steered(&r, Some(2), |_| None, |_| true);
         assert_ne!(again, s2, "the freed (path, mask) key was removed");
@@ -858,6 +896,52 @@ mod tests {
         assert_eq!(again, 0);
     }
 
+    /// Freeing credits exactly the freed entries' pending counts, once;
+    /// the others keep theirs for the next drain. A slot reused after a
+    /// free starts from zero.
+    #[test]
+    fn freed_entries_credit_their_pending_counts_first() {
+        use offlow_flow::{Field, Match};
+        let port_rule = |p: u128| {
+            let mut m = Match::ANY;
+            m.set_exact(Field::InPort, p);
+            Rule::new(0, 5, m)
+        };
+        let mut t = ActionTable::new();
+        let a = t.intern_plain(&res(&[(0, 1), (1, 7)], Outcome::Forward, 2));
+        let c = t.intern_plain(&res(&[(0, 2)], Outcome::Forward, 3));
+        let f = t.intern_plain(&res(&[(0, 3)], Outcome::Forward, 4));
+        for _ in 0..2 {
+            assert!(t.count_live(a, 100));
+        }
+        assert!(t.count_live(c, 60));
+        assert!(t.count_live(f, 70));
+        let mut got = Vec::new();
+        assert_eq!(
+            t.invalidate(Dep::Rule(7), |e, n, b| got.push((e.path.to_vec(), n, b))),
+            1
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].1, got[0].2), (2, 200));
+        assert_eq!(got[0].0.last().map(|s| s.rule), Some(7));
+        // A filter that frees `f` (it already holds MAX_FILTERS filters).
+        for _ in 0..MAX_FILTERS {
+            t.add_filter(&port_rule(9), &[Dep::Rule(3)], no_credit);
+        }
+        let mut filtered = Vec::new();
+        let freed = t.add_filter(&port_rule(9), &[Dep::Rule(3)], |_, n, b| {
+            filtered.push((n, b))
+        });
+        assert_eq!((freed, filtered), (1, vec![(1, 70)]));
+        // A new entry reusing a freed slot starts from zero.
+        let r = t.intern_plain(&res(&[(0, 5)], Outcome::Forward, 2));
+        assert!(t.count_live(r, 10));
+        let mut rest = Vec::new();
+        t.drain_counts(|e, n, b| rest.push((e.path[0].rule, n, b)));
+        rest.sort();
+        assert_eq!(rest, vec![(2, 1, 60), (5, 1, 10)]);
+    }
+
     #[test]
     fn collect_frees_unreferenced_and_prunes_index() {
         let mut t = ActionTable::new();
@@ -892,13 +976,16 @@ mod tests {
             action: a,
             checked: 0,
         };
-        assert_eq!(t.add_filter(&rule_for_port(5), &[Dep::Rule(1)]), 0);
+        assert_eq!(
+            t.add_filter(&rule_for_port(5), &[Dep::Rule(1)], no_credit),
+            0
+        );
         assert_eq!(
             t.count_checked(fresh, &key, 10),
             HitCheck::Served { checked: 1 }
         );
         // A matching filter: re-resolve, nothing counted.
-        t.add_filter(&rule_for_port(0), &[Dep::Rule(1)]);
+        t.add_filter(&rule_for_port(0), &[Dep::Rule(1)], no_credit);
         assert_eq!(t.count_checked(fresh, &key, 10), HitCheck::Filtered);
         let marked = CachedRef {
             action: a,
@@ -916,7 +1003,10 @@ mod tests {
             let id = 100 + j;
             t.intern_plain(&res(&[(0, id)], Outcome::Forward, 2));
             for _ in 0..MAX_FILTERS {
-                assert_eq!(t.add_filter(&rule_for_port(5), &[Dep::Rule(id)]), 0);
+                assert_eq!(
+                    t.add_filter(&rule_for_port(5), &[Dep::Rule(id)], no_credit),
+                    0
+                );
             }
         }
         let one = CachedRef {
@@ -932,12 +1022,15 @@ mod tests {
         let b = t.intern_plain(&res(&[(1, 9)], Outcome::Forward, 3));
         for _ in 0..MAX_FILTERS {
             assert_eq!(
-                t.add_filter(&rule_for_port(5), &[Dep::Miss(1), Dep::Rule(9)]),
+                t.add_filter(&rule_for_port(5), &[Dep::Miss(1), Dep::Rule(9)], no_credit),
                 0
             );
         }
         t.drain_counts(|_, _, _| {});
-        assert_eq!(t.add_filter(&rule_for_port(5), &[Dep::Rule(9)]), 1);
+        assert_eq!(
+            t.add_filter(&rule_for_port(5), &[Dep::Rule(9)], no_credit),
+            1
+        );
         assert!(t.get(b).is_none());
     }
 }

@@ -129,7 +129,7 @@ use offlow_pipeline::{
 };
 
 use crate::action_table::{
-    preserves_key, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck, Shape,
+    preserves_key, ActionEntry, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck, Shape,
 };
 use crate::buf::PacketBuf;
 use crate::execute::{
@@ -827,10 +827,10 @@ impl Worker {
         let state: &DatapathState = &guard;
         let pipeline = &state.pipeline;
         if version != *seen {
-            // Entries about to be freed must not hold uncredited packets.
-            flush(actions, table_credit, pipeline);
-            *unflushed_batches = 0;
-            catch_up(state, *seen, actions, cache, stats);
+            // Each entry the records free credits what it still holds
+            // first; the others keep their counts until the next flush.
+            catch_up(state, *seen, actions, cache, stats, table_credit);
+            table_credit.flush(pipeline);
             *seen = version;
         }
         maybe_collect(actions, cache, table_credit, pipeline);
@@ -1066,21 +1066,26 @@ fn account(stats: &mut WorkerStats, done: ExecOutcome, outcome: Outcome) {
 /// Credit every pending count: one atomic add per rule (packets and bytes)
 /// per distinct decision, table counters summed per table first.
 fn flush(actions: &mut ActionTable, table_credit: &mut TableCredit, pipeline: &Pipeline) {
-    actions.drain_counts(|e, packets, bytes| {
-        for (step, credit) in e.path.iter().zip(e.credits.iter()) {
-            if let Some((c, count_packets, count_bytes)) = credit {
-                c.add(
-                    if *count_packets { packets } else { 0 },
-                    if *count_bytes { bytes } else { 0 },
-                );
-            }
-            table_credit.add(step.table_id, packets, packets);
-        }
-        if let Some(t) = e.miss_table() {
-            table_credit.add(t, packets, 0);
-        }
-    });
+    actions.drain_counts(|e, packets, bytes| credit_entry(table_credit, e, packets, bytes));
     table_credit.flush(pipeline);
+}
+
+/// Credit `packets`/`bytes` pending on entry `e` to its path's rules (their
+/// shared counters, as its NO_*_COUNTS flags allow) and, worker-locally, to
+/// the tables it visited (flushed by [`TableCredit::flush`]).
+fn credit_entry(table_credit: &mut TableCredit, e: &ActionEntry, packets: u64, bytes: u64) {
+    for (step, credit) in e.path.iter().zip(e.credits.iter()) {
+        if let Some((c, count_packets, count_bytes)) = credit {
+            c.add(
+                if *count_packets { packets } else { 0 },
+                if *count_bytes { bytes } else { 0 },
+            );
+        }
+        table_credit.add(step.table_id, packets, packets);
+    }
+    if let Some(t) = e.miss_table() {
+        table_credit.add(t, packets, 0);
+    }
 }
 
 /// A sink for [`Worker::poll`] (no frames, no outputs).
@@ -1097,28 +1102,35 @@ impl OutputSink for NullSink {
     }
 }
 
-/// Apply the log records after `seen` to the Action Table.
+/// Apply the log records after `seen` to the Action Table. Entries it
+/// frees credit their pending counts first (table credits stay in
+/// `table_credit` for the caller to flush).
 fn catch_up(
     state: &DatapathState,
     seen: u64,
     actions: &mut ActionTable,
     cache: &mut MicroflowCache<CachedRef>,
     stats: &mut WorkerStats,
+    table_credit: &mut TableCredit,
 ) {
     let log = &state.log;
     if seen < log.truncated {
-        // Records we never applied were dropped: start over.
+        // Records we never applied were dropped: start over (crediting
+        // everything first: clearing drops pending counts).
+        actions.drain_counts(|e, packets, bytes| credit_entry(table_credit, e, packets, bytes));
         actions.clear();
         cache.clear();
         stats.log_overruns += 1;
         return;
     }
+    let mut credit =
+        |e: &ActionEntry, packets, bytes| credit_entry(table_credit, e, packets, bytes);
     for rec in log.records.iter().filter(|r| r.version > seen) {
         for &dep in rec.deps.iter() {
-            actions.invalidate(dep);
+            actions.invalidate(dep, &mut credit);
         }
         for add in rec.adds.iter() {
-            actions.add_filter(&add.rule, &add.shadowed);
+            actions.add_filter(&add.rule, &add.shadowed, &mut credit);
         }
         stats.records_applied += 1;
     }
