@@ -34,7 +34,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use offlow_datapath::{Control, WorkerConfig, WorkerStats};
+use offlow_datapath::{ActionTableStats, Control, WorkerConfig, WorkerStats};
 use offlow_pipeline::{
     Action, FlowMod, FlowModCommand, FlowModEffect, Instruction, PipelineError, PortNo,
 };
@@ -113,6 +113,11 @@ pub struct UpdateReport {
     pub check_updates: u64,
     /// Reader counters of the updating phases.
     pub reader: WorkerStats,
+    /// The reader's Action Table counters (whole run).
+    pub reader_actions: ActionTableStats,
+    /// Reader packets served from a filtered entry after checking its
+    /// new filters (whole run).
+    pub reader_filter_checks: u64,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -329,7 +334,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
                 // Relaxed: a statistic sampled at phase boundaries.
                 count.0.store(n, Ordering::Relaxed);
             }
-            (worker.stats(), checker.stats())
+            (worker.stats(), worker.action_stats(), checker.stats())
         });
 
         pin_to_cpu(0);
@@ -385,7 +390,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         phase.store(PHASE_CHECK, Ordering::Relaxed);
         let check_updates = run_updates(&mut control, Duration::from_secs_f64(args.check_seconds));
         stop.store(true, Ordering::Relaxed);
-        let (reader_stats, check_stats) = reader.join().expect("reader thread");
+        let reader_out = reader.join().expect("reader thread");
         (
             (
                 idle,
@@ -396,7 +401,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
                 commit_time,
                 check_updates,
             ),
-            (reader_stats, check_stats),
+            reader_out,
         )
     });
     let (
@@ -408,7 +413,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         commit_time,
         check_updates,
     ) = writer_out;
-    let (reader, check) = reader_out;
+    let (reader, reader_actions, check) = reader_out;
     Ok(UpdateReport {
         rules,
         idle_mpps,
@@ -420,7 +425,9 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         checked: check.cache_hits,
         stale: check.stale,
         check_updates,
+        reader_filter_checks: reader.filter_checks,
         reader,
+        reader_actions,
     })
 }
 
@@ -474,6 +481,17 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
         "reader: {} packets, {} cache hits, {} pipeline lookups ({} after invalidation: {per_update:.2} per update), {} invalidation records applied",
         s.packets, s.cache_hits, s.pipeline_lookups, s.stale_hits, s.records_applied
     );
+    let a = r.reader_actions;
+    let per = |n: u64| n as f64 / r.updates_total.max(1) as f64;
+    println!(
+        "reader's Action Table, per update: {:.2} decisions interned, {:.2} shared, {:.2} freed (of which {:.2} by filters), {:.2} filters attached, {:.2} filter checks served",
+        per(a.interned),
+        per(a.shared),
+        per(a.invalidated),
+        per(a.filter_frees),
+        per(a.filtered),
+        per(r.reader_filter_checks),
+    );
     println!(
         "stale check: {} cached decisions checked during {} updates, {} stale",
         r.checked, r.check_updates, r.stale
@@ -488,6 +506,9 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
             "updates_per_s": rate,
             "stale_packets": r.stale,
             "reresolved_per_update": per_update,
+            "interned_per_update": per(a.interned),
+            "freed_per_update": per(a.invalidated),
+            "filters_per_update": per(a.filtered),
             "checked_packets": r.checked,
             "commit_every": args.commit_every,
             "commit_us": r.commit_us,
