@@ -311,8 +311,14 @@ pub(crate) fn build_pipeline(
             .flow_mod(fm, 0)
             .map_err(|e| anyhow::anyhow!("flow-mod {i}: {e}"))?;
     }
+    let c0 = Instant::now();
     control.compile();
     control.commit();
+    eprintln!(
+        "tables compiled in {:.0} ms (both left-right copies): {:?}",
+        c0.elapsed().as_secs_f64() * 1e3,
+        control.pipeline().table_structures()
+    );
     let rules = control.pipeline().len();
     Ok((control, rules, t0.elapsed().as_secs_f64() * 1e3))
 }

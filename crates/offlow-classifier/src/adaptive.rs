@@ -97,6 +97,9 @@ pub struct Classifier {
     config: ClassifierConfig,
     /// Bumped by every mutation; lets owners tell whether a compile is stale.
     generation: u64,
+    /// The generation at which [`Classifier::compile`] last found nothing
+    /// to build: compiling again before a mutation would fail the same way.
+    failed_at: Option<u64>,
 }
 
 impl Default for Classifier {
@@ -118,6 +121,7 @@ impl Classifier {
             compiled: None,
             config,
             generation: 0,
+            failed_at: None,
         }
     }
 
@@ -152,7 +156,16 @@ impl Classifier {
     /// Pick and build the fastest structure for the current rules: the FIB
     /// if every rule is FIB-shaped (and there are enough of them), else an
     /// RFC snapshot if every rule is a 5-tuple rule and it fits the budget.
+    ///
+    /// A compile that found no accelerator is remembered: compiling again
+    /// before the next mutation returns at once (an owner that compiles
+    /// whenever its tables are quiet does not rebuild a failing RFC).
     pub fn compile(&mut self) -> Compiled {
+        if self.failed_at == Some(self.generation) {
+            return Compiled::None {
+                reason: "unchanged since the last compile found no accelerator".into(),
+            };
+        }
         let n = self.len();
         if let Mode::Tuple(t) = &self.mode {
             if n >= self.config.fib_min_rules && t.rules().all(FibClassifier::accepts) {
@@ -182,6 +195,7 @@ impl Classifier {
                 if matches!(self.mode, Mode::Fib(_)) {
                     return Compiled::Fib;
                 }
+                self.failed_at = Some(self.generation);
                 Compiled::None { reason }
             }
         }

@@ -1009,6 +1009,15 @@ impl Pipeline {
         }
     }
 
+    /// A count that moves with every rule insert or removal in any table
+    /// (the sum of the tables' classifier generations): an owner that sees
+    /// it unchanged for a while knows the tables are quiet.
+    pub fn mutation_count(&self) -> u64 {
+        self.tables
+            .iter()
+            .fold(0u64, |n, t| n.wrapping_add(t.classifier.generation()))
+    }
+
     /// What serves lookups in each non-empty table (`"rfc"`, `"fib"` or
     /// `"tuple"`), for diagnostics and `offlow trace`.
     pub fn table_structures(&self) -> Vec<(u8, &'static str)> {

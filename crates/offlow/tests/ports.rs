@@ -220,6 +220,101 @@ fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
     assert!(text.contains("LINK_DOWN"), "{text}");
 }
 
+/// An IPv4 ACL loaded by `ovs-ofctl` gets its RFC snapshot once its table
+/// has been quiet for a second (the daemon logs it), traffic follows the
+/// rules before and after, and a later change takes effect at once (the
+/// snapshot is dropped) and is compiled in after the next quiet second.
+#[test]
+fn quiet_acl_table_is_compiled_and_rules_still_hold() {
+    if !prerequisites() {
+        return;
+    }
+    let net = Net::new("oft", OFFLOADS);
+    let port = common::free_port();
+    let listen = format!("ptcp:{port}:127.0.0.1");
+    let args = [
+        "run",
+        "--listen",
+        &listen,
+        "--netns",
+        &net.sw,
+        "--port",
+        &net.ports[0],
+        "--port",
+        &net.ports[1],
+    ];
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args(args)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start offlow");
+    // Drain the log on a thread (a full pipe would stall the daemon).
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let log = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let mut d = Daemon { child, port };
+    common::wait_accepting(port, "offlow run", Some(&mut d.child));
+
+    // Table 0 sends IPv4 on to table 1 (and floods ARP); table 1 is a
+    // 20-rule IPv4 ACL: 18 rules for other subnets, then the two hosts.
+    d.ofctl(&["add-flow", "priority=10,arp,actions=flood"]);
+    d.ofctl(&["add-flow", "priority=10,ip,actions=goto_table:1"]);
+    for i in 0..18 {
+        d.ofctl(&[
+            "add-flow",
+            &format!(
+                "table=1,priority={},ip,nw_src=10.1.{i}.0/24,nw_dst=10.2.0.0/16,actions=drop",
+                20 + i
+            ),
+        ]);
+    }
+    d.ofctl(&[
+        "add-flow",
+        "table=1,priority=5,ip,nw_dst=10.0.0.2,actions=output:2",
+    ]);
+    d.ofctl(&[
+        "add-flow",
+        "table=1,priority=5,ip,nw_dst=10.0.0.1,actions=output:1",
+    ]);
+    assert!(net.ping(0, "10.0.0.2", 2), "ping over the ACL (uncompiled)");
+    std::thread::sleep(Duration::from_millis(1800));
+    assert!(net.ping(0, "10.0.0.2", 2), "ping over the compiled ACL");
+
+    // A drop for ICMP to host 2: in force at once, then compiled in.
+    let drop_icmp = "table=1,icmp,nw_dst=10.0.0.2";
+    d.ofctl(&["add-flow", &format!("{drop_icmp},priority=50,actions=drop")]);
+    assert!(
+        !net.ping(0, "10.0.0.2", 2),
+        "the new drop rule holds at once"
+    );
+    std::thread::sleep(Duration::from_millis(1800));
+    assert!(!net.ping(0, "10.0.0.2", 2), "and once compiled in");
+    // Non-strict: removes the ICMP rule, not the less specific IPv4 one.
+    d.ofctl(&["del-flows", drop_icmp]);
+    assert!(net.ping(0, "10.0.0.2", 2), "removing it restores ping");
+
+    drop(d);
+    let text = log.join().expect("log reader");
+    let compiled: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("tables compiled"))
+        .collect();
+    assert!(
+        compiled.len() >= 2,
+        "two quiet spells, two compiles: {text}"
+    );
+    assert!(
+        compiled.iter().all(|l| l.contains("(1, \"rfc\")")),
+        "table 1 served by RFC after each: {compiled:?}"
+    );
+}
+
 fn namespaces_with(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|d| {

@@ -778,7 +778,8 @@ async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Remove timed-out flow entries; report those flagged SEND_FLOW_REM.
+/// Remove timed-out flow entries; report those flagged SEND_FLOW_REM;
+/// compile the tables once their rules are quiet.
 async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
@@ -792,6 +793,7 @@ async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
         } = &mut *s;
         let removed = switch.expire(now);
         standalone.expired(switch, &removed, now);
+        switch.maybe_compile(now);
         for fr in s.switch.take_flow_removed(now) {
             let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
         }

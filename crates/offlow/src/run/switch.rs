@@ -15,6 +15,10 @@
 //!   output's `max_len` cuts short in a packet buffer (whole frames, and
 //!   `OFPCML_NO_BUFFER`, go unbuffered); a PACKET_OUT or FLOW_MOD naming
 //!   its id processes the whole frame.
+//! - Table structures: [`DatapathSwitch::maybe_compile`] (the daemon calls
+//!   it every [`super::EXPIRY_EVERY`]) compiles the tables once their rules
+//!   have been quiet for [`COMPILE_QUIET`]: a big IPv4 route table moves
+//!   to the DIR-24-8 FIB, an IPv4 5-tuple ACL gets an RFC snapshot.
 //! - Flow expiry: [`DatapathSwitch::expire`] (the daemon calls it every
 //!   [`super::EXPIRY_EVERY`]) removes timed-out entries; they and entries
 //!   deleted by a flow-mod, when flagged SEND_FLOW_REM, come back from
@@ -106,6 +110,12 @@ pub struct PacketOutStats {
 /// Longest wait for the packet workers to credit their counters before a
 /// statistics reply (a worker that misses it is counted at its next flush).
 pub const SYNC_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// How long the rules must stay unchanged before
+/// [`DatapathSwitch::maybe_compile`] compiles the tables: long enough that
+/// a controller's burst of flow-mods (a table being loaded) is over, short
+/// enough that a settled table soon gets its fast structure.
+pub const COMPILE_QUIET: Duration = Duration::from_secs(1);
 
 /// A data port as the control side sees it.
 pub struct SwitchPort {
@@ -288,6 +298,11 @@ pub struct DatapathSwitch {
     buffers: PacketBuffers,
     /// Ports whose description changed by PORT_MOD, to announce.
     port_status: Vec<offlow_openflow::Port>,
+    /// The pipeline's mutation count when the tables were last compiled.
+    compiled_at: u64,
+    /// The mutation count [`DatapathSwitch::maybe_compile`] last saw, and
+    /// since when (switch clock, ns).
+    quiet_since: (u64, u64),
 }
 
 impl DatapathSwitch {
@@ -308,7 +323,50 @@ impl DatapathSwitch {
             packet_out: PacketOutStats::default(),
             buffers: PacketBuffers::default(),
             port_status: Vec::new(),
+            compiled_at: 0,
+            quiet_since: (0, 0),
         }
+    }
+
+    /// Compile the tables (see [`offlow_pipeline::Pipeline::table_structures`]:
+    /// a DIR-24-8 FIB for a big table of IPv4 routes, an RFC snapshot for
+    /// an IPv4 5-tuple ACL) once their rules have not changed for
+    /// [`COMPILE_QUIET`], and publish. Until then, and after any later
+    /// insert or removal (which drops an RFC snapshot; the FIB updates in
+    /// place), lookups run on TupleMerge, which takes every update at once.
+    /// Answers never change, so nothing cached is invalidated.
+    ///
+    /// Runs on the control thread and blocks it for the build: a few ms
+    /// for ACL-sized tables, seconds for a full BGP table (once, after it
+    /// is loaded). Workers keep forwarding on the published version
+    /// meanwhile. Returns how long the compile took, if one ran.
+    pub fn maybe_compile(&mut self, now_ns: u64) -> Option<std::time::Duration> {
+        let count = self.control.pipeline().mutation_count();
+        if count == self.compiled_at {
+            return None;
+        }
+        if count != self.quiet_since.0 {
+            self.quiet_since = (count, now_ns);
+            return None;
+        }
+        if now_ns.saturating_sub(self.quiet_since.1) < COMPILE_QUIET.as_nanos() as u64 {
+            return None;
+        }
+        let t0 = std::time::Instant::now();
+        self.control.compile();
+        // Publishes any flow-mod applied since the last commit too: they
+        // would take effect at the end of their batch anyway.
+        self.control.commit();
+        self.dirty = false;
+        self.compiled_at = count;
+        let took = t0.elapsed();
+        tracing::info!(
+            tables = ?self.control.pipeline().table_structures(),
+            ms = took.as_millis() as u64,
+            "tables compiled after {} ms without rule changes",
+            COMPILE_QUIET.as_millis()
+        );
+        Some(took)
     }
 
     /// The buffer id and data of a packet-in for `frame` (from `in_port`)
@@ -1011,6 +1069,93 @@ mod tests {
             cookie_mask: 0,
             matcher: OxmMatch::from_match(m),
         }
+    }
+
+    /// Tables that stay quiet get their fast structure (a FIB for many
+    /// routes, an RFC snapshot for a small ACL), only then, once per change,
+    /// and with the same answers.
+    #[test]
+    fn quiet_tables_are_compiled() {
+        use offlow_flow::{present, FlowKey};
+        let mut sw = DatapathSwitch::new(1, 2);
+        // Table 0: 5,000 routes and a default, priority rising with
+        // length (a FIB), each going on to table 1.
+        let goto = vec![PInstr::GotoTable(1)];
+        sw.flow_mod(&FlowMod::add(0, 1, ip_dst_match(0, 0), goto.clone()), 0)
+            .unwrap();
+        for i in 0..5000u32 {
+            let len = 16 + i % 9;
+            let net = (i.wrapping_mul(0x9e37_79b9)) & (u32::MAX << (32 - len));
+            let fm = FlowMod::add(0, len + 1, ip_dst_match(net, len), goto.clone());
+            sw.flow_mod(&fm, 0).unwrap();
+        }
+        // Table 1: 40 overlapping prefixes in no priority order (an ACL).
+        for i in 0..40u32 {
+            let fm = FlowMod::add(
+                1,
+                (i * 7) % 40,
+                ip_dst_match(i << 27, 1 + i % 8),
+                output(1 + i % 4),
+            );
+            sw.flow_mod(&fm, 0).unwrap();
+        }
+        sw.commit_pending();
+        let keys: Vec<FlowKey> = (0..2000u32)
+            .map(|i| {
+                let mut k = FlowKey::ZERO;
+                k.set(Field::EthType, 0x0800);
+                k.set(Field::Ipv4Dst, u128::from(i.wrapping_mul(0x2f6b_2a1d)));
+                k.add_presence(present::L3);
+                k
+            })
+            .collect();
+        let answers = |sw: &DatapathSwitch| -> Vec<String> {
+            keys.iter()
+                .map(|k| {
+                    let r = sw.pipeline().lookup(k);
+                    format!("{:?} {:?}", r.path, r.actions)
+                })
+                .collect()
+        };
+        let before = answers(&sw);
+        // Every key crosses both tables; some match in table 1.
+        assert!(before.iter().all(|a| a.contains("table_id: 1")));
+        assert_eq!(
+            sw.pipeline().table_structures(),
+            vec![(0, "tuple"), (1, "tuple")]
+        );
+        let s = |t: f64| (t * 1e9) as u64;
+        assert_eq!(
+            sw.maybe_compile(s(0.0)),
+            None,
+            "first sight starts the wait"
+        );
+        assert_eq!(sw.maybe_compile(s(0.5)), None, "not quiet long enough");
+        assert!(sw.maybe_compile(s(1.1)).is_some());
+        assert_eq!(
+            sw.pipeline().table_structures(),
+            vec![(0, "fib"), (1, "rfc")]
+        );
+        assert_eq!(answers(&sw), before);
+        assert_eq!(sw.maybe_compile(s(5.0)), None, "nothing changed since");
+        // An update: the FIB takes it in place, table 1 drops its snapshot
+        // until it is quiet again.
+        let top_half = ip_dst_match(0x8000_0000, 1);
+        sw.flow_mod(&FlowMod::add(1, 100, top_half, output(9)), 0)
+            .unwrap();
+        sw.commit_pending();
+        let after_update = answers(&sw);
+        let changed = after_update.iter().zip(&before).filter(|(a, b)| a != b);
+        assert!((500..1500).contains(&changed.count()));
+        assert_eq!(sw.pipeline().table_structures()[1], (1, "tuple"));
+        assert_eq!(sw.maybe_compile(s(5.1)), None);
+        assert_eq!(sw.maybe_compile(s(5.5)), None);
+        assert!(sw.maybe_compile(s(6.2)).is_some());
+        assert_eq!(
+            sw.pipeline().table_structures(),
+            vec![(0, "fib"), (1, "rfc")]
+        );
+        assert_eq!(answers(&sw), after_update);
     }
 
     #[test]
