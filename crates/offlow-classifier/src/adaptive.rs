@@ -359,3 +359,32 @@ impl Classify for Classifier {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Field, Match};
+
+    fn unchanged(c: &Compiled) -> bool {
+        matches!(c, Compiled::None { reason } if reason.starts_with("unchanged"))
+    }
+
+    #[test]
+    fn a_compile_that_finds_nothing_is_not_redone_before_a_change() {
+        let mut c = Classifier::new();
+        // Ethernet-source rules: neither a FIB nor IPv4 5-tuple rules.
+        for i in 0..20u32 {
+            let mut m = Match::ANY;
+            m.set_exact(Field::EthSrc, u128::from(i) + 1);
+            c.insert(Rule::new(i, i, m));
+        }
+        let first = c.compile();
+        assert!(matches!(first, Compiled::None { .. }) && !unchanged(&first));
+        assert!(unchanged(&c.compile()));
+        assert!(unchanged(&c.compile()));
+        c.remove(3);
+        let again = c.compile();
+        assert!(matches!(again, Compiled::None { .. }) && !unchanged(&again));
+        assert_eq!(c.serving(), "tuple");
+    }
+}
