@@ -303,6 +303,8 @@ pub struct DatapathSwitch {
     /// The mutation count [`DatapathSwitch::maybe_compile`] last saw, and
     /// since when (switch clock, ns).
     quiet_since: (u64, u64),
+    /// How long the last compile blocked the control thread.
+    last_compile: std::time::Duration,
 }
 
 impl DatapathSwitch {
@@ -325,6 +327,7 @@ impl DatapathSwitch {
             port_status: Vec::new(),
             compiled_at: 0,
             quiet_since: (0, 0),
+            last_compile: std::time::Duration::ZERO,
         }
     }
 
@@ -337,9 +340,12 @@ impl DatapathSwitch {
     /// Answers never change, so nothing cached is invalidated.
     ///
     /// Runs on the control thread and blocks it for the build: a few ms
-    /// for ACL-sized tables, seconds for a full BGP table (once, after it
-    /// is loaded). Workers keep forwarding on the published version
-    /// meanwhile. Returns how long the compile took, if one ran.
+    /// for ACL-sized tables, about 2 s for a 512K-route BGP table (both
+    /// left-right copies). Workers keep forwarding on the published version
+    /// meanwhile. So that a controller changing big tables every few
+    /// seconds does not find the switch compiling most of the time, the
+    /// quiet time asked for is at least ten times the last compile's.
+    /// Returns how long the compile took, if one ran.
     pub fn maybe_compile(&mut self, now_ns: u64) -> Option<std::time::Duration> {
         let count = self.control.pipeline().mutation_count();
         if count == self.compiled_at {
@@ -349,7 +355,8 @@ impl DatapathSwitch {
             self.quiet_since = (count, now_ns);
             return None;
         }
-        if now_ns.saturating_sub(self.quiet_since.1) < COMPILE_QUIET.as_nanos() as u64 {
+        let wait = COMPILE_QUIET.max(self.last_compile * 10);
+        if now_ns.saturating_sub(self.quiet_since.1) < wait.as_nanos() as u64 {
             return None;
         }
         let t0 = std::time::Instant::now();
@@ -360,11 +367,12 @@ impl DatapathSwitch {
         self.dirty = false;
         self.compiled_at = count;
         let took = t0.elapsed();
+        self.last_compile = took;
         tracing::info!(
             tables = ?self.control.pipeline().table_structures(),
             ms = took.as_millis() as u64,
             "tables compiled after {} ms without rule changes",
-            COMPILE_QUIET.as_millis()
+            wait.as_millis()
         );
         Some(took)
     }
@@ -1131,7 +1139,7 @@ mod tests {
             "first sight starts the wait"
         );
         assert_eq!(sw.maybe_compile(s(0.5)), None, "not quiet long enough");
-        assert!(sw.maybe_compile(s(1.1)).is_some());
+        let took = sw.maybe_compile(s(1.1)).expect("quiet for 1.1 s: compiled");
         assert_eq!(
             sw.pipeline().table_structures(),
             vec![(0, "fib"), (1, "rfc")]
@@ -1148,9 +1156,11 @@ mod tests {
         let changed = after_update.iter().zip(&before).filter(|(a, b)| a != b);
         assert!((500..1500).contains(&changed.count()));
         assert_eq!(sw.pipeline().table_structures()[1], (1, "tuple"));
+        // Now the quiet time asked for is at least ten times that compile.
+        let wait = COMPILE_QUIET.max(took * 10).as_secs_f64();
         assert_eq!(sw.maybe_compile(s(5.1)), None);
-        assert_eq!(sw.maybe_compile(s(5.5)), None);
-        assert!(sw.maybe_compile(s(6.2)).is_some());
+        assert_eq!(sw.maybe_compile(s(5.1 + 0.9 * wait)), None);
+        assert!(sw.maybe_compile(s(5.1 + 1.1 * wait)).is_some());
         assert_eq!(
             sw.pipeline().table_structures(),
             vec![(0, "fib"), (1, "rfc")]
