@@ -667,19 +667,23 @@ fn build_tables(
         let (na, nb) = (ca.len(), cb.len());
         let entries = na * nb;
         // Width is decided after deduping, so budget the wider one unless
-        // the output provably fits u16 (at most 2^16 distinct pairs, or
-        // the final step's ranks 0..=none).
-        let width = if entries <= 1 << 16 || (si == last && none < u16::MAX as u32) {
-            2
+        // the output provably fits u16: an inner step's class ids are
+        // dense (fewer than its entries), but the final step stores ranks
+        // of the caller's rank space, up to `none` however few its entries
+        // (a small part of a big RfcSet).
+        let fits_u16 = if si == last {
+            none < u16::MAX as u32
         } else {
-            4
+            entries <= 1 << 16
         };
+        let width = if fits_u16 { 2 } else { 4 };
         let need = table_bytes.saturating_add(entries.saturating_mul(width));
         if need > config.budget {
             return Err(RfcError::TooBig { bytes: need });
         }
         // Allocate at the budgeted width; a u16 table only receives ids
-        // below 2^16 (at most 2^16 entries, or ranks 0..=none < 2^16 - 1).
+        // below 2^16 (dense ids of at most 2^16 entries, or final ranks
+        // 0..=none < 2^16 - 1).
         let mut ids = if width == 2 {
             CrossTable::U16(vec![0u16; entries].into_boxed_slice())
         } else {

@@ -66,3 +66,54 @@ fn compiled_and_updated_tables_match_trace_and_oracle() {
         check(&c, "recompiled");
     }
 }
+
+/// A table of more than 65,536 rules whose RFC build splits into parts:
+/// a small part still answers with global ranks above `u16::MAX`, which
+/// must not be stored in a 16-bit table (this panicked: a BGP table that
+/// gained one non-route rule, compiled by `offlow run`). With the RFC
+/// size limit lifted the compile either succeeds with answers equal to
+/// TupleMerge's or declines; by default such a table is declined at once.
+#[test]
+fn compile_of_a_big_table_with_a_small_part_is_sound() {
+    use offlow_classifier::{ClassifierConfig, Field, FlowKey, Match, Rule};
+    let mut c = Classifier::with_config(ClassifierConfig {
+        rfc_max_rules: usize::MAX,
+        ..ClassifierConfig::default()
+    });
+    let n = 70_000u32;
+    for i in 0..n {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800);
+        m.set_prefix(Field::Ipv4Dst, u128::from(i << 8), 24);
+        c.insert(Rule::new(i, 25, m));
+    }
+    let mut m = Match::ANY;
+    m.set_exact(Field::EthType, 0x0800);
+    m.set_exact(Field::IpProto, 6);
+    c.insert(Rule::new(n, 1, m));
+    let keys: Vec<FlowKey> = (0..5000u32)
+        .map(|i| {
+            let mut k = FlowKey::ZERO;
+            k.set(Field::EthType, 0x0800);
+            k.set(Field::Ipv4Dst, u128::from(i.wrapping_mul(0x01f3_5a7b)));
+            k.set(Field::IpProto, if i % 2 == 0 { 6 } else { 17 });
+            k.add_presence(offlow_flow::present::L3);
+            k
+        })
+        .collect();
+    let before: Vec<_> = keys.iter().map(|k| c.lookup(k)).collect();
+    let mut by_default = Classifier::new();
+    for r in c.rules() {
+        by_default.insert(r);
+    }
+    let declined = by_default.compile();
+    assert!(
+        matches!(&declined, Compiled::None { reason } if reason.contains("> 65536")),
+        "{declined:?}"
+    );
+    let compiled = c.compile();
+    assert!(!matches!(compiled, Compiled::Fib), "{compiled:?}");
+    let after: Vec<_> = keys.iter().map(|k| c.lookup(k)).collect();
+    assert_eq!(before, after, "{compiled:?}");
+    assert!(before.iter().any(|a| *a == Some(n)));
+}
