@@ -115,5 +115,5 @@ fn compile_of_a_big_table_with_a_small_part_is_sound() {
     assert!(!matches!(compiled, Compiled::Fib), "{compiled:?}");
     let after: Vec<_> = keys.iter().map(|k| c.lookup(k)).collect();
     assert_eq!(before, after, "{compiled:?}");
-    assert!(before.iter().any(|a| *a == Some(n)));
+    assert!(before.contains(&Some(n)));
 }
