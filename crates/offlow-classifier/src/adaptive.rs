@@ -95,6 +95,19 @@ pub enum Compiled {
     },
 }
 
+/// What [`Classifier::build`] made, for [`Classifier::install`].
+#[derive(Debug, Clone)]
+pub enum Built {
+    /// Every rule in a DIR-24-8 FIB (copied into each classifier).
+    Fib(Arc<FibClassifier>),
+    /// An RFC snapshot of the current rules (shared).
+    Rfc(Arc<RfcSet>),
+    /// Already served by the FIB; nothing to change.
+    Unchanged,
+    /// No accelerator applies (why); remembered until the next mutation.
+    Nothing(String),
+}
+
 /// The classifier an OpenFlow table holds; see the module documentation.
 #[derive(Debug, Clone)]
 pub struct Classifier {
@@ -167,10 +180,25 @@ impl Classifier {
     /// before the next mutation returns at once (an owner that compiles
     /// whenever its tables are quiet does not rebuild a failing RFC).
     pub fn compile(&mut self) -> Compiled {
+        match self.build() {
+            // Ours alone: move it in rather than copy 64 MiB.
+            Built::Fib(fib) => {
+                let fib =
+                    Arc::try_unwrap(fib).unwrap_or_else(|shared| FibClassifier::clone(&shared));
+                self.mode = Mode::Fib(Box::new(fib));
+                self.compiled = None;
+                Compiled::Fib
+            }
+            built => self.install(&built),
+        }
+    }
+
+    /// What [`compile`](Self::compile) would install, built without
+    /// changing `self`: an owner with two equal copies (a left-right pair)
+    /// builds once from one and installs the result in both.
+    pub fn build(&self) -> Built {
         if self.failed_at == Some(self.generation) {
-            return Compiled::None {
-                reason: "unchanged since the last compile found no accelerator".into(),
-            };
+            return Built::Nothing("unchanged since the last compile found no accelerator".into());
         }
         let n = self.len();
         if let Mode::Tuple(t) = &self.mode {
@@ -184,25 +212,44 @@ impl Classifier {
                     }
                 }
                 if !refused {
-                    self.mode = Mode::Fib(Box::new(fib));
-                    self.compiled = None;
-                    return Compiled::Fib;
+                    return Built::Fib(Arc::new(fib));
                 }
             }
         }
         match self.build_rfc() {
-            Ok(rfc) => {
-                let table_bytes = rfc.stats().table_bytes;
-                let parts = rfc.parts();
-                self.compiled = Some(Arc::new(rfc));
-                Compiled::Rfc { table_bytes, parts }
-            }
-            Err(reason) => {
-                if matches!(self.mode, Mode::Fib(_)) {
-                    return Compiled::Fib;
+            Ok(rfc) => Built::Rfc(Arc::new(rfc)),
+            Err(_) if matches!(self.mode, Mode::Fib(_)) => Built::Unchanged,
+            Err(reason) => Built::Nothing(reason),
+        }
+    }
+
+    /// Install what [`build`](Self::build) made from a classifier equal to
+    /// this one (the same rules, inserted and removed in the same order):
+    /// the caller guarantees it. A FIB is copied in (each copy updates its
+    /// own), an RFC snapshot shared.
+    pub fn install(&mut self, built: &Built) -> Compiled {
+        match built {
+            Built::Fib(fib) => {
+                if let Mode::Tuple(_) = self.mode {
+                    self.mode = Mode::Fib(Box::new(FibClassifier::clone(fib)));
+                    self.compiled = None;
                 }
+                Compiled::Fib
+            }
+            Built::Rfc(rfc) => {
+                self.compiled = Some(Arc::clone(rfc));
+                let stats = rfc.stats();
+                Compiled::Rfc {
+                    table_bytes: stats.table_bytes,
+                    parts: rfc.parts(),
+                }
+            }
+            Built::Unchanged => Compiled::Fib,
+            Built::Nothing(reason) => {
                 self.failed_at = Some(self.generation);
-                Compiled::None { reason }
+                Compiled::None {
+                    reason: reason.clone(),
+                }
             }
         }
     }

@@ -461,8 +461,14 @@ impl Control {
     }
 
     /// Rebuild the tables' lookup accelerators (never changes an answer).
+    /// Built once, from the writer's copy, and installed in both copies:
+    /// an RFC snapshot is shared, a FIB copied (each copy updates its own).
     pub fn compile(&mut self) {
-        self.state.apply(StateOp::Pipeline(PipelineOp::Compile));
+        let built = self.pipeline().build_compiled();
+        if !built.is_empty() {
+            self.state
+                .apply(StateOp::Pipeline(PipelineOp::Install(built.into())));
+        }
     }
 
     /// Publish every change since the last commit and wait until every

@@ -47,7 +47,7 @@
 
 use std::sync::Arc;
 
-use offlow_classifier::{Apply, Classifier, Classify, IdTable, PortRange, Priority, RuleId};
+use offlow_classifier::{Apply, Built, Classifier, Classify, IdTable, PortRange, Priority, RuleId};
 use offlow_flow::{present, Field, FlowKey, Match};
 
 use crate::action::{Action, ActionSet, Instruction, Program};
@@ -262,6 +262,10 @@ pub enum PipelineOp {
     /// whose rules changed since its last compile. Deterministic, so each
     /// copy can replay it; it never changes an answer, only its speed.
     Compile,
+    /// Install accelerators built by [`Pipeline::build_compiled`] on a copy
+    /// equal to this one: what `Compile` does, with the building done once
+    /// for both copies of a left-right pair.
+    Install(Arc<[(u8, Built)]>),
 }
 
 /// What a flow-mod changed. The fast-path cache must invalidate everything
@@ -917,7 +921,7 @@ impl Pipeline {
                 }
                 return;
             }
-            PipelineOp::Compile => return,
+            PipelineOp::Compile | PipelineOp::Install(_) => return,
         };
         if let Some(t) = self.tables.get(usize::from(table_id)) {
             t.entries.prefetch(id.into());
@@ -1006,7 +1010,28 @@ impl Pipeline {
                     }
                 }
             }
+            PipelineOp::Install(built) => {
+                for (table_id, b) in built.iter() {
+                    if let Some(t) = self.tables.get_mut(usize::from(*table_id)) {
+                        t.classifier.install(b);
+                    }
+                }
+            }
         }
+    }
+
+    /// Build what [`PipelineOp::Compile`] would for every table that needs
+    /// it, without changing anything; apply the result as
+    /// [`PipelineOp::Install`] (to this pipeline, and to any copy equal to
+    /// it).
+    pub fn build_compiled(&self) -> Vec<(u8, Built)> {
+        self.tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| !t.classifier.is_empty() && !t.classifier.is_compiled())
+            // At most 255 tables.
+            .map(|(i, t)| (i as u8, t.classifier.build()))
+            .collect()
     }
 
     /// A count that moves with every rule insert or removal in any table

@@ -346,8 +346,13 @@ proptest! {
             prop_assert_eq!(&c.actions, &res.actions);
             prop_assert_eq!(&c.path, &res.path);
         }
-        // Compiling the tables' accelerators must not change any answer.
+        // Compiling the tables' accelerators must not change any answer,
+        // whether each copy compiles (`Compile`) or one builds for both
+        // (`Install`, as the datapath's left-right pair does).
         copy.apply(&PipelineOp::Compile);
+        let built = p.build_compiled();
+        p.apply(&PipelineOp::Install(built.into()));
+        prop_assert_eq!(p.table_structures(), copy.table_structures());
         for k in &keys {
             let c = copy.lookup(k);
             let (actions, outcome, path, origins) = r.lookup(k);
@@ -355,6 +360,9 @@ proptest! {
             prop_assert_eq!(c.outcome, outcome);
             prop_assert_eq!(&c.path, &path);
             prop_assert_eq!(&c.origins, &origins);
+            let i = p.lookup(k);
+            prop_assert_eq!(&i.actions, &actions, "installed, key {:?}", k);
+            prop_assert_eq!(&i.path, &path);
         }
     }
 }
