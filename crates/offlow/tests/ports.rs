@@ -230,36 +230,8 @@ fn quiet_acl_table_is_compiled_and_rules_still_hold() {
         return;
     }
     let net = Net::new("oft", OFFLOADS);
-    let port = common::free_port();
-    let listen = format!("ptcp:{port}:127.0.0.1");
-    let args = [
-        "run",
-        "--listen",
-        &listen,
-        "--netns",
-        &net.sw,
-        "--port",
-        &net.ports[0],
-        "--port",
-        &net.ports[1],
-    ];
-    let mut child = Command::new(env!("CARGO_BIN_EXE_offlow"))
-        .args(args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start offlow");
-    // Drain the log on a thread (a full pipe would stall the daemon).
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let log = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        text
-    });
-    let mut d = Daemon { child, port };
-    common::wait_accepting(port, "offlow run", Some(&mut d.child));
+    let ports = ["--port", &net.ports[0], "--port", &net.ports[1]];
+    let (d, log) = Daemon::start_logged(&[&["--netns", &net.sw][..], &ports].concat());
 
     // Table 0 sends IPv4 on to table 1 (and floods ARP); table 1 is a
     // 20-rule IPv4 ACL: 18 rules for other subnets, then the two hosts.

@@ -8,14 +8,12 @@
 //! Needs root, `ip` and `ethtool`; without them the test prints a notice
 //! and passes, unless `CI` is set (then it fails).
 
-use std::io::Read;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{can_run, free_port, number_after, tcp_transfer, udp, wait_accepting, Daemon, Net};
+use common::{can_run, number_after, tcp_transfer, udp, Daemon, Net};
 
 const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
@@ -73,13 +71,8 @@ fn run_switch(net: &Net, flows: &str, config: Option<&str>) -> Run {
     let flows_path = dir.join("flows.txt");
     std::fs::write(&flows_path, flows).expect("write flows");
     let config_path = dir.join("switch.toml");
-    let port = free_port();
-    let listen = format!("ptcp:{port}:127.0.0.1");
     let mut args = vec![
-        "run".to_string(),
-        "--listen".into(),
-        listen,
-        "--netns".into(),
+        "--netns".to_string(),
         net.sw.clone(),
         "--port".into(),
         net.ports[0].clone(),
@@ -95,23 +88,7 @@ fn run_switch(net: &Net, flows: &str, config: Option<&str>) -> Run {
         args.push("--config".into());
         args.push(config_path.to_str().expect("utf-8 path").into());
     }
-    let child = Command::new(env!("CARGO_BIN_EXE_offlow"))
-        .args(&args)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start offlow");
-    // The guard kills the switch if anything below fails.
-    let mut d = Daemon { child, port };
-    let mut stderr = d.child.stderr.take().expect("piped stderr");
-    let log_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    wait_accepting(port, "offlow run", Some(&mut d.child));
+    let (mut d, log_reader) = Daemon::start_logged(&args);
 
     assert!(net.ping(0, "10.0.0.2", 3), "ping through the switch");
     let got = udp(net, UDP_PACKETS, UDP_SOURCES, 32);

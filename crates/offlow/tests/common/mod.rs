@@ -224,6 +224,35 @@ impl Daemon {
         d
     }
 
+    /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` with
+    /// `RUST_LOG=info`, its log read on a thread (a full pipe would stall
+    /// it): join the handle after the daemon has stopped to get the whole
+    /// log. Waits until it accepts connections.
+    pub fn start_logged<S: AsRef<std::ffi::OsStr>>(
+        extra: &[S],
+    ) -> (Daemon, std::thread::JoinHandle<String>) {
+        let port = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_offlow"))
+            .args(["run", "--listen", &format!("ptcp:{port}:127.0.0.1")])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start offlow");
+        // The guard kills the switch if anything below fails.
+        let mut d = Daemon { child, port };
+        let mut stderr = d.child.stderr.take().expect("piped stderr");
+        let log = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        });
+        wait_accepting(port, "offlow run", Some(&mut d.child));
+        (d, log)
+    }
+
     /// Its `ovs-ofctl` target.
     pub fn target(&self) -> String {
         target(self.port)
