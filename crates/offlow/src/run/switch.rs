@@ -304,7 +304,7 @@ pub struct DatapathSwitch {
     /// since when (switch clock, ns).
     quiet_since: (u64, u64),
     /// How long the last compile blocked the control thread.
-    last_compile: std::time::Duration,
+    last_compile: Duration,
 }
 
 impl DatapathSwitch {
@@ -327,7 +327,7 @@ impl DatapathSwitch {
             port_status: Vec::new(),
             compiled_at: 0,
             quiet_since: (0, 0),
-            last_compile: std::time::Duration::ZERO,
+            last_compile: Duration::ZERO,
         }
     }
 
@@ -346,7 +346,7 @@ impl DatapathSwitch {
     /// seconds does not find the switch compiling most of the time, the
     /// quiet time asked for is at least ten times the last compile's.
     /// Returns how long the compile took, if one ran.
-    pub fn maybe_compile(&mut self, now_ns: u64) -> Option<std::time::Duration> {
+    pub fn maybe_compile(&mut self, now_ns: u64) -> Option<Duration> {
         let count = self.control.pipeline().mutation_count();
         if count == self.compiled_at {
             return None;
