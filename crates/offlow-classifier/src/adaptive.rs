@@ -183,10 +183,9 @@ impl Classifier {
         match self.build() {
             // Ours alone: move it in rather than copy 64 MiB.
             Built::Fib(fib) => {
-                let fib =
-                    Arc::try_unwrap(fib).unwrap_or_else(|shared| FibClassifier::clone(&shared));
-                self.mode = Mode::Fib(Box::new(fib));
-                self.compiled = None;
+                self.set_fib(
+                    Arc::try_unwrap(fib).unwrap_or_else(|shared| FibClassifier::clone(&shared)),
+                );
                 Compiled::Fib
             }
             built => self.install(&built),
@@ -231,8 +230,7 @@ impl Classifier {
         match built {
             Built::Fib(fib) => {
                 if let Mode::Tuple(_) = self.mode {
-                    self.mode = Mode::Fib(Box::new(FibClassifier::clone(fib)));
-                    self.compiled = None;
+                    self.set_fib(FibClassifier::clone(fib));
                 }
                 Compiled::Fib
             }
@@ -252,6 +250,12 @@ impl Classifier {
                 }
             }
         }
+    }
+
+    /// Serve every rule from `fib` (built from exactly the current rules).
+    fn set_fib(&mut self, fib: FibClassifier) {
+        self.mode = Mode::Fib(Box::new(fib));
+        self.compiled = None;
     }
 
     fn build_rfc(&self) -> Result<RfcSet, String> {

@@ -410,24 +410,20 @@ impl Control {
             }
         };
         // An added entry not found in its table cannot be a filter: fall
-        // back to freeing its shadowed deps' dependents. Checked before
-        // anything is pushed, so the two outcomes never mix.
-        let all_found = effect
-            .added
-            .iter()
-            .all(|&id| self.pipeline().entry_in(table_id, id).is_some());
-        if !all_found {
-            self.pending.extend(shadowed().iter().copied());
-            return;
-        }
+        // back to freeing its shadowed deps' dependents, taking back the
+        // filters of this effect pushed so far, so the outcomes never mix.
+        let start = self.pending_adds.len();
         for &id in &effect.added {
-            if let Some(e) = self.state.writer_view().pipeline.entry_in(table_id, id) {
-                let rule = e.matcher.to_rule(id, e.priority);
-                self.pending_adds.push(AddFilter {
-                    rule,
-                    shadowed: shadowed(),
-                });
-            }
+            let Some(e) = self.state.writer_view().pipeline.entry_in(table_id, id) else {
+                self.pending_adds.truncate(start);
+                self.pending.extend(shadowed().iter().copied());
+                return;
+            };
+            let rule = e.matcher.to_rule(id, e.priority);
+            self.pending_adds.push(AddFilter {
+                rule,
+                shadowed: shadowed(),
+            });
         }
     }
 

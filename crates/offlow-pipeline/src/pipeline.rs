@@ -936,14 +936,12 @@ impl Pipeline {
     pub fn apply(&mut self, op: &PipelineOp) {
         match op {
             PipelineOp::Insert(e) => {
+                // In a big table each structure below costs a cache miss;
+                // start them all now so they overlap (hints only).
+                self.prefetch_op(op);
                 let Some(t) = self.tables.get_mut(e.table_id as usize) else {
                     return;
                 };
-                // In a big table each structure below costs a cache miss;
-                // start them all now so they overlap (hints only).
-                t.entries.prefetch(e.id.into());
-                t.classifier.prefetch(e.id);
-                self.index.prefetch(e.id.into());
                 let prev = t.entries.insert(e.id.into(), Arc::clone(e));
                 // Keep `timed` in step before `prev` may be recycled (the
                 // pool only reuses an entry whose last reference it holds).
@@ -981,13 +979,11 @@ impl Pipeline {
                 }
             }
             PipelineOp::Remove { table_id, id } => {
+                // As for inserts: overlap the misses of every structure.
+                self.prefetch_op(op);
                 let Some(t) = self.tables.get_mut(*table_id as usize) else {
                     return;
                 };
-                // As for inserts: overlap the misses of every structure.
-                t.entries.prefetch((*id).into());
-                t.classifier.prefetch(*id);
-                self.index.prefetch((*id).into());
                 if let Some(old) = t.entries.remove(u64::from(*id)) {
                     if old.has_timeout() {
                         self.timed.remove(u64::from(*id));
