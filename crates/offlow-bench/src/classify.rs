@@ -150,6 +150,9 @@ impl Classify for AnyClassifier {
     fn remove(&mut self, id: RuleId) -> Option<Rule> {
         each!(self, c => c.remove(id))
     }
+    fn discard(&mut self, id: RuleId) -> bool {
+        each!(self, c => c.discard(id))
+    }
     #[inline]
     fn lookup(&self, key: &FlowKey) -> Option<RuleId> {
         each!(self, c => c.lookup(key))

@@ -311,20 +311,6 @@ impl Classifier {
         }
     }
 
-    /// Remove the rule with `id` without handing it back (cheaper than
-    /// [`Classify::remove`] when the caller has no use for the rule);
-    /// true if it was held.
-    pub fn discard(&mut self, id: RuleId) -> bool {
-        let removed = match &mut self.mode {
-            Mode::Tuple(t) => t.remove(id).is_some(),
-            Mode::Fib(f) => f.discard(id),
-        };
-        if removed {
-            self.changed();
-        }
-        removed
-    }
-
     /// Leave FIB mode: move every rule into TupleMerge.
     fn migrate_to_tuple(&mut self) {
         if let Mode::Fib(f) = &self.mode {
@@ -362,6 +348,17 @@ impl Classify for Classifier {
             Mode::Fib(f) => f.remove(id),
         };
         if removed.is_some() {
+            self.changed();
+        }
+        removed
+    }
+
+    fn discard(&mut self, id: RuleId) -> bool {
+        let removed = match &mut self.mode {
+            Mode::Tuple(t) => t.discard(id),
+            Mode::Fib(f) => f.discard(id),
+        };
+        if removed {
             self.changed();
         }
         removed

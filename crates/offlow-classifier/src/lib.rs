@@ -47,6 +47,12 @@ pub trait Classify {
     fn insert(&mut self, rule: Rule);
     /// Remove the rule with `id`, returning it.
     fn remove(&mut self, id: RuleId) -> Option<Rule>;
+    /// Remove the rule with `id` without handing it back; true if it was
+    /// held. What update paths call: a structure that can free a rule
+    /// without reading the whole of it overrides this.
+    fn discard(&mut self, id: RuleId) -> bool {
+        self.remove(id).is_some()
+    }
     /// The winning rule for `key`, if any.
     fn lookup(&self, key: &FlowKey) -> Option<RuleId>;
     /// Look up every key of `keys`; `out[i]` receives the answer for `keys[i]`.

@@ -648,20 +648,6 @@ impl FibClassifier {
         self.by_id.prefetch(id.into());
     }
 
-    /// Remove the rule with `id` without handing it back; true if it was
-    /// held. Unlike [`Classify::remove`] it does not read the rule's slot
-    /// (a cache miss per update in a big table): the prefix is on record.
-    pub fn discard(&mut self, id: RuleId) -> bool {
-        if let Some(Served { nh, addr, len }) = self.by_id.remove(id.into()) {
-            self.fib.prefetch_update(addr);
-            self.slots[nh as usize] = None;
-            self.fib.remove(addr, len);
-            self.free_slots.push(nh);
-            return true;
-        }
-        self.overflow.remove(id).is_some()
-    }
-
     /// Would `rule` (prefix `addr/len`) keep LPM order equal to priority
     /// order? The held rules already satisfy it (priorities rise strictly
     /// with nesting), so the highest priority among the covering prefixes
@@ -723,6 +709,20 @@ impl Classify for FibClassifier {
             return rule;
         }
         self.overflow.remove(id)
+    }
+
+    /// Remove the rule with `id` without handing it back; true if it was
+    /// held. Unlike `remove` it does not read the rule's slot
+    /// (a cache miss per update in a big table): the prefix is on record.
+    fn discard(&mut self, id: RuleId) -> bool {
+        if let Some(Served { nh, addr, len }) = self.by_id.remove(id.into()) {
+            self.fib.prefetch_update(addr);
+            self.slots[nh as usize] = None;
+            self.fib.remove(addr, len);
+            self.free_slots.push(nh);
+            return true;
+        }
+        self.overflow.discard(id)
     }
 
     fn lookup(&self, key: &FlowKey) -> Option<RuleId> {

@@ -41,6 +41,16 @@ pub trait Apply<Op> {
     /// Apply `op` to `self`.
     fn apply(&mut self, op: &Op);
 
+    /// Apply `op`, consuming it: the replay on publish, whose oplog is
+    /// done with each op once the second copy has it. An op that carries
+    /// owned data (a whole rule) can move it in instead of cloning it.
+    fn apply_owned(&mut self, op: Op)
+    where
+        Op: Sized,
+    {
+        self.apply(&op);
+    }
+
     /// Hint that `op` is applied soon: start loading what it will touch.
     /// Must not change anything. The replay on publish calls it a few ops
     /// ahead, so that the cache misses of consecutive ops on a big state
@@ -70,7 +80,16 @@ impl<C: Classify> Apply<ClassifierOp> for C {
         match op {
             ClassifierOp::Insert(r) => self.insert(r.clone()),
             ClassifierOp::Remove(id) => {
-                self.remove(*id);
+                self.discard(*id);
+            }
+        }
+    }
+
+    fn apply_owned(&mut self, op: ClassifierOp) {
+        match op {
+            ClassifierOp::Insert(r) => self.insert(r),
+            ClassifierOp::Remove(id) => {
+                self.discard(id);
             }
         }
     }
@@ -242,14 +261,17 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
         // reference into it has left (waited above); `&mut self` excludes
         // other writer access.
         let copy = unsafe { &mut *self.shared.copies[old].get() };
-        for (k, op) in self.oplog.iter().enumerate() {
-            if let Some(ahead) = self.oplog.get(k + REPLAY_LOOKAHEAD) {
+        // Drained, so each op moves into the copy (the log keeps its
+        // allocation for the next round).
+        let mut ops = self.oplog.drain(..);
+        while let Some(op) = ops.next() {
+            if let Some(ahead) = ops.as_slice().get(REPLAY_LOOKAHEAD - 1) {
                 copy.value.prefetch(ahead);
             }
-            copy.value.apply(op);
+            copy.value.apply_owned(op);
         }
+        drop(ops);
         copy.version = self.version;
-        self.oplog.clear();
         self.version
     }
 }
