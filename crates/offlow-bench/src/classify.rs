@@ -164,7 +164,7 @@ impl Classify for AnyClassifier {
     fn len(&self) -> usize {
         each!(self, c => c.len())
     }
-    fn get(&self, id: RuleId) -> Option<&Rule> {
+    fn get(&self, id: RuleId) -> Option<Rule> {
         each!(self, c => c.get(id))
     }
 }

@@ -168,7 +168,7 @@ impl Classifier {
     pub fn rules(&self) -> Vec<Rule> {
         match &self.mode {
             Mode::Tuple(t) => t.rules().cloned().collect(),
-            Mode::Fib(f) => f.rules().cloned().collect(),
+            Mode::Fib(f) => f.rules().collect(),
         }
     }
 
@@ -316,7 +316,7 @@ impl Classifier {
         if let Mode::Fib(f) = &self.mode {
             let mut t = TupleMerge::new();
             for r in f.rules() {
-                t.insert(r.clone());
+                t.insert(r);
             }
             self.mode = Mode::Tuple(t);
         }
@@ -413,7 +413,7 @@ impl Classify for Classifier {
         }
     }
 
-    fn get(&self, id: RuleId) -> Option<&Rule> {
+    fn get(&self, id: RuleId) -> Option<Rule> {
         match &self.mode {
             Mode::Tuple(t) => t.get(id),
             Mode::Fib(f) => f.get(id),

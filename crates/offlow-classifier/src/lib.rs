@@ -71,6 +71,7 @@ pub trait Classify {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The rule with `id`, if present.
-    fn get(&self, id: RuleId) -> Option<&Rule>;
+    /// A copy of the rule with `id`, if present (owned: a structure may
+    /// store its rules compactly and rebuild them on request).
+    fn get(&self, id: RuleId) -> Option<Rule>;
 }

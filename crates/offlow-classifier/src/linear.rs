@@ -19,6 +19,11 @@ impl LinearClassifier {
     pub fn rules(&self) -> &[Rule] {
         &self.rules
     }
+
+    /// The rule with `id`, if present, by reference.
+    pub fn rule(&self, id: RuleId) -> Option<&Rule> {
+        self.index.get(&id).map(|&i| &self.rules[i])
+    }
 }
 
 impl Classify for LinearClassifier {
@@ -55,8 +60,8 @@ impl Classify for LinearClassifier {
         self.rules.len()
     }
 
-    fn get(&self, id: RuleId) -> Option<&Rule> {
-        self.index.get(&id).map(|&i| &self.rules[i])
+    fn get(&self, id: RuleId) -> Option<Rule> {
+        self.rule(id).cloned()
     }
 }
 

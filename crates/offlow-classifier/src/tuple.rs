@@ -1042,9 +1042,9 @@ impl Classify for TupleMerge {
         self.index.len()
     }
 
-    fn get(&self, id: RuleId) -> Option<&Rule> {
+    fn get(&self, id: RuleId) -> Option<Rule> {
         let slot = *self.index.get(&id)?;
-        Some(&self.rules[slot as usize])
+        Some(self.rules[slot as usize].clone())
     }
 }
 

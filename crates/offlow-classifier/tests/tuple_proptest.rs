@@ -252,7 +252,7 @@ proptest! {
             prop_assert_eq!(tm.len(), lin.len());
         }
         for r in lin.rules() {
-            prop_assert_eq!(tm.get(r.id), Some(r));
+            prop_assert_eq!(tm.get(r.id), Some(r.clone()));
         }
         // Freed slots keep their last rule; the listing must skip them.
         let mut held: Vec<&Rule> = tm.rules().collect();

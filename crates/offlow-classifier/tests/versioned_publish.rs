@@ -241,6 +241,6 @@ fn classifier_answers_match_the_version_read() {
     let last = oracles.last().expect("at least version 0");
     assert_eq!(v.writer_view().len(), last.len());
     for rule in last.rules() {
-        assert_eq!(v.writer_view().get(rule.id), Some(rule));
+        assert_eq!(v.writer_view().get(rule.id), Some(rule.clone()));
     }
 }
