@@ -75,7 +75,8 @@ pub use execute::{
     ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
 };
 pub use microflow::{
-    flow_hash, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH, WAYS,
+    flow_hash, flow_hash_ext, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats,
+    MAX_BATCH, WAYS,
 };
 pub use steer::{SteerRule, SteeringTable};
 pub use tx::{TxBatches, TxQueue};

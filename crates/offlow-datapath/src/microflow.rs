@@ -266,18 +266,27 @@ fn core_of(key: &FlowKey) -> [u64; CORE_WORDS.len()] {
 /// those words in as well.
 #[inline]
 pub fn flow_hash(key: &FlowKey) -> u64 {
+    flow_hash_ext(key).0
+}
+
+/// [`flow_hash`] of `key`, and whether `key` is extended (uses a word of
+/// [`REST_WORDS`]), which the hash tests anyway: pass the flags to
+/// [`MicroflowCache::lookup_chunk_ext`] so the lookup does not test again.
+#[inline]
+pub fn flow_hash_ext(key: &FlowKey) -> (u64, bool) {
     let w = &key.words;
     let pair = |a: usize, b: usize| fold_mul(w[a] ^ SECRETS[a], w[b] ^ SECRETS[b]);
     let [c0, c1, c2, c3, c4, c5] = CORE_WORDS;
     let mut acc = pair(c0, c1)
         .wrapping_add(pair(c2, c3))
         .wrapping_add(pair(c4, c5));
-    if is_extended(key) {
+    let extended = is_extended(key);
+    if extended {
         for p in REST_WORDS.chunks_exact(2) {
             acc = acc.wrapping_add(pair(p[0], p[1]));
         }
     }
-    fold_mul(acc ^ SECRETS[0], SECRETS[5])
+    (fold_mul(acc ^ SECRETS[0], SECRETS[5]), extended)
 }
 
 /// Full-key equality as 16 XORs ORed together: branch-free, and cheaper than
@@ -476,14 +485,31 @@ impl<V: Copy> MicroflowCache<V> {
         let mut start = 0;
         while start < n {
             let end = (start + MAX_BATCH).min(n);
-            self.lookup_chunk(&keys[start..end], &hashes[start..end], &mut out[start..end]);
+            let keys = &keys[start..end];
+            let mut extended = 0u64;
+            for (j, key) in keys.iter().enumerate() {
+                extended |= u64::from(is_extended(key)) << j;
+            }
+            self.lookup_chunk_ext(keys, &hashes[start..end], extended, &mut out[start..end]);
             start = end;
         }
     }
 
-    /// One prefetch pass over at most [`MAX_BATCH`] packets (equal lengths).
+    /// [`lookup_batch`](Self::lookup_batch) of at most [`MAX_BATCH`] keys
+    /// (equal lengths; more are ignored) whose [`flow_hash_ext`] flags the
+    /// caller already has: bit `j` of `extended` is key `j`'s. The flags must
+    /// be right (checked in debug builds): a key wrongly flagged common is
+    /// compared on its core words only.
     #[inline(always)]
-    fn lookup_chunk(&self, keys: &[FlowKey], hashes: &[u64], out: &mut [Option<V>]) {
+    pub fn lookup_chunk_ext(
+        &self,
+        keys: &[FlowKey],
+        hashes: &[u64],
+        extended: u64,
+        out: &mut [Option<V>],
+    ) {
+        let n = keys.len().min(hashes.len()).min(out.len()).min(MAX_BATCH);
+        let (keys, hashes, out) = (&keys[..n], &hashes[..n], &mut out[..n]);
         let mut cand = [0u32; MAX_BATCH];
         // Stage 1: pull every bucket line in flight at once.
         for &h in hashes {
@@ -491,13 +517,12 @@ impl<V: Copy> MicroflowCache<V> {
         }
         // Stage 2: signature compare, and prefetch the first candidate's
         // slot (and, for an extended key, its full key) so stage 3's compare
-        // rarely waits. Bit j of `extended`: key j is extended.
-        let mut extended = 0u64;
+        // rarely waits.
         for (j, ((c, &h), key)) in cand.iter_mut().zip(hashes).zip(keys).enumerate() {
             let b = self.bucket_index(h);
             *c = self.buckets[b].match_mask(signature(h));
-            let ext = is_extended(key);
-            extended |= u64::from(ext) << j;
+            let ext = extended >> j & 1 != 0;
+            debug_assert_eq!(ext, is_extended(key), "wrong extended flag");
             if *c != 0 {
                 let i = b * WAYS + c.trailing_zeros() as usize;
                 prefetch(&self.slots[i]);

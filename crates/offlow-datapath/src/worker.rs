@@ -135,7 +135,7 @@ use crate::buf::PacketBuf;
 use crate::execute::{
     execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
 };
-use crate::microflow::{flow_hash, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
+use crate::microflow::{flow_hash_ext, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
 use crate::steer::SteeringTable;
 
 /// Invalidation records kept; a worker more than this many versions behind
@@ -844,12 +844,15 @@ impl Worker {
             .unwrap_or(0);
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
+            let mut extended = 0u64;
             for (i, buf) in chunk.iter().enumerate() {
                 extract_to(buf.frame(), in_port, &mut keys[i], &mut layouts[i], parse);
-                hashes[i] = flow_hash(&keys[i]);
+                let (hash, ext) = flow_hash_ext(&keys[i]);
+                hashes[i] = hash;
+                extended |= u64::from(ext) << i;
             }
             if config.cache {
-                cache.lookup_batch(&keys[..n], &hashes[..n], &mut found[..n]);
+                cache.lookup_chunk_ext(&keys[..n], &hashes[..n], extended, &mut found[..n]);
             }
             for (i, buf) in chunk.iter_mut().enumerate() {
                 let bytes = buf.len() as u64;

@@ -34,7 +34,7 @@ fn key(i: u32) -> FlowKey {
         // skipped any of them fails.
         const OTHER_CORE: [usize; 5] = [3, 4, 5, 6, 14];
         let j = (i - 32) / 2;
-        k.words[OTHER_CORE[j as usize % OTHER_CORE.len()]] ^= 1 << (50 + j / 5);
+        k.words[OTHER_CORE[j as usize % OTHER_CORE.len()]] ^= 1u64.wrapping_shl(50 + j / 5);
     }
     k
 }
