@@ -33,8 +33,8 @@
 use std::sync::Arc;
 
 use crate::{
-    Classify, FibClassifier, FlowKey, RfcAnswer, RfcError, RfcSet, RfcSetConfig, Rule, RuleId,
-    TupleMerge,
+    Classify, FibClassifier, FibRoutes, FlowKey, RfcAnswer, RfcError, RfcSet, RfcSetConfig, Rule,
+    RuleId, TupleMerge,
 };
 
 /// Tuning of [`Classifier::compile`].
@@ -106,6 +106,77 @@ pub enum Built {
     Unchanged,
     /// No accelerator applies (why); remembered until the next mutation.
     Nothing(String),
+}
+
+/// A classifier's rules and settings, copied out so that its accelerator
+/// can be built away from it ([`Classifier::build_input`]). Only what a
+/// build can use is copied: FIB-shaped rules as compact routes, other
+/// rules only when RFC could take that many.
+#[derive(Debug, Clone)]
+pub struct BuildInput {
+    what: Input,
+    config: ClassifierConfig,
+    generation: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Input {
+    /// Already served by the FIB.
+    InFib,
+    /// Every rule FIB-shaped, and enough of them for the FIB.
+    Routes(FibRoutes),
+    /// Rules for an RFC build.
+    Rules(Vec<Rule>),
+    /// Nothing can be built (why).
+    Nothing(String),
+}
+
+impl BuildInput {
+    /// The [`Classifier::generation`] this was copied at: install the build
+    /// only into a classifier still at it.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The fastest structure these rules allow: the FIB if every rule is
+    /// FIB-shaped (and there are enough), else an RFC snapshot if it fits.
+    pub fn build(&self) -> Built {
+        match &self.what {
+            Input::InFib => Built::Unchanged,
+            Input::Nothing(reason) => Built::Nothing(reason.clone()),
+            Input::Routes(routes) => match FibClassifier::from_routes(routes) {
+                Ok(fib) => Built::Fib(Arc::new(fib)),
+                // Refused (priorities out of LPM order): RFC, if it may.
+                Err(_) => match rfc_refusal(&self.config, routes.len()) {
+                    Some(reason) => Built::Nothing(reason),
+                    None => self.rfc(&routes.rules().collect::<Vec<_>>()),
+                },
+            },
+            Input::Rules(rules) => self.rfc(rules),
+        }
+    }
+
+    fn rfc(&self, rules: &[Rule]) -> Built {
+        let cfg = RfcSetConfig {
+            total_budget: self.config.rfc_budget,
+            ..RfcSetConfig::default()
+        };
+        match RfcSet::build_with(rules, &cfg) {
+            Ok(rfc) => Built::Rfc(Arc::new(rfc)),
+            Err(e) => Built::Nothing(RfcError::to_string(&e)),
+        }
+    }
+}
+
+/// Why RFC is not tried on `n` rules under `config`, if it is not.
+fn rfc_refusal(config: &ClassifierConfig, n: usize) -> Option<String> {
+    if n < config.rfc_min_rules {
+        Some(format!("{n} rules (< {} for RFC)", config.rfc_min_rules))
+    } else if n > config.rfc_max_rules {
+        Some(format!("{n} rules (> {} for RFC)", config.rfc_max_rules))
+    } else {
+        None
+    }
 }
 
 /// The classifier an OpenFlow table holds; see the module documentation.
@@ -196,30 +267,41 @@ impl Classifier {
     /// changing `self`: an owner with two equal copies (a left-right pair)
     /// builds once from one and installs the result in both.
     pub fn build(&self) -> Built {
-        if self.failed_at == Some(self.generation) {
-            return Built::Nothing("unchanged since the last compile found no accelerator".into());
+        match self.build_input() {
+            Some(input) => input.build(),
+            None => Built::Nothing("unchanged since the last compile found no accelerator".into()),
         }
-        let n = self.len();
-        if let Mode::Tuple(t) = &self.mode {
-            if n >= self.config.fib_min_rules && t.rules().all(FibClassifier::accepts) {
-                let mut fib = FibClassifier::new();
-                let mut refused = false;
-                for r in t.rules() {
-                    if fib.try_insert(r.clone()).is_err() {
-                        refused = true;
-                        break;
-                    }
-                }
-                if !refused {
-                    return Built::Fib(Arc::new(fib));
+    }
+
+    /// What [`build`](Self::build) reads, copied out: build it on another
+    /// thread while this classifier keeps serving and changing, then
+    /// install the result only if [`generation`](Self::generation) is still
+    /// the input's. `None` when a build would find nothing new (the last
+    /// compile at this generation found no accelerator).
+    pub fn build_input(&self) -> Option<BuildInput> {
+        if self.failed_at == Some(self.generation) {
+            return None;
+        }
+        let config = self.config;
+        let what = match &self.mode {
+            Mode::Fib(_) => Input::InFib,
+            Mode::Tuple(t) => {
+                let n = t.len();
+                let routes = (n >= config.fib_min_rules)
+                    .then(|| FibClassifier::routes_of(t.rules()))
+                    .flatten();
+                match (routes, rfc_refusal(&config, n)) {
+                    (Some(routes), _) => Input::Routes(routes),
+                    (None, None) => Input::Rules(t.rules().cloned().collect()),
+                    (None, Some(reason)) => Input::Nothing(reason),
                 }
             }
-        }
-        match self.build_rfc() {
-            Ok(rfc) => Built::Rfc(Arc::new(rfc)),
-            Err(_) if matches!(self.mode, Mode::Fib(_)) => Built::Unchanged,
-            Err(reason) => Built::Nothing(reason),
-        }
+        };
+        Some(BuildInput {
+            what,
+            config,
+            generation: self.generation,
+        })
     }
 
     /// Install what [`build`](Self::build) made from a classifier equal to
@@ -256,32 +338,6 @@ impl Classifier {
     fn set_fib(&mut self, fib: FibClassifier) {
         self.mode = Mode::Fib(Box::new(fib));
         self.compiled = None;
-    }
-
-    fn build_rfc(&self) -> Result<RfcSet, String> {
-        let Mode::Tuple(t) = &self.mode else {
-            return Err("served by the FIB".into());
-        };
-        if t.len() < self.config.rfc_min_rules {
-            return Err(format!(
-                "{} rules (< {} for RFC)",
-                t.len(),
-                self.config.rfc_min_rules
-            ));
-        }
-        if t.len() > self.config.rfc_max_rules {
-            return Err(format!(
-                "{} rules (> {} for RFC)",
-                t.len(),
-                self.config.rfc_max_rules
-            ));
-        }
-        let rules: Vec<Rule> = t.rules().cloned().collect();
-        let cfg = RfcSetConfig {
-            total_budget: self.config.rfc_budget,
-            ..RfcSetConfig::default()
-        };
-        RfcSet::build_with(&rules, &cfg).map_err(|e: RfcError| e.to_string())
     }
 
     /// Install an RFC snapshot built elsewhere (by the writer of a

@@ -29,12 +29,12 @@ pub mod rule;
 pub mod tuple;
 pub mod versioned;
 
-pub use adaptive::{Built, Classifier, ClassifierConfig, Compiled};
+pub use adaptive::{BuildInput, Built, Classifier, ClassifierConfig, Compiled};
 pub use dir24::{Dir24, FibError};
 pub use idmap::{IdBuildHasher, IdHasher, IdMap};
 pub use idtable::{prefetch, IdTable};
 pub use linear::LinearClassifier;
-pub use lpm::{BinaryTrie, FibClassifier, FibRuleError};
+pub use lpm::{BinaryTrie, FibClassifier, FibRoutes, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};
 pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError, RfcSet, RfcSetConfig};
 pub use rule::{PortRange, Priority, Rule, RuleId};

@@ -558,6 +558,28 @@ impl Route {
     }
 }
 
+/// FIB-shaped rules in compact form ([`FibClassifier::routes_of`]), to
+/// build a FIB from ([`FibClassifier::from_routes`]) or give back as rules.
+#[derive(Debug, Clone, Default)]
+pub struct FibRoutes(Vec<Route>);
+
+impl FibRoutes {
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The rules they stand for.
+    pub fn rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        self.0.iter().map(Route::rule)
+    }
+}
+
 /// The canonical match of an accepted rule.
 fn canonical(addr: u32, len: u8) -> Match {
     let mut m = Match::ANY;
@@ -672,37 +694,70 @@ impl FibClassifier {
         let Some((addr, len)) = prefix else {
             return Err((FibRuleError::Shape, rule));
         };
-        self.fib.prefetch_update(addr);
-        if let Err(e) = self.check_order(&rule, addr, len) {
-            return Err((e, rule));
-        }
         let route = Route {
             id: rule.id,
             priority: rule.priority,
             addr,
             len,
         };
+        match self.insert_route(route) {
+            Ok(()) => Ok(old),
+            Err(e) => Err((e, rule)),
+        }
+    }
+
+    /// Insert the rule `route` stands for, whose id is not held; refused
+    /// (nothing changes) when it would break LPM order.
+    fn insert_route(&mut self, route: Route) -> Result<(), FibRuleError> {
+        let Route { addr, len, .. } = route;
+        self.fib.prefetch_update(addr);
+        self.check_order(route.priority, addr, len)?;
         let nh = match self.free_slots.pop() {
             Some(s) => s,
             None => {
-                let s = match u32::try_from(self.slots.len())
+                let s = u32::try_from(self.slots.len())
                     .ok()
                     .filter(|&s| s <= MAX_NEXT_HOP)
-                {
-                    Some(s) => s,
-                    None => return Err((FibRuleError::Fib(FibError::BadNextHop(u32::MAX)), rule)),
-                };
+                    .ok_or(FibRuleError::Fib(FibError::BadNextHop(u32::MAX)))?;
                 self.slots.push(route);
                 s
             }
         };
         if let Err(e) = self.fib.insert(addr, len, nh) {
             self.free_slots.push(nh);
-            return Err((FibRuleError::Fib(e), rule));
+            return Err(FibRuleError::Fib(e));
         }
-        self.by_id.insert(rule.id.into(), Served { nh, addr, len });
+        self.by_id.insert(route.id.into(), Served { nh, addr, len });
         self.slots[nh as usize] = route;
-        Ok(old)
+        Ok(())
+    }
+
+    /// The FIB-shaped rules among `rules`, as compact routes, or `None` as
+    /// soon as one is not FIB-shaped: what a FIB build needs, at 16 bytes
+    /// a rule instead of 320 (a 512K-route table copies 8 MiB, not 160).
+    pub fn routes_of<'a>(rules: impl Iterator<Item = &'a Rule>) -> Option<FibRoutes> {
+        let routes = rules
+            .map(|r| {
+                let (addr, len) = Self::prefix_of(r)?;
+                Some(Route {
+                    id: r.id,
+                    priority: r.priority,
+                    addr,
+                    len,
+                })
+            })
+            .collect::<Option<Vec<Route>>>()?;
+        Some(FibRoutes(routes))
+    }
+
+    /// A FIB of `routes`, or the first refusal (a rule that would break LPM
+    /// order; ids are unique, as in the classifier they came from).
+    pub fn from_routes(routes: &FibRoutes) -> Result<FibClassifier, FibRuleError> {
+        let mut fib = FibClassifier::new();
+        for &r in &routes.0 {
+            fib.insert_route(r)?;
+        }
+        Ok(fib)
     }
 
     /// Hint: start loading the id-index slot of rule `id`. Changes nothing.
@@ -718,7 +773,7 @@ impl FibClassifier {
     /// `addr/len` is that of one of the topmost ones: a single walk down,
     /// plus a walk of the subtree that stops at the first held prefix on
     /// each branch, instead of visiting every covering and inner prefix.
-    fn check_order(&self, rule: &Rule, addr: u32, len: u8) -> Result<(), FibRuleError> {
+    fn check_order(&self, priority: Priority, addr: u32, len: u8) -> Result<(), FibRuleError> {
         let rib = self.fib.rib();
         let found = rib.find(addr, len);
         if let Some(n) = found.node {
@@ -731,7 +786,7 @@ impl FibClassifier {
         }
         if found.inherited != NO_ROUTE {
             let other = self.route_at(found.inherited);
-            if other.priority >= rule.priority {
+            if other.priority >= priority {
                 return Err(FibRuleError::PriorityOrder { other: other.id });
             }
         }
@@ -741,7 +796,7 @@ impl FibClassifier {
         let mut conflict = None;
         rib.for_each_topmost_below(n, &mut |nh| {
             let other = self.route_at(nh);
-            if other.priority <= rule.priority {
+            if other.priority <= priority {
                 conflict = Some(other.id);
                 false
             } else {
@@ -899,7 +954,7 @@ mod tests {
                 let addr = (a << 28) & prefix_mask(len);
                 let rule = Rule::new(i as RuleId + 1, prio, canonical(addr, len));
                 let want = brute_force_order(&c, &rule);
-                let got = c.check_order(&rule, addr, len);
+                let got = c.check_order(rule.priority, addr, len);
                 proptest::prop_assert_eq!(got.is_ok(), want.is_ok(), "{:?} vs {:?}", got, want);
                 if let (Err(FibRuleError::SamePrefix { other: g }), Err(FibRuleError::SamePrefix { other: w })) = (&got, &want) {
                     proptest::prop_assert_eq!(g, w);

@@ -121,7 +121,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::{Apply, ReadHandle, Rule, Versioned};
+use offlow_classifier::{Apply, Built, ReadHandle, Rule, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, PacketInOrigin, PathStep,
@@ -461,6 +461,15 @@ impl Control {
     /// an RFC snapshot is shared, a FIB copied (each copy updates its own).
     pub fn compile(&mut self) {
         let built = self.pipeline().build_compiled();
+        self.install(built);
+    }
+
+    /// Install accelerators built from [`Pipeline::compile_inputs`] of the
+    /// writer's copy (on another thread, say) in both copies. The caller
+    /// guarantees the rules have not changed since the inputs were taken
+    /// ([`Pipeline::mutation_count`] unchanged). Workers see them after
+    /// the next [`commit`](Self::commit).
+    pub fn install(&mut self, built: Vec<(u8, Built)>) {
         if !built.is_empty() {
             self.state
                 .apply(StateOp::Pipeline(PipelineOp::Install(built.into())));

@@ -51,7 +51,7 @@ pub use error::{
     PipelineError,
 };
 pub use expiry::{ExpiryTracker, RemovedFlow, RemovedReason};
-pub use offlow_classifier::{PortRange, Priority, RuleId};
+pub use offlow_classifier::{BuildInput, Built, PortRange, Priority, RuleId};
 pub use pipeline::{
     FlowFilter, FlowMod, FlowModCommand, FlowModEffect, FlowStats, Outcome, PacketInOrigin,
     PathStep, Pipeline, PipelineOp, Resolution, ShadowReport, TableClassifier, TableStats,

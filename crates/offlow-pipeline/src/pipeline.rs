@@ -47,7 +47,9 @@
 
 use std::sync::Arc;
 
-use offlow_classifier::{Apply, Built, Classifier, Classify, IdTable, PortRange, Priority, RuleId};
+use offlow_classifier::{
+    Apply, BuildInput, Built, Classifier, Classify, IdTable, PortRange, Priority, RuleId,
+};
 use offlow_flow::{present, Field, FlowKey, Match};
 
 use crate::action::{Action, ActionSet, Instruction, Program};
@@ -1021,12 +1023,24 @@ impl Pipeline {
     /// [`PipelineOp::Install`] (to this pipeline, and to any copy equal to
     /// it).
     pub fn build_compiled(&self) -> Vec<(u8, Built)> {
+        self.compile_inputs()
+            .into_iter()
+            .map(|(t, input)| (t, input.build()))
+            .collect()
+    }
+
+    /// What [`build_compiled`](Self::build_compiled) reads, copied out, for
+    /// a build on another thread ([`BuildInput::build`] each, then
+    /// [`PipelineOp::Install`]). Install only into a pipeline whose
+    /// [`mutation_count`](Self::mutation_count) is still what it was when
+    /// this was taken: the builds then describe its exact rules.
+    pub fn compile_inputs(&self) -> Vec<(u8, BuildInput)> {
         self.tables
             .iter()
             .enumerate()
             .filter(|(_, t)| !t.classifier.is_empty() && !t.classifier.is_compiled())
             // At most 255 tables.
-            .map(|(i, t)| (i as u8, t.classifier.build()))
+            .filter_map(|(i, t)| Some((i as u8, t.classifier.build_input()?)))
             .collect()
     }
 

@@ -18,7 +18,9 @@
 //! - Table structures: [`DatapathSwitch::maybe_compile`] (the daemon calls
 //!   it every [`super::EXPIRY_EVERY`]) compiles the tables once their rules
 //!   have been quiet for [`COMPILE_QUIET`]: a big IPv4 route table moves
-//!   to the DIR-24-8 FIB, an IPv4 5-tuple ACL gets an RFC snapshot.
+//!   to the DIR-24-8 FIB, an IPv4 5-tuple ACL gets an RFC snapshot. The
+//!   build runs on a thread of its own, from a copy of the rules; a later
+//!   tick installs it unless a rule changed meanwhile.
 //! - Flow expiry: [`DatapathSwitch::expire`] (the daemon calls it every
 //!   [`super::EXPIRY_EVERY`]) removes timed-out entries; they and entries
 //!   deleted by a flow-mod, when flagged SEND_FLOW_REM, come back from
@@ -303,8 +305,20 @@ pub struct DatapathSwitch {
     /// The mutation count [`DatapathSwitch::maybe_compile`] last saw, and
     /// since when (switch clock, ns).
     quiet_since: (u64, u64),
-    /// How long the last compile blocked the control thread.
+    /// How long the last installed compile took to build.
     last_compile: Duration,
+    /// A compile building on its own thread, if one is.
+    compile_job: Option<CompileJob>,
+}
+
+/// A compile running on its own thread ([`DatapathSwitch::maybe_compile`]).
+struct CompileJob {
+    /// The pipeline's mutation count when the inputs were copied out: the
+    /// result describes those rules exactly, so it is installed only if the
+    /// count is still this.
+    count: u64,
+    started: std::time::Instant,
+    handle: std::thread::JoinHandle<Vec<(u8, offlow_pipeline::Built)>>,
 }
 
 impl DatapathSwitch {
@@ -328,6 +342,7 @@ impl DatapathSwitch {
             compiled_at: 0,
             quiet_since: (0, 0),
             last_compile: Duration::ZERO,
+            compile_job: None,
         }
     }
 
@@ -339,15 +354,25 @@ impl DatapathSwitch {
     /// place), lookups run on TupleMerge, which takes every update at once.
     /// Answers never change, so nothing cached is invalidated.
     ///
-    /// Runs on the control thread and blocks it for the build: a few ms
-    /// for ACL-sized tables, about 2 s for a 512K-route BGP table (both
-    /// left-right copies). Workers keep forwarding on the published version
-    /// meanwhile. So that a controller changing big tables every few
-    /// seconds does not find the switch compiling most of the time, the
-    /// quiet time asked for is at least ten times the last compile's.
-    /// Returns how long the compile took, if one ran.
+    /// The build runs on a thread of its own, from a copy of the rules, so
+    /// the control thread keeps serving the controller (a full BGP table
+    /// takes about a second to build). Call this on every tick: a call that
+    /// finds the build done installs it in both left-right copies and
+    /// commits, unless a rule changed meanwhile (then the result is
+    /// dropped and the quiet wait starts again). Workers keep forwarding
+    /// on the published version throughout. So that a controller changing
+    /// big tables every few seconds does not keep the switch compiling, the
+    /// quiet time asked for is at least ten times the last build's.
+    /// Returns how long the build took when this call installed one.
     pub fn maybe_compile(&mut self, now_ns: u64) -> Option<Duration> {
         let count = self.control.pipeline().mutation_count();
+        if let Some(job) = self.compile_job.take() {
+            if !job.handle.is_finished() {
+                self.compile_job = Some(job);
+                return None;
+            }
+            return self.finish_compile(job, count);
+        }
         if count == self.compiled_at {
             return None;
         }
@@ -359,22 +384,78 @@ impl DatapathSwitch {
         if now_ns.saturating_sub(self.quiet_since.1) < wait.as_nanos() as u64 {
             return None;
         }
+        let inputs = self.control.pipeline().compile_inputs();
+        if inputs.is_empty() {
+            self.compiled_at = count;
+            return None;
+        }
+        let started = std::time::Instant::now();
+        let build = move || {
+            inputs
+                .into_iter()
+                .map(|(table, input)| (table, input.build()))
+                .collect()
+        };
+        match std::thread::Builder::new()
+            .name("offlow-compile".into())
+            .spawn(build)
+        {
+            Ok(handle) => {
+                self.compile_job = Some(CompileJob {
+                    count,
+                    started,
+                    handle,
+                });
+            }
+            Err(e) => {
+                // No thread to spare: the tables stay as they are (correct,
+                // just slower) until the next change.
+                tracing::warn!(error = %e, "cannot start a compile thread");
+                self.compiled_at = count;
+            }
+        }
+        None
+    }
+
+    /// Install a finished compile if the rules are still those it was
+    /// built from (`count` is the pipeline's mutation count now).
+    fn finish_compile(&mut self, job: CompileJob, count: u64) -> Option<Duration> {
+        let took = job.started.elapsed();
+        let Ok(built) = job.handle.join() else {
+            // A bug in a builder; keep serving from the structures we have.
+            tracing::error!("the compile thread panicked; tables left uncompiled");
+            self.compiled_at = job.count;
+            return None;
+        };
+        if count != job.count {
+            tracing::debug!(
+                ms = took.as_millis() as u64,
+                "compile dropped: the rules changed while it was built"
+            );
+            return None;
+        }
         let t0 = std::time::Instant::now();
-        self.control.compile();
-        // Publishes any flow-mod applied since the last commit too: they
-        // would take effect at the end of their batch anyway.
+        self.control.install(built);
+        // Publishes any flow-mod applied since the last commit too (one that
+        // left the classifiers alone, such as a MODIFY): it would take effect
+        // at the end of its batch anyway.
         self.control.commit();
         self.dirty = false;
         self.compiled_at = count;
-        let took = t0.elapsed();
         self.last_compile = took;
         tracing::info!(
             tables = ?self.control.pipeline().table_structures(),
             ms = took.as_millis() as u64,
-            "tables compiled after {} ms without rule changes",
-            wait.as_millis()
+            install_ms = t0.elapsed().as_millis() as u64,
+            "tables compiled (built on a thread of its own)"
         );
         Some(took)
+    }
+
+    /// Is a compile building on its own thread?
+    #[cfg(test)]
+    fn compiling(&self) -> bool {
+        self.compile_job.is_some()
     }
 
     /// The buffer id and data of a packet-in for `frame` (from `in_port`)
@@ -1079,12 +1160,29 @@ mod tests {
         }
     }
 
-    /// Tables that stay quiet get their fast structure (a FIB for many
-    /// routes, an RFC snapshot for a small ACL), only then, once per change,
-    /// and with the same answers.
-    #[test]
-    fn quiet_tables_are_compiled() {
-        use offlow_flow::{present, FlowKey};
+    /// Call `maybe_compile(now_ns)` until the compile it starts (if any)
+    /// has finished and been installed or dropped; what the last call
+    /// returned. The switch clock stays at `now_ns`; the build runs in
+    /// real time (bounded).
+    fn compile_at(sw: &mut DatapathSwitch, now_ns: u64) -> Option<Duration> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let r = sw.maybe_compile(now_ns);
+            if r.is_some() || !sw.compiling() {
+                return r;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "compile never finished"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A switch whose table 0 holds 5,000 routes and a default (a FIB),
+    /// each going on to table 1, and whose table 1 holds 40 overlapping
+    /// prefixes in no priority order (an ACL); committed.
+    fn fib_and_acl_switch() -> DatapathSwitch {
         let mut sw = DatapathSwitch::new(1, 2);
         // Table 0: 5,000 routes and a default, priority rising with
         // length (a FIB), each going on to table 1.
@@ -1108,6 +1206,16 @@ mod tests {
             sw.flow_mod(&fm, 0).unwrap();
         }
         sw.commit_pending();
+        sw
+    }
+
+    /// Tables that stay quiet get their fast structure (a FIB for many
+    /// routes, an RFC snapshot for a small ACL), only then, once per change,
+    /// and with the same answers.
+    #[test]
+    fn quiet_tables_are_compiled() {
+        use offlow_flow::{present, FlowKey};
+        let mut sw = fib_and_acl_switch();
         let keys: Vec<FlowKey> = (0..2000u32)
             .map(|i| {
                 let mut k = FlowKey::ZERO;
@@ -1139,7 +1247,7 @@ mod tests {
             "first sight starts the wait"
         );
         assert_eq!(sw.maybe_compile(s(0.5)), None, "not quiet long enough");
-        let took = sw.maybe_compile(s(1.1)).expect("quiet for 1.1 s: compiled");
+        let took = compile_at(&mut sw, s(1.1)).expect("quiet for 1.1 s: compiled");
         assert_eq!(
             sw.pipeline().table_structures(),
             vec![(0, "fib"), (1, "rfc")]
@@ -1158,14 +1266,67 @@ mod tests {
         assert_eq!(sw.pipeline().table_structures()[1], (1, "tuple"));
         // Now the quiet time asked for is at least ten times that compile.
         let wait = COMPILE_QUIET.max(took * 10).as_secs_f64();
-        assert_eq!(sw.maybe_compile(s(5.1)), None);
-        assert_eq!(sw.maybe_compile(s(5.1 + 0.9 * wait)), None);
-        assert!(sw.maybe_compile(s(5.1 + 1.1 * wait)).is_some());
+        assert_eq!(compile_at(&mut sw, s(5.1)), None);
+        assert_eq!(compile_at(&mut sw, s(5.1 + 0.9 * wait)), None);
+        assert!(compile_at(&mut sw, s(5.1 + 1.1 * wait)).is_some());
         assert_eq!(
             sw.pipeline().table_structures(),
             vec![(0, "fib"), (1, "rfc")]
         );
         assert_eq!(answers(&sw), after_update);
+    }
+
+    #[test]
+    fn a_compile_overtaken_by_a_rule_change_is_dropped() {
+        use offlow_flow::{present, FlowKey};
+        let mut sw = fib_and_acl_switch();
+        let answer = |sw: &DatapathSwitch, dst: u32| {
+            let mut k = FlowKey::ZERO;
+            k.set(Field::EthType, 0x0800);
+            k.set(Field::Ipv4Dst, u128::from(dst));
+            k.add_presence(present::L3);
+            let r = sw.pipeline().lookup(&k);
+            format!("{:?} {:?}", r.path, r.actions)
+        };
+        let s = |t: f64| (t * 1e9) as u64;
+        assert_eq!(sw.maybe_compile(s(0.0)), None);
+        // Quiet: the build starts on its thread and the call returns at once.
+        assert_eq!(sw.maybe_compile(s(1.1)), None);
+        assert!(sw.compiling());
+        // The control thread keeps taking flow-mods meanwhile.
+        sw.flow_mod(
+            &FlowMod::add(1, 100, ip_dst_match(0x8000_0000, 1), output(9)),
+            0,
+        )
+        .unwrap();
+        sw.commit_pending();
+        let before = answer(&sw, 0x9000_0001);
+        assert!(before.contains("Output"), "{before}");
+        // The build finishes from the old rules: it is dropped.
+        while sw
+            .compile_job
+            .as_ref()
+            .is_some_and(|j| !j.handle.is_finished())
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(sw.maybe_compile(s(1.2)), None);
+        assert!(!sw.compiling());
+        assert_eq!(
+            sw.pipeline().table_structures(),
+            vec![(0, "tuple"), (1, "tuple")],
+            "nothing installed"
+        );
+        assert_eq!(answer(&sw, 0x9000_0001), before);
+        // Quiet again from the change on: compiled, with the new rule.
+        assert_eq!(sw.maybe_compile(s(1.3)), None, "the wait restarts");
+        assert_eq!(compile_at(&mut sw, s(2.0)), None, "not quiet long enough");
+        assert!(compile_at(&mut sw, s(2.4)).is_some());
+        assert_eq!(
+            sw.pipeline().table_structures(),
+            vec![(0, "fib"), (1, "rfc")]
+        );
+        assert_eq!(answer(&sw, 0x9000_0001), before);
     }
 
     #[test]
