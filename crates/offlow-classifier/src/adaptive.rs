@@ -251,12 +251,19 @@ impl Classifier {
     /// before the next mutation returns at once (an owner that compiles
     /// whenever its tables are quiet does not rebuild a failing RFC).
     pub fn compile(&mut self) -> Compiled {
-        match self.build() {
-            // Ours alone: move it in rather than copy 64 MiB.
+        self.install_owned(self.build())
+    }
+
+    /// [`install`](Self::install), taking the build: a FIB no one else
+    /// holds moves in instead of being copied (64 MiB and more).
+    pub fn install_owned(&mut self, built: Built) -> Compiled {
+        match built {
             Built::Fib(fib) => {
-                self.set_fib(
-                    Arc::try_unwrap(fib).unwrap_or_else(|shared| FibClassifier::clone(&shared)),
-                );
+                if let Mode::Tuple(_) = self.mode {
+                    self.set_fib(
+                        Arc::try_unwrap(fib).unwrap_or_else(|shared| FibClassifier::clone(&shared)),
+                    );
+                }
                 Compiled::Fib
             }
             built => self.install(&built),

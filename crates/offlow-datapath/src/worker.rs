@@ -220,6 +220,13 @@ impl Apply<StateOp> for DatapathState {
         }
     }
 
+    fn apply_owned(&mut self, op: StateOp) {
+        match op {
+            StateOp::Pipeline(p) => self.pipeline.apply_owned(p),
+            op => self.apply(&op),
+        }
+    }
+
     fn prefetch(&self, op: &StateOp) {
         if let StateOp::Pipeline(p) = op {
             self.pipeline.prefetch_op(p);

@@ -542,6 +542,24 @@ impl Apply<PipelineOp> for Pipeline {
         Pipeline::apply(self, op);
     }
 
+    fn apply_owned(&mut self, op: PipelineOp) {
+        match op {
+            // The second copy's install: once the op is dropped, the built
+            // FIBs (the first copy took copies) have one holder left, so
+            // they move in rather than being copied again.
+            PipelineOp::Install(shared) => {
+                let built: Vec<(u8, Built)> = shared.iter().cloned().collect();
+                drop(shared);
+                for (table_id, b) in built {
+                    if let Some(t) = self.tables.get_mut(usize::from(table_id)) {
+                        t.classifier.install_owned(b);
+                    }
+                }
+            }
+            op => Pipeline::apply(self, &op),
+        }
+    }
+
     fn prefetch(&self, op: &PipelineOp) {
         self.prefetch_op(op);
     }
