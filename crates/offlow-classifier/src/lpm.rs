@@ -546,6 +546,17 @@ struct Route {
 }
 
 impl Route {
+    /// The route `rule` is, if it is FIB-shaped.
+    fn of(rule: &Rule) -> Option<Route> {
+        let (addr, len) = FibClassifier::prefix_of(rule)?;
+        Some(Route {
+            id: rule.id,
+            priority: rule.priority,
+            addr,
+            len,
+        })
+    }
+
     /// The rule this route stands for.
     fn rule(&self) -> Rule {
         Rule::new(self.id, self.priority, canonical(self.addr, self.len))
@@ -676,29 +687,15 @@ impl FibClassifier {
         // Re-inserting the identical rule (a MODIFY of the entry's
         // instructions, which the classifier does not see) changes nothing:
         // skip the remove + rewrite of the FIB.
-        let prefix = Self::prefix_of(&rule);
-        if let (Some(&Served { nh, .. }), Some((addr, len))) =
-            (self.by_id.get(rule.id.into()), prefix)
-        {
-            let route = Route {
-                id: rule.id,
-                priority: rule.priority,
-                addr,
-                len,
-            };
+        let route = Route::of(&rule);
+        if let (Some(&Served { nh, .. }), Some(route)) = (self.by_id.get(rule.id.into()), route) {
             if self.slots[nh as usize] == route {
                 return Ok(Some(rule));
             }
         }
         let old = self.remove(rule.id);
-        let Some((addr, len)) = prefix else {
+        let Some(route) = route else {
             return Err((FibRuleError::Shape, rule));
-        };
-        let route = Route {
-            id: rule.id,
-            priority: rule.priority,
-            addr,
-            len,
         };
         match self.insert_route(route) {
             Ok(()) => Ok(old),
@@ -736,17 +733,7 @@ impl FibClassifier {
     /// soon as one is not FIB-shaped: what a FIB build needs, at 16 bytes
     /// a rule instead of 320 (a 512K-route table copies 8 MiB, not 160).
     pub fn routes_of<'a>(rules: impl Iterator<Item = &'a Rule>) -> Option<FibRoutes> {
-        let routes = rules
-            .map(|r| {
-                let (addr, len) = Self::prefix_of(r)?;
-                Some(Route {
-                    id: r.id,
-                    priority: r.priority,
-                    addr,
-                    len,
-                })
-            })
-            .collect::<Option<Vec<Route>>>()?;
+        let routes = rules.map(Route::of).collect::<Option<Vec<Route>>>()?;
         Some(FibRoutes(routes))
     }
 

@@ -317,8 +317,9 @@ struct CompileJob {
     /// result describes those rules exactly, so it is installed only if the
     /// count is still this.
     count: u64,
-    started: std::time::Instant,
-    handle: std::thread::JoinHandle<Vec<(u8, offlow_pipeline::Built)>>,
+    /// The builds, and how long they took (timed on the thread: the tick
+    /// that collects them may come a while later).
+    handle: std::thread::JoinHandle<(Duration, Vec<(u8, offlow_pipeline::Built)>)>,
 }
 
 impl DatapathSwitch {
@@ -389,23 +390,20 @@ impl DatapathSwitch {
             self.compiled_at = count;
             return None;
         }
-        let started = std::time::Instant::now();
         let build = move || {
-            inputs
+            let started = std::time::Instant::now();
+            let built = inputs
                 .into_iter()
                 .map(|(table, input)| (table, input.build()))
-                .collect()
+                .collect();
+            (started.elapsed(), built)
         };
         match std::thread::Builder::new()
             .name("offlow-compile".into())
             .spawn(build)
         {
             Ok(handle) => {
-                self.compile_job = Some(CompileJob {
-                    count,
-                    started,
-                    handle,
-                });
+                self.compile_job = Some(CompileJob { count, handle });
             }
             Err(e) => {
                 // No thread to spare: the tables stay as they are (correct,
@@ -420,8 +418,7 @@ impl DatapathSwitch {
     /// Install a finished compile if the rules are still those it was
     /// built from (`count` is the pipeline's mutation count now).
     fn finish_compile(&mut self, job: CompileJob, count: u64) -> Option<Duration> {
-        let took = job.started.elapsed();
-        let Ok(built) = job.handle.join() else {
+        let Ok((took, built)) = job.handle.join() else {
             // A bug in a builder; keep serving from the structures we have.
             tracing::error!("the compile thread panicked; tables left uncompiled");
             self.compiled_at = job.count;
