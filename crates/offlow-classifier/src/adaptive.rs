@@ -116,7 +116,6 @@ pub enum Built {
 pub struct BuildInput {
     what: Input,
     config: ClassifierConfig,
-    generation: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -132,12 +131,6 @@ enum Input {
 }
 
 impl BuildInput {
-    /// The [`Classifier::generation`] this was copied at: install the build
-    /// only into a classifier still at it.
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
-
     /// The fastest structure these rules allow: the FIB if every rule is
     /// FIB-shaped (and there are enough), else an RFC snapshot if it fits.
     pub fn build(&self) -> Built {
@@ -283,8 +276,9 @@ impl Classifier {
     /// What [`build`](Self::build) reads, copied out: build it on another
     /// thread while this classifier keeps serving and changing, then
     /// install the result only if [`generation`](Self::generation) is still
-    /// the input's. `None` when a build would find nothing new (the last
-    /// compile at this generation found no accelerator).
+    /// what it was when this was called. `None` when a build would find
+    /// nothing new (the last compile at this generation found no
+    /// accelerator).
     pub fn build_input(&self) -> Option<BuildInput> {
         if self.failed_at == Some(self.generation) {
             return None;
@@ -304,11 +298,7 @@ impl Classifier {
                 }
             }
         };
-        Some(BuildInput {
-            what,
-            config,
-            generation: self.generation,
-        })
+        Some(BuildInput { what, config })
     }
 
     /// Install what [`build`](Self::build) made from a classifier equal to

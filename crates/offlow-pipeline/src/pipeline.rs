@@ -550,11 +550,7 @@ impl Apply<PipelineOp> for Pipeline {
             PipelineOp::Install(shared) => {
                 let built: Vec<(u8, Built)> = shared.iter().cloned().collect();
                 drop(shared);
-                for (table_id, b) in built {
-                    if let Some(t) = self.tables.get_mut(usize::from(table_id)) {
-                        t.classifier.install_owned(b);
-                    }
-                }
+                self.install_each(built);
             }
             op => Pipeline::apply(self, &op),
         }
@@ -1026,12 +1022,17 @@ impl Pipeline {
                     }
                 }
             }
-            PipelineOp::Install(built) => {
-                for (table_id, b) in built.iter() {
-                    if let Some(t) = self.tables.get_mut(usize::from(*table_id)) {
-                        t.classifier.install(b);
-                    }
-                }
+            // The op keeps its builds (the other copy installs them too):
+            // a FIB is copied in.
+            PipelineOp::Install(built) => self.install_each(built.iter().cloned()),
+        }
+    }
+
+    /// Install each `(table, build)`; a FIB held nowhere else moves in.
+    fn install_each(&mut self, built: impl IntoIterator<Item = (u8, Built)>) {
+        for (table_id, b) in built {
+            if let Some(t) = self.tables.get_mut(usize::from(table_id)) {
+                t.classifier.install_owned(b);
             }
         }
     }
