@@ -330,25 +330,30 @@ const _: () =
     assert!(std::mem::size_of::<EntryLine>() == ENTRIES_PER_LINE * std::mem::size_of::<Entry>());
 
 /// A bucket: entries sorted by rank desc. The first (best) entry lives in
-/// the bucket itself, the rest in whole cache lines. Most buckets of the
-/// WUSTL 10K sets hold one rule (about 1.0–1.35 rules per bucket), so a
-/// lookup that reaches such a bucket reads no entry line at all, and the
-/// bucket needs no heap line (a 64-byte line per bucket was the largest part
-/// of a lookup's data, `examples/tuple_residuals.rs`).
-#[derive(Debug, Clone, Default)]
+/// the bucket itself, the rest in whole cache lines the tuple keeps apart
+/// (`Tuple::tails`, same index). Most buckets of the WUSTL 10K sets hold one
+/// rule (about 1.0–1.35 rules per bucket), so a lookup that reaches such a
+/// bucket reads 16 bytes here and no entry line at all.
+///
+/// Sixteen bytes, four to a line, because the bucket array is read by every
+/// lookup that finds a bucket: with the tail's `Vec` inline (48 bytes) the
+/// buckets were a third of a 10K-rule table's lookup data, which then no
+/// longer fitted a core's L2 (`examples/tuple_residuals.rs`), and a reader
+/// living in the shared L3 swings with whatever else the machine runs.
+#[derive(Debug, Clone, Copy, Default)]
 struct Bucket {
-    /// Entry 0; meaningful only when `len > 0`.
-    head: Entry,
-    /// Entries `1..len`, `ENTRIES_PER_LINE` to a line; no lines when
-    /// `len <= 1`.
-    lines: Vec<EntryLine>,
-    len: usize,
+    /// Entry 0's rank and slot; meaningful only when `len > 0`.
+    head_rank: u64,
+    head_slot: u32,
+    len: u32,
 }
+
+const _: () = assert!(std::mem::size_of::<Bucket>() == 16);
 
 impl Bucket {
     #[inline(always)]
     fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     #[inline(always)]
@@ -356,93 +361,102 @@ impl Bucket {
         self.len == 0
     }
 
-    /// Entry 0, as a slice of length `min(len, 1)`.
     #[inline(always)]
-    fn head_slice(&self) -> &[Entry] {
-        if self.len == 0 {
-            &[]
-        } else {
-            std::slice::from_ref(&self.head)
+    fn head(&self) -> Entry {
+        Entry {
+            rank: self.head_rank,
+            slot: self.head_slot,
         }
     }
 
-    /// Entries `1..len`.
     #[inline(always)]
-    fn tail(&self) -> &[Entry] {
-        let all = self.lines.len() * ENTRIES_PER_LINE;
+    fn set_head(&mut self, e: Entry) {
+        self.head_rank = e.rank;
+        self.head_slot = e.slot;
+    }
+
+    /// Entries `1..len`, given the bucket's tail lines.
+    #[inline(always)]
+    fn tail<'a>(&self, lines: &'a [EntryLine]) -> &'a [Entry] {
+        let all = lines.len() * ENTRIES_PER_LINE;
         // SAFETY: `EntryLine` is `repr(C)` around `[Entry; ENTRIES_PER_LINE]`
         // and its size is exactly that array's (asserted above), so `n` lines
         // are `n * ENTRIES_PER_LINE` contiguous, initialised entries.
-        let flat = unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<Entry>(), all) };
-        // `len - 1 <= all` (invariant: lines are added before they fill).
-        &flat[..self.len.saturating_sub(1)]
+        let flat = unsafe { std::slice::from_raw_parts(lines.as_ptr().cast::<Entry>(), all) };
+        // `len - 1 <= all` (invariant: lines are added before they fill);
+        // `get` keeps a broken invariant from panicking a reader.
+        flat.get(..self.len().saturating_sub(1)).unwrap_or(&[])
     }
 
-    fn tail_flat_mut(&mut self) -> &mut [Entry] {
-        let all = self.lines.len() * ENTRIES_PER_LINE;
-        // SAFETY: as in `tail`; `&mut self` gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<Entry>(), all) }
+    /// Every entry in rank order: the head, then the tail.
+    #[inline(always)]
+    fn entries<'a>(
+        &self,
+        lines: &'a [EntryLine],
+    ) -> std::iter::Chain<
+        std::option::IntoIter<Entry>,
+        std::iter::Copied<std::slice::Iter<'a, Entry>>,
+    > {
+        let head = (self.len > 0).then(|| self.head());
+        head.into_iter().chain(self.tail(lines).iter().copied())
     }
 
-    fn partition_point(&self, mut pred: impl FnMut(&Entry) -> bool) -> usize {
-        if self.len == 0 || !pred(&self.head) {
+    fn partition_point(&self, lines: &[EntryLine], mut pred: impl FnMut(&Entry) -> bool) -> usize {
+        if self.len == 0 || !pred(&self.head()) {
             return 0;
         }
-        1 + self.tail().partition_point(pred)
+        1 + self.tail(lines).partition_point(pred)
     }
 
-    fn iter(&self) -> std::iter::Chain<std::slice::Iter<'_, Entry>, std::slice::Iter<'_, Entry>> {
-        self.head_slice().iter().chain(self.tail())
-    }
-
-    /// Insert `e` at position `pos` (at most `len`) of the tail.
-    fn tail_insert(&mut self, pos: usize, e: Entry) {
-        let n = self.len.saturating_sub(1);
-        if n == self.lines.len() * ENTRIES_PER_LINE {
-            self.lines.push(EntryLine::default());
-        }
-        let flat = self.tail_flat_mut();
-        flat.copy_within(pos..n, pos + 1);
-        flat[pos] = e;
-    }
-
-    fn insert(&mut self, pos: usize, e: Entry) {
+    /// Insert `e` at position `pos` (at most `len`).
+    fn insert(&mut self, lines: &mut Vec<EntryLine>, pos: usize, e: Entry) {
         if self.len == 0 {
-            self.head = e;
+            self.set_head(e);
         } else if pos == 0 {
-            let old = self.head;
-            self.tail_insert(0, old);
-            self.head = e;
+            let old = self.head();
+            tail_insert(lines, self.len() - 1, 0, old);
+            self.set_head(e);
         } else {
-            self.tail_insert(pos - 1, e);
+            tail_insert(lines, self.len() - 1, pos - 1, e);
         }
         self.len += 1;
     }
 
-    fn remove(&mut self, pos: usize) {
-        let n = self.len.saturating_sub(1);
+    /// Remove the entry at position `pos` (below `len`).
+    fn remove(&mut self, lines: &mut Vec<EntryLine>, pos: usize) {
+        let n = self.len().saturating_sub(1);
         if pos == 0 {
             if n > 0 {
-                self.head = self.tail()[0];
-                self.tail_flat_mut().copy_within(1..n, 0);
+                let flat = tail_flat_mut(lines);
+                self.set_head(flat[0]);
+                flat.copy_within(1..n, 0);
             }
         } else {
-            self.tail_flat_mut().copy_within(pos..n, pos - 1);
+            tail_flat_mut(lines).copy_within(pos..n, pos - 1);
         }
         self.len -= 1;
         if self.len <= 1 {
             // Give the lines back: the tail is empty.
-            self.lines = Vec::new();
+            *lines = Vec::new();
         }
     }
 }
 
-impl<'a> IntoIterator for &'a Bucket {
-    type Item = &'a Entry;
-    type IntoIter = std::iter::Chain<std::slice::Iter<'a, Entry>, std::slice::Iter<'a, Entry>>;
-    fn into_iter(self) -> Self::IntoIter {
-        self.iter()
+/// All entry slots of a tail's lines, used or not.
+fn tail_flat_mut(lines: &mut [EntryLine]) -> &mut [Entry] {
+    let all = lines.len() * ENTRIES_PER_LINE;
+    // SAFETY: as in `Bucket::tail`; `&mut` gives exclusive access.
+    unsafe { std::slice::from_raw_parts_mut(lines.as_mut_ptr().cast::<Entry>(), all) }
+}
+
+/// Insert `e` at position `pos` (at most `n`) of a tail holding `n` entries.
+fn tail_insert(lines: &mut Vec<EntryLine>, n: usize, pos: usize, e: Entry) {
+    if n == lines.len() * ENTRIES_PER_LINE {
+        lines.push(EntryLine::default());
     }
+    let flat = tail_flat_mut(lines);
+    flat.copy_within(pos..n, pos + 1);
+    flat[pos] = e;
 }
 
 /// Where the rule in a slab slot lives: all a removal needs to read.
@@ -487,6 +501,9 @@ struct Tuple {
     bkeys: LineVec<u64>,
     /// Rules of bucket `b`, sorted by rank desc. Empty buckets are free.
     buckets: Vec<Bucket>,
+    /// Entry lines of bucket `b` beyond its head (none while it holds at
+    /// most one rule). Apart from `buckets` so those stay 16 bytes each.
+    tails: Vec<Vec<EntryLine>>,
     free_buckets: Vec<u32>,
     live_buckets: usize,
     /// Number of rules per priority, for `max_prio` after a removal.
@@ -515,6 +532,7 @@ impl Tuple {
             slots: LineVec::from_elem(0, INITIAL_SLOTS),
             bkeys: LineVec::new(),
             buckets: Vec::new(),
+            tails: Vec::new(),
             free_buckets: Vec::new(),
             live_buckets: 0,
             prio_count: BTreeMap::new(),
@@ -597,6 +615,7 @@ impl Tuple {
             None => {
                 self.bkeys.extend_from_slice(&mk[..n]);
                 self.buckets.push(Bucket::default());
+                self.tails.push(Vec::new());
                 self.buckets.len() - 1
             }
         };
@@ -811,11 +830,12 @@ impl TupleMerge {
             .iter()
             .map(|&(_, t)| {
                 let t = &self.tuples[t as usize];
-                let lines: usize = t.buckets.iter().map(|b| b.lines.len()).sum();
+                let lines: usize = t.tails.iter().map(Vec::len).sum();
                 size_of::<Tuple>()
                     + t.slots.len() * size_of::<u64>()
                     + t.bkeys.len() * size_of::<u64>()
                     + t.buckets.len() * size_of::<Bucket>()
+                    + t.tails.iter().filter(|l| !l.is_empty()).count() * size_of::<Vec<EntryLine>>()
                     + lines * size_of::<EntryLine>()
             })
             .sum();
@@ -895,9 +915,9 @@ impl TupleMerge {
         let slot = self.free_rules.pop().unwrap_or(self.rules.len() as u32);
         let tup = &mut self.tuples[t];
         let b = tup.find_or_create(&mk, h);
-        let bucket = &mut tup.buckets[b];
-        let pos = bucket.partition_point(|e| e.rank > r);
-        bucket.insert(pos, Entry { rank: r, slot });
+        let (bucket, lines) = (&mut tup.buckets[b], &mut tup.tails[b]);
+        let pos = bucket.partition_point(lines, |e| e.rank > r);
+        bucket.insert(lines, pos, Entry { rank: r, slot });
         *tup.prio_count.entry(prio).or_insert(0) += 1;
         tup.nrules += 1;
         let reorder = tup.nrules == 1 || prio > tup.max_prio;
@@ -949,9 +969,9 @@ impl TupleMerge {
         let r = rank(p.priority, id);
         let prio = p.priority;
         let tup = &mut self.tuples[t];
-        let bucket = &mut tup.buckets[b];
-        if let Some(pos) = bucket.iter().position(|e| e.rank == r) {
-            bucket.remove(pos);
+        let (bucket, lines) = (&mut tup.buckets[b], &mut tup.tails[b]);
+        if let Some(pos) = bucket.entries(lines).position(|e| e.rank == r) {
+            bucket.remove(lines, pos);
         }
         if bucket.is_empty() {
             tup.release_bucket(b);
@@ -1010,8 +1030,23 @@ impl Classify for TupleMerge {
             }
             let tup = &self.tuples[ti as usize];
             let h = tup.masked(key, &mut mk);
-            if let Some(b) = tup.find(&mk, h) {
-                for e in &tup.buckets[b] {
+            let Some(b) = tup.find(&mk, h) else {
+                continue;
+            };
+            let bucket = &tup.buckets[b];
+            // The head alone first: a bucket of one rule (most of them)
+            // never touches its tail's `Vec`.
+            let head = bucket.head();
+            if bucket.is_empty() || (found && head.rank <= best) {
+                continue;
+            }
+            if head.matches(self, key) {
+                best = head.rank;
+                found = true;
+                continue;
+            }
+            if bucket.len() > 1 {
+                for e in bucket.tail(&tup.tails[b]) {
                     if found && e.rank <= best {
                         break;
                     }
