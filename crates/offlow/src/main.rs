@@ -54,7 +54,41 @@ enum Bench {
     FlowMods(flowmod_bench::FlowModArgs),
 }
 
+/// The workspace builds for x86-64-v3 (`.cargo/config.toml`): say so
+/// plainly on an older CPU rather than dying on an illegal instruction.
+/// Called first, before anything else runs.
+#[cfg(target_arch = "x86_64")]
+fn require_cpu() -> anyhow::Result<()> {
+    let missing: Vec<&str> = [
+        ("avx2", std::is_x86_feature_detected!("avx2")),
+        ("bmi1", std::is_x86_feature_detected!("bmi1")),
+        ("bmi2", std::is_x86_feature_detected!("bmi2")),
+        ("fma", std::is_x86_feature_detected!("fma")),
+        ("lzcnt", std::is_x86_feature_detected!("lzcnt")),
+        ("movbe", std::is_x86_feature_detected!("movbe")),
+    ]
+    .into_iter()
+    .filter_map(|(name, have)| (!have).then_some(name))
+    .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "this build of offlow needs an x86-64-v3 CPU; this one lacks {}. \
+             Rebuild with RUSTFLAGS=\"-C target-cpu=native\" (which overrides \
+             .cargo/config.toml)",
+            missing.join(", ")
+        )
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn require_cpu() -> anyhow::Result<()> {
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    require_cpu()?;
     let cli = Cli::parse();
     match cli.command {
         Command::Run(a) => run::main(&a),
