@@ -375,9 +375,15 @@ impl Bucket {
         self.head_slot = e.slot;
     }
 
-    /// Entries `1..len`, given the bucket's tail lines.
+    /// Entries `1..len`, given the bucket's tail lines. Does not read
+    /// `lines` (another cold line) when there is no tail; hence `&Vec`: a
+    /// slice argument would make the caller read the `Vec` to build it.
+    #[allow(clippy::ptr_arg)]
     #[inline(always)]
-    fn tail<'a>(&self, lines: &'a [EntryLine]) -> &'a [Entry] {
+    fn tail<'a>(&self, lines: &'a Vec<EntryLine>) -> &'a [Entry] {
+        if self.len <= 1 {
+            return &[];
+        }
         let all = lines.len() * ENTRIES_PER_LINE;
         // SAFETY: `EntryLine` is `repr(C)` around `[Entry; ENTRIES_PER_LINE]`
         // and its size is exactly that array's (asserted above), so `n` lines
@@ -392,7 +398,7 @@ impl Bucket {
     #[inline(always)]
     fn entries<'a>(
         &self,
-        lines: &'a [EntryLine],
+        lines: &'a Vec<EntryLine>,
     ) -> std::iter::Chain<
         std::option::IntoIter<Entry>,
         std::iter::Copied<std::slice::Iter<'a, Entry>>,
@@ -401,7 +407,11 @@ impl Bucket {
         head.into_iter().chain(self.tail(lines).iter().copied())
     }
 
-    fn partition_point(&self, lines: &[EntryLine], mut pred: impl FnMut(&Entry) -> bool) -> usize {
+    fn partition_point(
+        &self,
+        lines: &Vec<EntryLine>,
+        mut pred: impl FnMut(&Entry) -> bool,
+    ) -> usize {
         if self.len == 0 || !pred(&self.head()) {
             return 0;
         }
@@ -435,8 +445,9 @@ impl Bucket {
             tail_flat_mut(lines).copy_within(pos..n, pos - 1);
         }
         self.len -= 1;
-        if self.len <= 1 {
-            // Give the lines back: the tail is empty.
+        if self.len == 1 {
+            // Give the lines back: the tail just became empty. (From one
+            // entry to none there were no lines: none are kept at len <= 1.)
             *lines = Vec::new();
         }
     }
