@@ -1302,6 +1302,36 @@ mod tests {
     }
 
     #[test]
+    fn bucket_keys_are_compared_in_full_on_a_hash_collision() {
+        // Tuples hashing 1, 2 and 3 key words. A key differing in any one
+        // word is probed with the first key's hash on purpose, as in a
+        // collision: only the key compare can tell them apart.
+        for nwords in 1..=3usize {
+            let mut mask = FlowKey::ZERO;
+            for w in 0..nwords {
+                mask.words[5 + w] = u64::MAX;
+            }
+            let mut t = Tuple::new(mask);
+            assert_eq!(t.nwords, nwords);
+            let mut mk = [0u64; KEY_WORDS];
+            for (w, v) in mk.iter_mut().enumerate().take(nwords) {
+                *v = 0x1000 + w as u64;
+            }
+            let h = hash_words(&mk[..nwords]);
+            let b = t.find_or_create(&mk, h);
+            assert_eq!(t.find(&mk, h), Some(b));
+            for w in 0..nwords {
+                let mut other = mk;
+                other[w] ^= 1;
+                assert_eq!(t.find(&other, h), None, "{nwords} words, word {w} differs");
+            }
+            t.buckets[b].len = 0;
+            t.release_bucket(b);
+            assert_eq!(t.find(&mk, h), None);
+        }
+    }
+
+    #[test]
     fn release_bucket_keeps_probe_chains() {
         // Many buckets in one tuple, removed in an interleaved order: every
         // remaining rule must stay reachable after backward shifts.
