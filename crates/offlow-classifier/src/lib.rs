@@ -29,7 +29,7 @@ pub mod rule;
 pub mod tuple;
 pub mod versioned;
 
-pub use adaptive::{BuildInput, Built, Classifier, ClassifierConfig, Compiled};
+pub use adaptive::{BuildInput, Built, Classifier, ClassifierConfig, Compiled, FibCopies};
 pub use dir24::{Dir24, FibError};
 pub use idmap::{IdBuildHasher, IdHasher, IdMap};
 pub use idtable::{prefetch, IdTable};

@@ -279,6 +279,11 @@ impl TablesCached {
     }
 }
 
+/// Copies of the pipeline a [`Control`] keeps (a left-right pair): how many
+/// installs to build a FIB for (`BuildInput::build_for`) when the result
+/// goes to [`Control::install`].
+pub const PIPELINE_COPIES: usize = 2;
+
 /// The writer side: flow-mods, commit (publish + quiescent wait).
 pub struct Control {
     state: Versioned<DatapathState, StateOp>,
@@ -475,7 +480,9 @@ impl Control {
     /// writer's copy (on another thread, say) in both copies. The caller
     /// guarantees the rules have not changed since the inputs were taken
     /// ([`Pipeline::mutation_count`] unchanged). Workers see them after
-    /// the next [`commit`](Self::commit).
+    /// the next [`commit`](Self::commit). Built with
+    /// `BuildInput::build_for(PIPELINE_COPIES)`, a FIB brings a copy per
+    /// pipeline copy and the install copies nothing.
     pub fn install(&mut self, built: Vec<(u8, Built)>) {
         if !built.is_empty() {
             self.state

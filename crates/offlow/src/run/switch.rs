@@ -72,6 +72,7 @@ use std::time::Duration;
 use super::buffers::{BufferError, PacketBuffers};
 use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
+    PIPELINE_COPIES,
 };
 use offlow_flow::{Field, ParseStats};
 use offlow_io::netns::in_netns;
@@ -394,7 +395,9 @@ impl DatapathSwitch {
             let started = std::time::Instant::now();
             let built = inputs
                 .into_iter()
-                .map(|(table, input)| (table, input.build()))
+                // A FIB's copy for each pipeline copy is made here, not
+                // by the install on the control thread.
+                .map(|(table, input)| (table, input.build_for(PIPELINE_COPIES)))
                 .collect();
             (started.elapsed(), built)
         };
