@@ -151,7 +151,8 @@ impl FibCopies {
     }
 
     /// Copies made beforehand that no install has taken yet.
-    pub fn spares_left(&self) -> usize {
+    #[cfg(test)]
+    fn spares_left(&self) -> usize {
         self.spares
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
