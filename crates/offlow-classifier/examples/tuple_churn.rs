@@ -13,7 +13,7 @@ mod common;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use common::{load_rules, load_trace, wustl_dir};
+use common::{load_rules, load_trace, wustl_dir, wustl_sets};
 use offlow_classifier::{Classify, TupleMerge};
 
 fn main() -> ExitCode {
@@ -27,7 +27,15 @@ fn main() -> ExitCode {
         eprintln!("WUSTL data absent");
         return ExitCode::FAILURE;
     };
-    let rules = load_rules(&dir.join(&name));
+    let Some((_, rules_path, trace_path)) = wustl_sets(&dir).into_iter().find(|(n, ..)| *n == name)
+    else {
+        eprintln!(
+            "{name}: no such WUSTL set with a trace in {}",
+            dir.display()
+        );
+        return ExitCode::FAILURE;
+    };
+    let rules = load_rules(&rules_path);
     let mut tm = TupleMerge::new();
     for r in &rules {
         tm.insert(r.clone());
@@ -56,12 +64,7 @@ fn main() -> ExitCode {
         run();
         best = best.min(t.elapsed().as_nanos() as f64);
     }
-    let tp = dir.join(format!("{name}_trace"));
-    let trace = if tp.exists() {
-        load_trace(&tp)
-    } else {
-        load_trace(&dir.join(format!("{name}_trace.gz")))
-    };
+    let trace = load_trace(&trace_path);
     let bad = trace
         .iter()
         .filter(|(k, want)| tm.lookup(k) != *want)

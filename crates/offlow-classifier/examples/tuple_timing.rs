@@ -13,7 +13,7 @@ use std::hint::black_box;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use common::{load_rules, load_trace, wustl_dir};
+use common::{load_rules, load_trace, wustl_dir, wustl_sets};
 use offlow_classifier::{Classify, FlowKey, TupleMerge};
 
 fn main() -> ExitCode {
@@ -27,13 +27,16 @@ fn main() -> ExitCode {
         eprintln!("WUSTL data absent");
         return ExitCode::FAILURE;
     };
-    let rules = load_rules(&dir.join(&name));
-    let tp = dir.join(format!("{name}_trace"));
-    let trace = if tp.exists() {
-        load_trace(&tp)
-    } else {
-        load_trace(&dir.join(format!("{name}_trace.gz")))
+    let Some((_, rules_path, trace_path)) = wustl_sets(&dir).into_iter().find(|(n, ..)| *n == name)
+    else {
+        eprintln!(
+            "{name}: no such WUSTL set with a trace in {}",
+            dir.display()
+        );
+        return ExitCode::FAILURE;
     };
+    let rules = load_rules(&rules_path);
+    let trace = load_trace(&trace_path);
     let mut tm = TupleMerge::new();
     for r in &rules {
         tm.insert(r.clone());
