@@ -11,11 +11,12 @@ mod trace;
 /// mimalloc rather than glibc's malloc. Every rule change makes the
 /// control thread allocate and free pieces of large rule structures (a
 /// 512K-prefix FIB, TupleMerge tables, two copies of each); with mimalloc
-/// the update bench's writer applied a third more updates per second. The
-/// packet path allocates nothing, so forwarding does not depend on it. Its
-/// heap also gets transparent huge pages (it advises them; glibc's heap gets
-/// none while THP is in `madvise` mode), which made a 1M-entry microflow
-/// cache under uniform traffic faster (BENCHMARKS.md, "mimalloc").
+/// the update bench's writer applied a third more updates per second, and
+/// the acl+fib tables load faster. The packet path allocates nothing, so
+/// forwarding does not depend on it. mimalloc advises transparent huge
+/// pages for its heap (glibc's heap gets none in `madvise` THP mode): on a
+/// VM whose guest memory is still untouched, those first faults are slow
+/// (BENCHMARKS.md, "mimalloc as the global allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
