@@ -435,6 +435,7 @@ impl ClassifyReport {
             "serving_idle": u.map(|u| u.serving_idle),
             "serving_updating": u.map(|u| u.serving_updating),
             "threads_pinned": u.map(|u| u.writer_pinned && u.reader_pinned),
+            "core_round_trip_ns": u.map(|u| u.core_round_trip_ns),
             "anchor": best.map(|_| "dpdk-test-acl"),
             "anchor_mpps": best.map(|b| b.mpps),
             "anchor_alg": best.map(|b| b.alg.clone()),
@@ -626,6 +627,10 @@ pub struct UpdateReport {
     pub writer_pinned: bool,
     /// Whether the reader got pinned to CPU 1.
     pub reader_pinned: bool,
+    /// Cache-line round trip between CPUs 0 and 1 before the phases and
+    /// after them, ns ([`crate::cores::round_trip_ns`]): how far apart the
+    /// host put the writer's and the reader's CPUs.
+    pub core_round_trip_ns: [Option<f64>; 2],
 }
 
 /// The reader's lookup count, alone on its cache line so the writer's stop
@@ -736,6 +741,7 @@ pub fn measure_updates(
     let mut order: Vec<usize> = (0..rules.len()).collect();
     order.shuffle(&mut rand::rngs::SmallRng::seed_from_u64(cfg.seed));
 
+    let round_trip_before = crate::cores::round_trip_ns(0, 1);
     let mut v: Versioned<AnyClassifier, ClassifierOp> = Versioned::new(c);
     let stop = AtomicBool::new(false);
     let count = PaddedCount(AtomicU64::new(0));
@@ -758,6 +764,7 @@ pub fn measure_updates(
         reader_pinned.map_err(|_| anyhow::anyhow!("updates: reader thread panicked"))?;
     let mut report = writer.map_err(|_| anyhow::anyhow!("updates: writer thread panicked"))??;
     report.reader_pinned = reader_pinned;
+    report.core_round_trip_ns = [round_trip_before, crate::cores::round_trip_ns(0, 1)];
     v.publish();
     let last = v.writer_view().clone();
     if last.len() != rules.len() {
@@ -916,6 +923,7 @@ fn writer_phases(
         serving_updating,
         writer_pinned,
         reader_pinned: false,
+        core_round_trip_ns: [None; 2],
     })
 }
 
@@ -1177,6 +1185,7 @@ pub fn render_updates(u: &UpdateReport) -> String {
         "updates: remove + re-insert, random order, publish every {} ops, {cap}; {pin}\n",
         u.publish_every
     );
+    s.push_str(&crate::cores::describe(u.core_round_trip_ns));
     let mut t = Table::new(["reader phase", "serving", "Mlookups/s"]);
     if let (Some(m), Some(sv)) = (u.lookup_mpps_idle_compiled, u.serving_idle_compiled) {
         t.row(["idle, as compiled".to_string(), sv.to_string(), fmt_f(m, 2)]);

@@ -11,9 +11,13 @@
 //!
 //! Thread-safety: experiments own their threads; loaders are plain functions.
 #![warn(missing_docs)]
+// The classify report's `json!` object has more fields than the default
+// limit of 128 lets the macro expand.
+#![recursion_limit = "256"]
 
 pub mod classbench;
 pub mod classify;
+pub mod cores;
 pub mod datapath;
 pub mod dpdk;
 pub mod dpdk_fib;

@@ -118,6 +118,9 @@ pub struct UpdateReport {
     /// Reader packets served from a filtered entry after checking its
     /// new filters (whole run).
     pub reader_filter_checks: u64,
+    /// Cache-line round trip between CPUs 0 and 1 (writer and reader)
+    /// before and after the phases, ns ([`crate::cores::round_trip_ns`]).
+    pub core_round_trip_ns: [Option<f64>; 2],
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -314,6 +317,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
     let count = Padded(AtomicU64::new(0));
     let batch = args.batch.clamp(1, 256);
     let phase_len = Duration::from_secs_f64(args.seconds);
+    let round_trip_before = crate::cores::round_trip_ns(0, 1);
 
     let (writer_out, reader_out) = std::thread::scope(|s| {
         let reader = s.spawn(|| {
@@ -428,6 +432,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         reader_filter_checks: reader.filter_checks,
         reader,
         reader_actions,
+        core_round_trip_ns: [round_trip_before, crate::cores::round_trip_ns(0, 1)],
     })
 }
 
@@ -464,6 +469,7 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
             .map(|x| format!(", target {x} updates/s"))
             .unwrap_or_default()
     );
+    print!("{}", crate::cores::describe(r.core_round_trip_ns));
     print!("{}", t.render());
     let (idle, upd, rate, ratio) = (
         median(&r.idle_mpps),
@@ -513,6 +519,7 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
             "commit_every": args.commit_every,
             "commit_us": r.commit_us,
             "target_rate": args.rate,
+            "core_round_trip_ns": r.core_round_trip_ns,
             "rules": r.rules,
             "cores": 2,
         }));
