@@ -1,14 +1,18 @@
-//! Finds the index of `mi_option_purge_decommits` in the `mi_option_t`
-//! enum of the mimalloc header that `libmimalloc-sys` builds, so that
-//! main.rs can set that option: the `-sys` crate has no constant for it.
-//! Reading the index from the very header compiled into the binary means a
-//! mimalloc upgrade that moves the enum cannot silently set the wrong
-//! option; one that drops the option fails the build here, by name.
+//! Finds the indexes of the mimalloc options `src/allocator.rs` sets in the
+//! `mi_option_t` enum of the header that `libmimalloc-sys` builds: the
+//! `-sys` crate has no constants for them. Reading each index from the very
+//! header compiled into the binary means a mimalloc upgrade that moves the
+//! enum cannot silently set the wrong option; one that drops an option
+//! fails the build here, by name.
 
 use std::{env, fs, path::Path};
 
 const ENUM_OPENING: &str = "typedef enum mi_option_e {";
-const OPTION: &str = "mi_option_purge_decommits";
+/// The options, and the constant each becomes in `mimalloc_options.rs`.
+const OPTIONS: [(&str, &str); 2] = [
+    ("mi_option_purge_decommits", "MI_OPTION_PURGE_DECOMMITS"),
+    ("mi_option_allow_thp", "MI_OPTION_ALLOW_THP"),
+];
 
 fn main() {
     let include_dir = env::var("DEP_MIMALLOC_INCLUDE_DIR")
@@ -17,15 +21,18 @@ fn main() {
     println!("cargo:rerun-if-changed={}", header.display());
     let text =
         fs::read_to_string(&header).unwrap_or_else(|e| panic!("reading {}: {e}", header.display()));
-    let index = enum_index(&text, OPTION)
-        .unwrap_or_else(|| panic!("{} has no {OPTION} in mi_option_t", header.display()));
+    let mut constants = String::new();
+    for (option, constant) in OPTIONS {
+        let index = enum_index(&text, option)
+            .unwrap_or_else(|| panic!("{} has no {option} in mi_option_t", header.display()));
+        constants += &format!(
+            "/// `{option}`'s value, read from {}.\npub const {constant}: i32 = {index};\n",
+            header.display()
+        );
+    }
     let out =
         Path::new(&env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("mimalloc_options.rs");
-    fs::write(
-        out,
-        format!("/// `{OPTION}`'s value, read from {}.\npub const MI_OPTION_PURGE_DECOMMITS: i32 = {index};\n", header.display()),
-    )
-    .expect("writing OUT_DIR/mimalloc_options.rs");
+    fs::write(out, constants).expect("writing OUT_DIR/mimalloc_options.rs");
 }
 
 /// The value of `name` in the `mi_option_t` enum: its position among the

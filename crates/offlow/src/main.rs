@@ -2,46 +2,12 @@
 
 use clap::{Parser, Subcommand};
 
+mod allocator;
 mod demo;
 mod flowmod_bench;
 mod ofctl_syntax;
 mod run;
 mod trace;
-
-/// mimalloc rather than glibc's malloc. Every rule change makes the
-/// control thread allocate and free pieces of large rule structures (a
-/// 512K-prefix FIB, TupleMerge tables, two copies of each); with mimalloc
-/// the update bench's writer applied a third more updates per second, and
-/// the acl+fib tables load faster. The packet path allocates nothing, so
-/// forwarding does not depend on it. mimalloc advises transparent huge
-/// pages for its heap (glibc's heap gets none in `madvise` THP mode): on a
-/// VM whose guest memory is still untouched, those first faults are slow
-/// (BENCHMARKS.md, "mimalloc as the global allocator").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-mod mimalloc_options {
-    include!(concat!(env!("OUT_DIR"), "/mimalloc_options.rs"));
-}
-
-/// By default mimalloc decommits memory it purges (`MADV_DONTNEED`), and the
-/// kernel then clears every page it faults back in: building the acl+fib
-/// tables took twice as long as with glibc, 64% of it clearing pages.
-/// Purging by reset (`MADV_FREE`) keeps the pages until the kernel needs
-/// them. Set first thing in `main`; nothing has been purged yet. An
-/// operator's `MIMALLOC_PURGE_DECOMMITS` still wins.
-fn tune_allocator() {
-    if std::env::var_os("MIMALLOC_PURGE_DECOMMITS").is_none() {
-        // SAFETY: mi_option_set_enabled only stores an option value; the
-        // index is read by build.rs from the header compiled into this binary.
-        unsafe {
-            libmimalloc_sys::mi_option_set_enabled(
-                mimalloc_options::MI_OPTION_PURGE_DECOMMITS,
-                false,
-            )
-        };
-    }
-}
 
 #[derive(Parser)]
 #[command(name = "offlow", version, about = "An OpenFlow 1.3 software switch")]
@@ -123,7 +89,6 @@ fn require_cpu() -> anyhow::Result<()> {
 }
 
 fn main() -> anyhow::Result<()> {
-    tune_allocator();
     require_cpu()?;
     let cli = Cli::parse();
     match cli.command {
