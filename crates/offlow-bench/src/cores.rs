@@ -4,7 +4,7 @@
 //! that share an L3, and that decides how much a reader pays for the cache
 //! lines a writer on the other CPU dirtied. In the minutes when a plain C
 //! ping-pong (mean over 200,000 round trips, no `pause` in its spin) took
-//! about 470 ns, TupleMerge readers kept 0.67–0.75 of their idle rate
+//! about 470 ns, TupleMerge readers kept 0.67–0.76 of their idle rate
 //! under 1M updates/s; in minutes when it took about 100 ns, 0.92–0.97
 //! (BENCHMARKS.md, "Where the host puts the two vCPUs"). The update
 //! experiments measure the round trip before and after their phases, so a

@@ -4,9 +4,8 @@
 //! free pieces of large rule structures (a 512K-prefix FIB, TupleMerge
 //! tables, two copies of each). With mimalloc the update bench's writer
 //! was faster than with glibc's malloc in most alternated pairs, by up to
-//! 45%. The
-//! packet path allocates nothing, so forwarding does not depend on it
-//! (BENCHMARKS.md, "mimalloc as the global allocator").
+//! 45%. The packet path allocates nothing, so forwarding does not depend
+//! on it (BENCHMARKS.md, "mimalloc as the global allocator").
 //!
 //! Two options differ from mimalloc's defaults:
 //! - **Purge by reset** (`MADV_FREE`), not decommit (`MADV_DONTNEED`): a
