@@ -40,6 +40,34 @@ impl fmt::Display for FrameTooLong {
 
 impl std::error::Error for FrameTooLong {}
 
+/// Copy `src` into `dst`, which must have the same length (as
+/// `copy_from_slice`, which it falls back to and which panics otherwise).
+///
+/// Why: a frame's length is only known at run time, so `copy_from_slice`
+/// becomes a call into libc's `memcpy`, whose size dispatch cost as much
+/// as the copy itself for minimum-size frames (the rx load and the tx push
+/// were 9% of the cached datapath, perf, 2026-11-22). Frames of 32 to 128
+/// bytes are copied here as two or four fixed 32-byte moves that may
+/// overlap, which the compiler emits as plain vector loads and stores.
+#[inline(always)]
+pub fn copy_frame(dst: &mut [u8], src: &[u8]) {
+    const W: usize = 32;
+    let n = src.len();
+    if n != dst.len() || !(W..=4 * W).contains(&n) {
+        dst.copy_from_slice(src);
+        return;
+    }
+    // Chunks at 0 and n - 32 cover [0, n) when n <= 64; chunks at 32 and
+    // n - 64 cover the middle when n <= 128 (all starts are in range since
+    // n >= 32, and, for the middle pair, n > 64).
+    dst[..W].copy_from_slice(&src[..W]);
+    dst[n - W..].copy_from_slice(&src[n - W..]);
+    if n > 2 * W {
+        dst[W..2 * W].copy_from_slice(&src[W..2 * W]);
+        dst[n - 2 * W..n - W].copy_from_slice(&src[n - 2 * W..n - W]);
+    }
+}
+
 /// One frame held at `storage[head .. head + len]`; the bytes before `head`
 /// are headroom that pushes grow into.
 #[derive(Debug, Clone)]
@@ -109,7 +137,7 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf<S> {
         let room = st.len() - head;
         match st.get_mut(head..head + frame.len()) {
             Some(dst) => {
-                dst.copy_from_slice(frame);
+                copy_frame(dst, frame);
                 self.head = head;
                 self.len = frame.len();
                 Ok(())
@@ -210,6 +238,39 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The chunked copy writes exactly `src` into `dst` and nothing
+        /// around it, at every length including the chunk boundaries.
+        #[test]
+        fn copy_frame_equals_copy_from_slice(
+            src in proptest::collection::vec(any::<u8>(), 0..300),
+            at in 0usize..8,
+        ) {
+            let mut room = vec![0xA5u8; src.len() + 16];
+            copy_frame(&mut room[at..at + src.len()], &src);
+            let mut want = vec![0xA5u8; src.len() + 16];
+            want[at..at + src.len()].copy_from_slice(&src);
+            prop_assert_eq!(room, want);
+        }
+    }
+
+    #[test]
+    fn copy_frame_covers_every_chunk_boundary() {
+        for n in [0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 127, 128, 129, 1518] {
+            let src: Vec<u8> = (0..n).map(|i| (i % 251) as u8 + 1).collect();
+            let mut dst = vec![0u8; n];
+            copy_frame(&mut dst, &src);
+            assert_eq!(dst, src, "length {n}");
+        }
+    }
+
+    #[test]
+    #[should_panic]
+    fn copy_frame_rejects_unequal_lengths() {
+        copy_frame(&mut [0u8; 40], &[1u8; 41]);
+    }
 
     #[test]
     fn gap_moves_only_the_prefix() {

@@ -69,7 +69,7 @@ pub use action_table::{
     preserves_key, workers_of, ActionEntry, ActionRef, ActionTable, ActionTableStats, CachedRef,
     Dep, HitCheck, RuleCredit, Shape, FILTER_RING, MAX_FILTERS,
 };
-pub use buf::{FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
+pub use buf::{copy_frame, FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use execute::{
     controller_len, crc32c, execute, execute_prepared, last_frame_write, sctp_checksum,
     ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,

@@ -78,7 +78,7 @@ impl TxQueue {
         let at = self.len * self.max_frame;
         match self.slots.get_mut(at..at + frame.len()) {
             Some(dst) => {
-                dst.copy_from_slice(frame);
+                crate::buf::copy_frame(dst, frame);
                 *slot_len = frame.len();
                 self.len += 1;
             }
