@@ -56,6 +56,16 @@ pub trait Apply<Op> {
     /// ahead, so that the cache misses of consecutive ops on a big state
     /// overlap instead of queueing one after another.
     fn prefetch(&self, _op: &Op) {}
+
+    /// The second copy of a pair, equal to `self`: a clone, unless the
+    /// state keeps parts that only the copy ahead needs once for both
+    /// (the pipeline's match indexes, which only its writer reads).
+    fn replica(&self) -> Self
+    where
+        Self: Clone,
+    {
+        self.clone()
+    }
 }
 
 /// How many ops ahead the replay prefetches: far enough for a miss to
@@ -136,7 +146,7 @@ pub struct Versioned<T, Op> {
 impl<T: Apply<Op> + Clone, Op> Versioned<T, Op> {
     /// Publish `value` as version 0.
     pub fn new(value: T) -> Self {
-        let other = value.clone();
+        let other = value.replica();
         let shared = Shared {
             copies: [
                 UnsafeCell::new(Replica { version: 0, value }),

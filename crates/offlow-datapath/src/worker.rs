@@ -232,6 +232,13 @@ impl Apply<StateOp> for DatapathState {
             self.pipeline.prefetch_op(p);
         }
     }
+
+    fn replica(&self) -> DatapathState {
+        DatapathState {
+            pipeline: self.pipeline.replica(),
+            log: self.log.clone(),
+        }
+    }
 }
 
 /// Batches a worker may keep counts pending before it credits them.

@@ -332,7 +332,7 @@ fn pass(copies: &mut [Pipeline; 2], stream: &mut Stream, updates: usize, timed: 
 /// headline rate, then a timed pass (continuing the same stream) for the
 /// per-step breakdown.
 fn left_right(name: &str, p: Pipeline, rules: &[(Priority, FlowMatch)], updates: usize) {
-    let mut copies = [p.clone(), p];
+    let mut copies = [p.replica(), p];
     let mut stream = Stream {
         rules,
         installed: vec![true; rules.len()],

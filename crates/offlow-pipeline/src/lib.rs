@@ -32,7 +32,9 @@
 //! Thread-safety: `Pipeline` is `Send + Sync`. Lookups and counter credits
 //! take `&self` (counters are relaxed atomics shared by all copies); updates
 //! take `&mut self`, a single writer. Designed to sit in a left-right pair:
-//! clone once, then `apply` every op to both copies.
+//! make the second copy with [`Pipeline::replica`] (which shares the match
+//! indexes only the writer reads), then `apply` every op to both copies in
+//! the same order.
 #![warn(missing_docs)]
 
 pub mod action;

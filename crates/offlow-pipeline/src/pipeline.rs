@@ -14,6 +14,9 @@
 //! ## What an update costs
 //! A left-right pair pays `prepare` once and `apply` twice per flow-mod, so
 //! both are kept to a few cache misses in big tables:
+//! - the match indexes, which only `prepare` reads, are kept once for both
+//!   copies ([`Pipeline::replica`]) and updated by the copy that applies an
+//!   op first; the replay on the other copy skips them;
 //! - strict commands resolve through the match index with one bucket probe
 //!   (no scan, no allocation beyond the effect) and a single entry becomes
 //!   a plain [`PipelineOp::Insert`] / [`PipelineOp::Remove`], not a batch;
@@ -36,7 +39,9 @@
 //!
 //! Invariants: every table's classifier holds exactly the rules of its entry
 //! map (same ids), and so does its [`MatchIndex`] (which answers identical-
-//! match and overlap questions without scanning); a rule id is unique in the
+//! match and overlap questions without scanning) as of the newest replica,
+//! the one whose applied-op count equals the indexes' (see
+//! `SharedIndexes`); a rule id is unique in the
 //! whole pipeline; `index` maps every id to its table; `timed` holds
 //! exactly the installed entries that have an idle or hard timeout (the
 //! expiry scan's index, see [`crate::expiry`]; one more probe per update of
@@ -45,7 +50,7 @@
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use offlow_classifier::{
     Apply, BuildInput, Built, Classifier, Classify, IdTable, PortRange, Priority, RuleId,
@@ -77,8 +82,6 @@ struct FlowTable {
     /// value share a slot) and prefetchable, where a std `HashMap` costs
     /// two misses per update in a big table.
     entries: IdTable<Arc<FlowEntry>>,
-    /// Exact and overlap index over `entries`.
-    matches: MatchIndex,
     /// Shared by clones: table counters are credited through either copy.
     counters: Arc<TableCounters>,
 }
@@ -88,7 +91,6 @@ impl FlowTable {
         FlowTable {
             classifier: TableClassifier::default(),
             entries: IdTable::new(),
-            matches: MatchIndex::default(),
             counters: Arc::new(TableCounters::default()),
         }
     }
@@ -470,10 +472,18 @@ pub struct TableStats {
 /// `Clone` copies the rules but *shares* entries and counters (they sit
 /// behind `Arc`s): the intended use is the two copies of a left-right pair,
 /// which must count into one place. A clone is not an independent snapshot
-/// of the counters.
-#[derive(Debug, Clone)]
+/// of the counters. A clone's match indexes are its own; a
+/// [`replica`](Pipeline::replica) shares them (see `SharedIndexes`).
+#[derive(Debug)]
 pub struct Pipeline {
     tables: Vec<FlowTable>,
+    /// Every table's exact and overlap index ([`MatchIndex`]), shared by
+    /// the replicas of this pipeline and kept for the one ahead.
+    matches: Arc<Mutex<SharedIndexes>>,
+    /// Leaf ops (`Insert`, `Remove`) this copy has applied: compared with
+    /// [`SharedIndexes::through`] to know whether the indexes still need
+    /// the op being applied.
+    applied: u64,
     /// Rule id to table id.
     index: IdTable<u8>,
     /// Next id to try; ids are allocated in `prepare` and committed by `apply`.
@@ -486,6 +496,78 @@ pub struct Pipeline {
     /// identical in every copy. Holds a second reference to each entry,
     /// dropped before the pool tries to recycle it.
     timed: IdTable<TimedSlot>,
+}
+
+/// The tables' match indexes, which only `prepare` reads (lookups never
+/// do), kept once for all the replicas of a pipeline (the two copies of a
+/// left-right pair) instead of once per copy.
+///
+/// Why: maintaining the index of a 512K-rule table is cold misses on
+/// every update (a hash bucket per key mask, the group), and a left-right
+/// pair applies every op twice; the second copy's index work was about a
+/// sixth of the writer's time (perf, 2026-11-22), and the index's memory
+/// was held twice.
+///
+/// How: replicas apply the same ops in the same order (the left-right
+/// contract), so the copy that is ahead is the one whose applied-op count
+/// equals `through`. That copy updates the indexes and advances `through`;
+/// a copy that is behind (replaying on publish) finds the op already in and
+/// skips it. `prepare` on the copy that is ahead answers from the indexes;
+/// on one that is behind (which a left-right writer never does) it builds
+/// indexes of its own entries first, so the answer is always right for the
+/// copy asked.
+///
+/// Thread-safety: behind a mutex, taken by the writer only (each leaf op
+/// of `apply`, each `prepare`); never by a lookup.
+#[derive(Debug)]
+struct SharedIndexes {
+    /// Leaf ops reflected in `tables`: the applied-op count of the copy
+    /// that is ahead.
+    through: u64,
+    /// One index per flow table.
+    tables: Vec<MatchIndex>,
+}
+
+/// The match indexes a `prepare` reads: the shared ones (this copy is
+/// ahead) or ones built for this copy alone (it is behind).
+enum IndexView<'a> {
+    Shared(MutexGuard<'a, SharedIndexes>),
+    Own(Vec<MatchIndex>),
+}
+
+impl core::ops::Deref for IndexView<'_> {
+    type Target = [MatchIndex];
+
+    fn deref(&self) -> &[MatchIndex] {
+        match self {
+            IndexView::Shared(g) => &g.tables,
+            IndexView::Own(v) => v,
+        }
+    }
+}
+
+/// The lock on `m`. A writer that panicked mid-update left `through`
+/// unadvanced (it is written last), so the data is used as is.
+fn lock_indexes(m: &Mutex<SharedIndexes>) -> MutexGuard<'_, SharedIndexes> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Clone for Pipeline {
+    /// Copies the rules and indexes (the indexes are the clone's own: it
+    /// may diverge), sharing entries and counters.
+    fn clone(&self) -> Pipeline {
+        let tables = match self.indexes() {
+            IndexView::Shared(g) => g.tables.clone(),
+            IndexView::Own(v) => v,
+        };
+        Pipeline {
+            matches: Arc::new(Mutex::new(SharedIndexes {
+                through: self.applied,
+                tables,
+            })),
+            ..self.replica()
+        }
+    }
 }
 
 /// Most spare entry allocations an [`EntryPool`] keeps.
@@ -559,6 +641,10 @@ impl Apply<PipelineOp> for Pipeline {
     fn prefetch(&self, op: &PipelineOp) {
         self.prefetch_op(op);
     }
+
+    fn replica(&self) -> Pipeline {
+        Pipeline::replica(self)
+    }
 }
 
 /// Hidden VLAN tags remembered during one lookup (push over an existing tag
@@ -571,11 +657,54 @@ impl Pipeline {
         let n = n_tables.clamp(1, MAX_TABLES);
         Pipeline {
             tables: (0..n).map(|_| FlowTable::new()).collect(),
+            matches: Arc::new(Mutex::new(SharedIndexes {
+                through: 0,
+                tables: (0..n).map(|_| MatchIndex::default()).collect(),
+            })),
+            applied: 0,
             index: IdTable::new(),
             next_id: 1,
             pool: Arc::default(),
             timed: IdTable::new(),
         }
+    }
+
+    /// A copy to keep in step with this one by applying the same ops in
+    /// the same order (the other copy of a left-right pair): like a clone,
+    /// but sharing the match indexes, which the copy ahead maintains alone
+    /// (see `SharedIndexes`). Applying different ops to replicas breaks
+    /// that; use `clone` for a copy that may diverge.
+    pub fn replica(&self) -> Pipeline {
+        Pipeline {
+            tables: self.tables.clone(),
+            matches: Arc::clone(&self.matches),
+            applied: self.applied,
+            index: self.index.clone(),
+            next_id: self.next_id,
+            pool: Arc::clone(&self.pool),
+            timed: self.timed.clone(),
+        }
+    }
+
+    /// The match indexes describing this copy's entries.
+    fn indexes(&self) -> IndexView<'_> {
+        let g = lock_indexes(&self.matches);
+        if g.through == self.applied {
+            return IndexView::Shared(g);
+        }
+        drop(g);
+        IndexView::Own(
+            self.tables
+                .iter()
+                .map(|t| {
+                    let mut ix = MatchIndex::default();
+                    for e in t.entries.values() {
+                        ix.insert(e);
+                    }
+                    ix
+                })
+                .collect(),
+        )
     }
 
     /// Number of tables.
@@ -684,25 +813,28 @@ impl Pipeline {
         now_ns: u64,
         shadow: ShadowReport,
     ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
-        let table = self.table(fm.table_id)?;
+        self.table(fm.table_id)?;
         let program = validate_instructions(
             fm.table_id,
             self.n_tables(),
             &fm.matcher.matcher,
             &fm.instructions,
         )?;
+        let indexes = self.indexes();
+        // The table exists (checked above), so its index does.
+        let Some(matches) = indexes.get(usize::from(fm.table_id)) else {
+            return Err(PipelineError::BadTableId(fm.table_id));
+        };
         // §6.4: with CHECK_OVERLAP, refuse if a packet could match both this
         // and an existing entry of the same priority.
         if fm.flags.has(FlowModFlags::CHECK_OVERLAP)
-            && table
-                .matches
-                .any_overlapping(&fm.matcher, fm.priority, fm.priority)
+            && matches.any_overlapping(&fm.matcher, fm.priority, fm.priority)
         {
             return Err(PipelineError::Overlap);
         }
         // §6.4: an entry with identical match and priority is replaced;
         // counters are copied unless RESET_COUNTS.
-        let old = table.matches.find_identical(fm.priority, &fm.matcher);
+        let old = matches.find_identical(fm.priority, &fm.matcher);
         let mut effect = FlowModEffect::default();
         let (id, counters) = match old {
             Some(old) => {
@@ -723,9 +855,7 @@ impl Pipeline {
                 // are too many to list: then the whole table counts.
                 let listed = match shadow {
                     ShadowReport::List => {
-                        table
-                            .matches
-                            .overlapping_at_most(&fm.matcher, 0, fm.priority, SHADOW_LIMIT)
+                        matches.overlapping_at_most(&fm.matcher, 0, fm.priority, SHADOW_LIMIT)
                     }
                     ShadowReport::WholeTable => None,
                 };
@@ -788,9 +918,20 @@ impl Pipeline {
         };
         let mut out: Vec<&Arc<FlowEntry>> = if f.strict {
             // At most one entry per table has this exact match and priority.
+            let indexes = self.indexes();
+            // `tables` starts at table 0 (all) or is the one named.
+            let first = if f.table_id == TABLE_ALL {
+                0
+            } else {
+                usize::from(f.table_id)
+            };
             tables
                 .iter()
-                .filter_map(|t| t.matches.find_identical(f.priority, &f.matcher))
+                .zip(first..)
+                .filter_map(|(t, i)| {
+                    let e = indexes.get(i)?.find_identical(f.priority, &f.matcher)?;
+                    t.entries.get(e.id.into())
+                })
                 .filter(|e| f.passes_filters(e))
                 .collect()
         } else {
@@ -806,12 +947,12 @@ impl Pipeline {
 
     /// The single entry a strict request on one table selects (no
     /// allocation: the common MODIFY_STRICT / DELETE_STRICT path).
-    fn select_strict_one(&self, f: &FlowFilter) -> Option<&Arc<FlowEntry>> {
-        self.tables
-            .get(f.table_id as usize)?
-            .matches
+    fn select_strict_one(&self, f: &FlowFilter) -> Option<Arc<FlowEntry>> {
+        self.indexes()
+            .get(usize::from(f.table_id))?
             .find_identical(f.priority, &f.matcher)
             .filter(|e| f.passes_filters(e))
+            .cloned()
     }
 
     /// `ops` as one op: a lone op is returned as itself, so a strict
@@ -875,7 +1016,7 @@ impl Pipeline {
             let op = match self.select_strict_one(&filter) {
                 Some(old) => {
                     effect.modified.push(old.id);
-                    PipelineOp::Insert(self.modified_entry(old, fm, &fm.instructions, program))
+                    PipelineOp::Insert(self.modified_entry(&old, fm, &fm.instructions, program))
                 }
                 None => PipelineOp::Batch(Vec::new()),
             };
@@ -900,11 +1041,12 @@ impl Pipeline {
         if filter.strict && filter.table_id != TABLE_ALL {
             let op = match self.select_strict_one(&filter) {
                 Some(e) => {
-                    effect.removed.push(Arc::clone(e));
-                    PipelineOp::Remove {
+                    let op = PipelineOp::Remove {
                         table_id: e.table_id,
                         id: e.id,
-                    }
+                    };
+                    effect.removed.push(e);
+                    op
                 }
                 None => PipelineOp::Batch(Vec::new()),
             };
@@ -958,6 +1100,16 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(e.table_id as usize) else {
                     return;
                 };
+                let mut shared = lock_indexes(&self.matches);
+                // Only the copy ahead updates the shared indexes.
+                let ahead = shared.through == self.applied;
+                self.applied += 1;
+                let matches = if ahead {
+                    shared.through = self.applied;
+                    shared.tables.get_mut(usize::from(e.table_id))
+                } else {
+                    None
+                };
                 let prev = t.entries.insert(e.id.into(), Arc::clone(e));
                 // Keep `timed` in step before `prev` may be recycled (the
                 // pool only reuses an entry whose last reference it holds).
@@ -973,20 +1125,27 @@ impl Pipeline {
                     // so only the entry pointers are swapped. Leaving the
                     // classifier alone also keeps its compiled snapshot.
                     Some(old) if old.priority == e.priority && old.matcher == e.matcher => {
-                        t.matches.replace(&old, e);
+                        if let Some(m) = matches {
+                            m.replace(&old, e);
+                        }
+                        drop(shared);
                         self.pool.recycle(old);
                     }
                     // Same id, new match or priority: re-index in general.
                     Some(old) => {
                         t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
-                        t.matches.remove(&old);
-                        t.matches.insert(e);
+                        if let Some(m) = matches {
+                            m.remove(&old);
+                            m.insert(e);
+                        }
                     }
                     None => {
                         t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
-                        t.matches.insert(e);
-                        // A new rule: later ADDs are likely shaped alike.
-                        t.matches.prepare_for(&e.matcher, e.priority);
+                        if let Some(m) = matches {
+                            m.insert(e);
+                            // A new rule: later ADDs are likely shaped alike.
+                            m.prepare_for(&e.matcher, e.priority);
+                        }
                         self.index.insert(e.id.into(), e.table_id);
                     }
                 }
@@ -1000,11 +1159,22 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(*table_id as usize) else {
                     return;
                 };
+                let mut shared = lock_indexes(&self.matches);
+                let ahead = shared.through == self.applied;
+                self.applied += 1;
+                if ahead {
+                    shared.through = self.applied;
+                }
                 if let Some(old) = t.entries.remove(u64::from(*id)) {
                     if old.has_timeout() {
                         self.timed.remove(u64::from(*id));
                     }
-                    t.matches.remove(&old);
+                    if ahead {
+                        if let Some(m) = shared.tables.get_mut(usize::from(*table_id)) {
+                            m.remove(&old);
+                        }
+                    }
+                    drop(shared);
                     t.classifier.discard(*id);
                     self.index.remove(u64::from(*id));
                     self.pool.recycle(old);

@@ -366,3 +366,152 @@ proptest! {
         }
     }
 }
+
+// ------------------------------------------------- replicas sharing indexes
+
+/// What a flow-mod's effect says, by id (entries compared by id).
+fn effect_ids(e: &FlowModEffect) -> (Vec<RuleId>, Vec<RuleId>, Vec<RuleId>, Vec<RuleId>, bool) {
+    let mut removed: Vec<RuleId> = e.removed.iter().map(|x| x.id).collect();
+    removed.sort_unstable();
+    (
+        e.added.clone(),
+        e.modified.clone(),
+        removed,
+        e.shadowed.clone(),
+        e.shadowed_all,
+    )
+}
+
+/// A flow-mod of the replica test: the reference test's ops plus strict
+/// commands, which resolve through the match index.
+#[derive(Debug, Clone)]
+enum ReplicaStep {
+    Mod(Op),
+    /// DELETE_STRICT (`false`) or MODIFY_STRICT (`true`) of a rule spec's
+    /// table, priority and match.
+    Strict(RuleSpec, bool),
+    /// Publish: replay the pending ops on the copy behind and, if `true`,
+    /// let the other copy take the next ops (the left-right swap).
+    Publish(bool),
+    /// Prepare a strict delete on the copy that is behind (its indexes must
+    /// describe its own entries, not the newer copy's).
+    AskBehind(RuleSpec),
+}
+
+fn arb_replica_step() -> impl Strategy<Value = ReplicaStep> {
+    prop_oneof![
+        6 => arb_op().prop_map(ReplicaStep::Mod),
+        3 => (arb_rule(), any::<bool>()).prop_map(|(r, m)| ReplicaStep::Strict(r, m)),
+        2 => any::<bool>().prop_map(ReplicaStep::Publish),
+        1 => arb_rule().prop_map(ReplicaStep::AskBehind),
+    ]
+}
+
+fn flow_mod_of(step: &ReplicaStep, n: u8) -> Option<FlowMod> {
+    Some(match step {
+        ReplicaStep::Mod(Op::Add(spec)) => {
+            let table = spec.table % n;
+            FlowMod::add(
+                table,
+                spec.priority,
+                spec.matcher,
+                instructions(spec, table, n),
+            )
+            .with_cookie(spec.cookie, 0)
+        }
+        ReplicaStep::Mod(Op::Delete(t, m, cookie, mask)) => {
+            FlowMod::new(FlowModCommand::Delete, t % n, 0, *m).with_cookie(*cookie, *mask)
+        }
+        ReplicaStep::Strict(spec, modify) => {
+            let table = spec.table % n;
+            let command = if *modify {
+                FlowModCommand::ModifyStrict
+            } else {
+                FlowModCommand::DeleteStrict
+            };
+            let mut fm = FlowMod::new(command, table, spec.priority, spec.matcher);
+            fm.instructions = instructions(spec, table, n);
+            fm
+        }
+        ReplicaStep::Publish(_) | ReplicaStep::AskBehind(_) => return None,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 256 } else { 2048 }))]
+
+    /// Two replicas used as a left-right pair (ops applied to the writer's
+    /// copy at once and replayed on the other at each publish, the roles
+    /// swapping) give the same effects as a pipeline alone with its own
+    /// indexes, answer lookups alike, and a prepare on the copy behind
+    /// answers for that copy's own entries.
+    #[test]
+    fn replicas_sharing_indexes_match_a_lone_pipeline(
+        n in 2u8..=4,
+        steps in proptest::collection::vec(arb_replica_step(), 1..40),
+        keys in proptest::collection::vec(arb_key(), 16),
+    ) {
+        let mut copies = [Pipeline::new(u16::from(n)), Pipeline::new(u16::from(n))];
+        copies[1] = copies[0].replica();
+        let mut writer = 0usize;
+        let mut pending: Vec<PipelineOp> = Vec::new();
+        let mut alone = Pipeline::new(u16::from(n));
+        // `alone` as of the last publish: what the copy behind holds.
+        let mut published = alone.clone();
+        for step in &steps {
+            match step {
+                ReplicaStep::Publish(swap) => {
+                    let behind = 1 - writer;
+                    for op in pending.drain(..) {
+                        copies[behind].apply(&op);
+                    }
+                    if *swap {
+                        writer = behind;
+                    }
+                    published = alone.clone();
+                }
+                ReplicaStep::AskBehind(spec) => {
+                    let table = spec.table % n;
+                    let fm = FlowMod::new(FlowModCommand::DeleteStrict, table, spec.priority, spec.matcher);
+                    let got = copies[1 - writer].prepare(&fm, 0).expect("delete never fails");
+                    let want = published.prepare(&fm, 0).expect("delete never fails");
+                    prop_assert_eq!(effect_ids(&got.1), effect_ids(&want.1));
+                }
+                step => {
+                    let fm = flow_mod_of(step, n).expect("a flow-mod step");
+                    let got = copies[writer].prepare(&fm, 0);
+                    let want = alone.prepare(&fm, 0);
+                    match (got, want) {
+                        (Ok((op, effect)), Ok((alone_op, alone_effect))) => {
+                            prop_assert_eq!(effect_ids(&effect), effect_ids(&alone_effect));
+                            copies[writer].apply(&op);
+                            pending.push(op);
+                            alone.apply(&alone_op);
+                        }
+                        (Err(a), Err(b)) => prop_assert_eq!(a, b),
+                        (a, b) => prop_assert!(false, "replica {:?}, alone {:?}", a.map(|x| x.1), b.map(|x| x.1)),
+                    }
+                }
+            }
+        }
+        for op in pending.drain(..) {
+            copies[1 - writer].apply(&op);
+        }
+        for k in &keys {
+            let want = alone.lookup(k);
+            for c in &copies {
+                let got = c.lookup(k);
+                prop_assert_eq!(&got.actions, &want.actions, "key {:?}", k);
+                prop_assert_eq!(&got.path, &want.path);
+            }
+        }
+        // Both caught up: either may prepare now, through the shared
+        // indexes, and a clone keeps answering alike on its own.
+        let probe = FlowMod::new(FlowModCommand::Delete, 0, 0, Match::ANY);
+        let want = effect_ids(&alone.prepare(&probe, 0).expect("delete").1);
+        for c in &copies {
+            prop_assert_eq!(&effect_ids(&c.prepare(&probe, 0).expect("delete").1), &want);
+            prop_assert_eq!(&effect_ids(&c.clone().prepare(&probe, 0).expect("delete").1), &want);
+        }
+    }
+}
