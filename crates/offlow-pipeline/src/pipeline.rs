@@ -50,6 +50,7 @@
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use offlow_classifier::{
@@ -479,7 +480,7 @@ pub struct Pipeline {
     tables: Vec<FlowTable>,
     /// Every table's exact and overlap index ([`MatchIndex`]), shared by
     /// the replicas of this pipeline and kept for the one ahead.
-    matches: Arc<Mutex<SharedIndexes>>,
+    matches: Arc<SharedIndexes>,
     /// Leaf ops (`Insert`, `Remove`) this copy has applied: compared with
     /// [`SharedIndexes::through`] to know whether the indexes still need
     /// the op being applied.
@@ -517,21 +518,57 @@ pub struct Pipeline {
 /// indexes of its own entries first, so the answer is always right for the
 /// copy asked.
 ///
-/// Thread-safety: behind a mutex, taken by the writer only (each leaf op
-/// of `apply`, each `prepare`); never by a lookup.
+/// Thread-safety: the indexes sit behind a mutex, taken by the writer only
+/// (a leaf op of the copy ahead, a `prepare`), never by a lookup. The copy
+/// behind needs no lock to know it is behind: `through` only grows, so once
+/// it exceeds the copy's count it stays so (an acquire load suffices).
 #[derive(Debug)]
 struct SharedIndexes {
     /// Leaf ops reflected in `tables`: the applied-op count of the copy
-    /// that is ahead.
-    through: u64,
+    /// that is ahead. Written only with `tables` locked.
+    through: AtomicU64,
     /// One index per flow table.
-    tables: Vec<MatchIndex>,
+    tables: Mutex<Vec<MatchIndex>>,
+}
+
+impl SharedIndexes {
+    fn new(through: u64, tables: Vec<MatchIndex>) -> SharedIndexes {
+        SharedIndexes {
+            through: AtomicU64::new(through),
+            tables: Mutex::new(tables),
+        }
+    }
+
+    /// The indexes, locked, if they reflect exactly `applied` leaf ops.
+    fn at(&self, applied: u64) -> Option<MutexGuard<'_, Vec<MatchIndex>>> {
+        if self.through.load(Ordering::Acquire) != applied {
+            return None;
+        }
+        // A panic while they were updated (a bug) leaves them as they were
+        // left; `through` was advanced before, so no copy trusts them less.
+        let g = self
+            .tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Re-checked under the lock, which every writer of `through` holds.
+        (self.through.load(Ordering::Relaxed) == applied).then_some(g)
+    }
+
+    /// For a copy that has applied `applied` leaf ops and is applying the
+    /// next: the indexes to update with it, locked and already marked as
+    /// holding it, when this copy is the one ahead; `None` when they hold
+    /// it already (the copy is replaying).
+    fn claim_next(&self, applied: u64) -> Option<MutexGuard<'_, Vec<MatchIndex>>> {
+        let g = self.at(applied)?;
+        self.through.store(applied + 1, Ordering::Release);
+        Some(g)
+    }
 }
 
 /// The match indexes a `prepare` reads: the shared ones (this copy is
 /// ahead) or ones built for this copy alone (it is behind).
 enum IndexView<'a> {
-    Shared(MutexGuard<'a, SharedIndexes>),
+    Shared(MutexGuard<'a, Vec<MatchIndex>>),
     Own(Vec<MatchIndex>),
 }
 
@@ -540,16 +577,10 @@ impl core::ops::Deref for IndexView<'_> {
 
     fn deref(&self) -> &[MatchIndex] {
         match self {
-            IndexView::Shared(g) => &g.tables,
+            IndexView::Shared(g) => g,
             IndexView::Own(v) => v,
         }
     }
-}
-
-/// The lock on `m`. A writer that panicked mid-update left `through`
-/// unadvanced (it is written last), so the data is used as is.
-fn lock_indexes(m: &Mutex<SharedIndexes>) -> MutexGuard<'_, SharedIndexes> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Clone for Pipeline {
@@ -557,14 +588,11 @@ impl Clone for Pipeline {
     /// may diverge), sharing entries and counters.
     fn clone(&self) -> Pipeline {
         let tables = match self.indexes() {
-            IndexView::Shared(g) => g.tables.clone(),
+            IndexView::Shared(g) => g.clone(),
             IndexView::Own(v) => v,
         };
         Pipeline {
-            matches: Arc::new(Mutex::new(SharedIndexes {
-                through: self.applied,
-                tables,
-            })),
+            matches: Arc::new(SharedIndexes::new(self.applied, tables)),
             ..self.replica()
         }
     }
@@ -657,10 +685,10 @@ impl Pipeline {
         let n = n_tables.clamp(1, MAX_TABLES);
         Pipeline {
             tables: (0..n).map(|_| FlowTable::new()).collect(),
-            matches: Arc::new(Mutex::new(SharedIndexes {
-                through: 0,
-                tables: (0..n).map(|_| MatchIndex::default()).collect(),
-            })),
+            matches: Arc::new(SharedIndexes::new(
+                0,
+                (0..n).map(|_| MatchIndex::default()).collect(),
+            )),
             applied: 0,
             index: IdTable::new(),
             next_id: 1,
@@ -688,11 +716,9 @@ impl Pipeline {
 
     /// The match indexes describing this copy's entries.
     fn indexes(&self) -> IndexView<'_> {
-        let g = lock_indexes(&self.matches);
-        if g.through == self.applied {
+        if let Some(g) = self.matches.at(self.applied) {
             return IndexView::Shared(g);
         }
-        drop(g);
         IndexView::Own(
             self.tables
                 .iter()
@@ -1100,16 +1126,12 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(e.table_id as usize) else {
                     return;
                 };
-                let mut shared = lock_indexes(&self.matches);
                 // Only the copy ahead updates the shared indexes.
-                let ahead = shared.through == self.applied;
+                let mut shared = self.matches.claim_next(self.applied);
                 self.applied += 1;
-                let matches = if ahead {
-                    shared.through = self.applied;
-                    shared.tables.get_mut(usize::from(e.table_id))
-                } else {
-                    None
-                };
+                let matches = shared
+                    .as_mut()
+                    .and_then(|g| g.get_mut(usize::from(e.table_id)));
                 let prev = t.entries.insert(e.id.into(), Arc::clone(e));
                 // Keep `timed` in step before `prev` may be recycled (the
                 // pool only reuses an entry whose last reference it holds).
@@ -1159,20 +1181,17 @@ impl Pipeline {
                 let Some(t) = self.tables.get_mut(*table_id as usize) else {
                     return;
                 };
-                let mut shared = lock_indexes(&self.matches);
-                let ahead = shared.through == self.applied;
+                let mut shared = self.matches.claim_next(self.applied);
                 self.applied += 1;
-                if ahead {
-                    shared.through = self.applied;
-                }
                 if let Some(old) = t.entries.remove(u64::from(*id)) {
                     if old.has_timeout() {
                         self.timed.remove(u64::from(*id));
                     }
-                    if ahead {
-                        if let Some(m) = shared.tables.get_mut(usize::from(*table_id)) {
-                            m.remove(&old);
-                        }
+                    if let Some(m) = shared
+                        .as_mut()
+                        .and_then(|g| g.get_mut(usize::from(*table_id)))
+                    {
+                        m.remove(&old);
                     }
                     drop(shared);
                     t.classifier.discard(*id);
