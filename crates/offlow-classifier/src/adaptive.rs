@@ -33,8 +33,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::{
-    Classify, FibClassifier, FibRoutes, FlowKey, RfcAnswer, RfcError, RfcSet, RfcSetConfig, Rule,
-    RuleId, TupleMerge,
+    Classify, FibClassifier, FibRoutes, Field, FlowKey, Match, RfcAnswer, RfcError, RfcSet,
+    RfcSetConfig, Rule, RuleId, TupleMerge,
 };
 
 /// Tuning of [`Classifier::compile`].
@@ -422,6 +422,28 @@ impl Classifier {
     pub fn prefetch(&self, id: RuleId) {
         if let Mode::Fib(f) = &self.mode {
             f.prefetch(id);
+        }
+    }
+
+    /// Later stages of [`prefetch`](Self::prefetch) for an update of `id`
+    /// coming `stage` updates from now (see [`FibClassifier::prefetch_near`]).
+    #[inline]
+    pub fn prefetch_near(&self, id: RuleId, stage: usize) {
+        if let Mode::Fib(f) = &self.mode {
+            f.prefetch_near(id, stage);
+        }
+    }
+
+    /// The same for an update of a rule matching `m`, taking its prefix
+    /// from the `ipv4_dst` field (only a hint: a match the FIB would not
+    /// serve just loads a line or two for nothing).
+    #[inline]
+    pub fn prefetch_match(&self, m: &Match, stage: usize) {
+        if let Mode::Fib(f) = &self.mode {
+            let (value, mask) = m.field(Field::Ipv4Dst);
+            // The field is 32 bits wide: lossless.
+            let len = (mask as u32).leading_ones() as u8;
+            f.prefetch_prefix(value as u32, len, stage);
         }
     }
 

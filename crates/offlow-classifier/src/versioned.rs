@@ -57,6 +57,13 @@ pub trait Apply<Op> {
     /// overlap instead of queueing one after another.
     fn prefetch(&self, _op: &Op) {}
 
+    /// A later stage of [`prefetch`](Self::prefetch), called when `op` is
+    /// `stage` ops ahead ([`REPLAY_NEAR`]: 2, then 1): may read what the
+    /// earlier stages loaded (so those reads hit) and start loading the
+    /// next level of a dependent chain (a trie walk). Must not change
+    /// anything.
+    fn prefetch_near(&self, _op: &Op, _stage: usize) {}
+
     /// The second copy of a pair, equal to `self`: a clone, unless the
     /// state keeps parts that only the copy ahead needs once for both
     /// (the pipeline's match indexes, which only its writer reads).
@@ -72,6 +79,10 @@ pub trait Apply<Op> {
 /// land before its op comes up (an op takes a few hundred ns on a
 /// 512K-rule pipeline), near enough not to evict what is still needed.
 const REPLAY_LOOKAHEAD: usize = 4;
+
+/// Distances (in ops) at which the replay calls [`Apply::prefetch_near`],
+/// farthest first: each stage reads what the previous one loaded.
+const REPLAY_NEAR: [usize; 2] = [2, 1];
 
 /// Update operations for any classifier.
 // Unboxed on purpose: ops sit in a Vec oplog (contiguous, reused), and a
@@ -277,6 +288,11 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
         while let Some(op) = ops.next() {
             if let Some(ahead) = ops.as_slice().get(REPLAY_LOOKAHEAD - 1) {
                 copy.value.prefetch(ahead);
+            }
+            for stage in REPLAY_NEAR {
+                if let Some(near) = ops.as_slice().get(stage - 1) {
+                    copy.value.prefetch_near(near, stage);
+                }
             }
             copy.value.apply_owned(op);
         }

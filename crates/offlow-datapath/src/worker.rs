@@ -233,6 +233,12 @@ impl Apply<StateOp> for DatapathState {
         }
     }
 
+    fn prefetch_near(&self, op: &StateOp, stage: usize) {
+        if let StateOp::Pipeline(p) = op {
+            self.pipeline.prefetch_op_near(p, stage);
+        }
+    }
+
     fn replica(&self) -> DatapathState {
         DatapathState {
             pipeline: self.pipeline.replica(),

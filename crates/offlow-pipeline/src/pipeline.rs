@@ -670,6 +670,10 @@ impl Apply<PipelineOp> for Pipeline {
         self.prefetch_op(op);
     }
 
+    fn prefetch_near(&self, op: &PipelineOp, stage: usize) {
+        self.prefetch_op_near(op, stage);
+    }
+
     fn replica(&self) -> Pipeline {
         Pipeline::replica(self)
     }
@@ -806,11 +810,29 @@ impl Pipeline {
         now_ns: u64,
         shadow: ShadowReport,
     ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
-        match fm.command {
+        // An ADD or a delete will change the table's classifier when the
+        // op is applied, right after this: start its first dependent loads
+        // now (a FIB's trie walk), under the index misses of `prepare`.
+        // A MODIFY leaves the classifier alone.
+        let classifier = match fm.command {
+            FlowModCommand::Modify | FlowModCommand::ModifyStrict => None,
+            _ => self
+                .tables
+                .get(usize::from(fm.table_id))
+                .map(|t| &t.classifier),
+        };
+        if let Some(c) = classifier {
+            c.prefetch_match(&fm.matcher.matcher, 2);
+        }
+        let prepared = match fm.command {
             FlowModCommand::Add => self.prepare_add(fm, now_ns, shadow),
             FlowModCommand::Modify | FlowModCommand::ModifyStrict => self.prepare_modify(fm),
             FlowModCommand::Delete | FlowModCommand::DeleteStrict => Ok(self.prepare_delete(fm)),
+        };
+        if let Some(c) = classifier {
+            c.prefetch_match(&fm.matcher.matcher, 1);
         }
+        prepared
     }
 
     /// `prepare` then `apply`: for a single copy (tests, tools).
@@ -1111,6 +1133,26 @@ impl Pipeline {
             t.entries.prefetch(id.into());
             t.classifier.prefetch(id);
             self.index.prefetch(id.into());
+        }
+    }
+
+    /// The later stages of [`prefetch_op`](Self::prefetch_op) for an op
+    /// `stage` ops ahead (2, then 1): the classifier's dependent loads (a
+    /// FIB's trie walk). Changes nothing. A batch hints its first op only.
+    pub fn prefetch_op_near(&self, op: &PipelineOp, stage: usize) {
+        let (table_id, id) = match op {
+            PipelineOp::Insert(e) => (e.table_id, e.id),
+            PipelineOp::Remove { table_id, id } => (*table_id, *id),
+            PipelineOp::Batch(ops) => {
+                if let Some(first) = ops.first() {
+                    self.prefetch_op_near(first, stage);
+                }
+                return;
+            }
+            PipelineOp::Compile | PipelineOp::Install(_) => return,
+        };
+        if let Some(t) = self.tables.get(usize::from(table_id)) {
+            t.classifier.prefetch_near(id, stage);
         }
     }
 
