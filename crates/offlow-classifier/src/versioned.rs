@@ -58,7 +58,7 @@ pub trait Apply<Op> {
     fn prefetch(&self, _op: &Op) {}
 
     /// A later stage of [`prefetch`](Self::prefetch), called when `op` is
-    /// `stage` ops ahead ([`REPLAY_NEAR`]: 2, then 1): may read what the
+    /// `stage` ops ahead (`REPLAY_NEAR`: 2, then 1): may read what the
     /// earlier stages loaded (so those reads hit) and start loading the
     /// next level of a dependent chain (a trie walk). Must not change
     /// anything.

@@ -273,6 +273,19 @@ pub enum PipelineOp {
     Install(Arc<[(u8, Built)]>),
 }
 
+impl PipelineOp {
+    /// The table and rule a leaf op changes (a batch's first op's), for
+    /// prefetch hints; `None` for ops that touch no single rule.
+    fn first_target(&self) -> Option<(u8, RuleId)> {
+        match self {
+            PipelineOp::Insert(e) => Some((e.table_id, e.id)),
+            PipelineOp::Remove { table_id, id } => Some((*table_id, *id)),
+            PipelineOp::Batch(ops) => ops.first()?.first_target(),
+            PipelineOp::Compile | PipelineOp::Install(_) => None,
+        }
+    }
+}
+
 /// What a flow-mod changed. The fast-path cache must invalidate everything
 /// that depended on any id listed in `modified`, `removed` or `shadowed`
 /// (or, with `shadowed_all`, on the ADD's table).
@@ -544,8 +557,8 @@ impl SharedIndexes {
         if self.through.load(Ordering::Acquire) != applied {
             return None;
         }
-        // A panic while they were updated (a bug) leaves them as they were
-        // left; `through` was advanced before, so no copy trusts them less.
+        // A panic while they were being updated (a bug) poisons the lock;
+        // the indexes are used as they are.
         let g = self
             .tables
             .lock()
@@ -1118,16 +1131,8 @@ impl Pipeline {
     /// classifier's id index, the pipeline's id-to-table map). Changes
     /// nothing. A batch hints its first op only.
     pub fn prefetch_op(&self, op: &PipelineOp) {
-        let (table_id, id) = match op {
-            PipelineOp::Insert(e) => (e.table_id, e.id),
-            PipelineOp::Remove { table_id, id } => (*table_id, *id),
-            PipelineOp::Batch(ops) => {
-                if let Some(first) = ops.first() {
-                    self.prefetch_op(first);
-                }
-                return;
-            }
-            PipelineOp::Compile | PipelineOp::Install(_) => return,
+        let Some((table_id, id)) = op.first_target() else {
+            return;
         };
         if let Some(t) = self.tables.get(usize::from(table_id)) {
             t.entries.prefetch(id.into());
@@ -1140,16 +1145,8 @@ impl Pipeline {
     /// `stage` ops ahead (2, then 1): the classifier's dependent loads (a
     /// FIB's trie walk). Changes nothing. A batch hints its first op only.
     pub fn prefetch_op_near(&self, op: &PipelineOp, stage: usize) {
-        let (table_id, id) = match op {
-            PipelineOp::Insert(e) => (e.table_id, e.id),
-            PipelineOp::Remove { table_id, id } => (*table_id, *id),
-            PipelineOp::Batch(ops) => {
-                if let Some(first) = ops.first() {
-                    self.prefetch_op_near(first, stage);
-                }
-                return;
-            }
-            PipelineOp::Compile | PipelineOp::Install(_) => return,
+        let Some((table_id, id)) = op.first_target() else {
+            return;
         };
         if let Some(t) = self.tables.get(usize::from(table_id)) {
             t.classifier.prefetch_near(id, stage);
