@@ -287,6 +287,9 @@ fn pass(copies: &mut [Pipeline; 2], stream: &mut Stream, updates: usize, timed: 
     let mut out = Pass::default();
     let mut active = 0usize;
     let mut oplog: Vec<(usize, PipelineOp)> = Vec::with_capacity(COMMIT_EVERY);
+    // The replay prefetches as `Versioned::publish` does: 4 ops ahead, then
+    // the near stages at 2 and 1 (`FLOW_MOD_RATE_NEAR=0` skips those).
+    let near = std::env::var_os("FLOW_MOD_RATE_NEAR").is_none_or(|v| v != "0");
     let t = Instant::now();
     for n in 0..updates {
         let (kind, fm) = stream.next();
@@ -314,9 +317,6 @@ fn pass(copies: &mut [Pipeline; 2], stream: &mut Stream, updates: usize, timed: 
             // up by replaying the log.
             active ^= 1;
             let old = &mut copies[active ^ 1];
-            // Prefetch as `Versioned::publish` does: 4 ops ahead, then the
-            // near stages at 2 and 1 (`FLOW_MOD_RATE_NEAR=0` skips those).
-            let near = std::env::var_os("FLOW_MOD_RATE_NEAR").is_none_or(|v| v != "0");
             let ops = &oplog;
             for (i, (kind, op)) in ops.iter().enumerate() {
                 if let Some((_, ahead)) = ops.get(i + 4) {
