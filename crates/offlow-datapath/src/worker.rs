@@ -438,7 +438,8 @@ impl Control {
                     .iter()
                     .copied()
                     .map(Dep::Rule)
-                    .chain(std::iter::once(Dep::Miss(table_id)))
+                    // A covered match: none of its keys missed the table.
+                    .chain((!effect.covered).then_some(Dep::Miss(table_id)))
                     .collect(),
             }
         };

@@ -202,6 +202,22 @@ impl PortDim {
         if self.range.is_any() && o.range.is_any() {
             return o.mask & !self.mask == 0 && (self.value ^ o.value) & o.mask == 0;
         }
+        if self.range.lo > self.range.hi {
+            return true;
+        }
+        // A set between two bounds lies in a range when the bounds do:
+        // a plain range, or a masked value (between the value and the value
+        // with every free bit set). An ADD's shadow walk asks this of every
+        // ACL rule it overlaps, so neither may cost a scan.
+        if o.mask == 0 && (self.mask == 0 || self.range.is_any()) {
+            let (lo, hi) = if self.mask == 0 {
+                (self.range.lo, self.range.hi)
+            } else {
+                let lo = self.value & self.mask;
+                (lo, lo | !self.mask)
+            };
+            return o.range.lo <= lo && hi <= o.range.hi;
+        }
         // Mixed masks and ranges: at most 65536 candidates, only for native
         // range rules filtered by a masked port (rare, control path only).
         (self.range.lo..=self.range.hi).all(|v| !self.contains(v) || o.contains(v))
@@ -265,5 +281,39 @@ impl FlowEntry {
     /// True when the entry has an idle or a hard timeout (it can expire).
     pub fn has_timeout(&self) -> bool {
         self.idle_timeout != 0 || self.hard_timeout != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_dim() -> impl Strategy<Value = PortDim> {
+        // Small values so that sets of different shapes often nest.
+        let range = prop_oneof![
+            Just(PortRange::ANY),
+            (0u16..300, 0u16..300).prop_map(|(a, b)| PortRange {
+                lo: a.min(b),
+                hi: a.max(b)
+            }),
+            (0u16..300).prop_map(|a| PortRange { lo: a, hi: u16::MAX }),
+        ];
+        let mask = prop_oneof![Just(0u16), Just(u16::MAX), Just(0xff00u16), Just(0xfff0u16), any::<u16>()];
+        (0u16..300, mask, range).prop_map(|(value, mask, range)| PortDim {
+            value: value & mask,
+            mask,
+            range,
+        })
+    }
+
+    proptest! {
+        /// The shortcuts of `subset_of` against the definition: every
+        /// value in the first set is in the second.
+        #[test]
+        fn port_subset_agrees_with_every_value(a in arb_dim(), b in arb_dim()) {
+            let naive = (0..=u16::MAX).all(|v| !a.contains(v) || b.contains(v));
+            prop_assert_eq!(a.subset_of(&b), naive, "{:?} in {:?}", a, b);
+        }
     }
 }

@@ -602,31 +602,50 @@ impl MatchIndex {
     /// (the unbounded query; tests compare it with the naive scan).
     #[cfg(test)]
     pub(crate) fn overlapping(&self, m: &FlowMatch, lo: Priority, hi: Priority) -> Vec<RuleId> {
-        self.overlapping_at_most(m, lo, hi, usize::MAX)
-            .unwrap_or_default()
+        let mut out = Vec::new();
+        self.for_each_overlapping(m, lo, hi, |e| {
+            out.push(e.id);
+            true
+        });
+        out.sort_unstable();
+        out
     }
 
-    /// The ids of the entries with priority in `lo..=hi` overlapping `m`,
-    /// sorted, or `None` once more than `limit` are found: an ADD that
-    /// overlaps thousands of entries (rules on disjoint fields all overlap)
-    /// must not cost a walk and a list proportional to the table.
-    pub(crate) fn overlapping_at_most(
+    /// The entries an ADD of `m` at `priority` may take keys from, sorted,
+    /// or `None` once more than `limit` overlap it (an ADD that overlaps
+    /// thousands of entries, as rules on disjoint fields all do, must not
+    /// cost a walk and a list proportional to the table); and whether one
+    /// of them *covers* `m` (matches every key `m` matches).
+    ///
+    /// An overlapping entry of priority at most `priority` is left out when
+    /// an entry covering `m` has a strictly higher priority than it: every
+    /// key `m` matches also matches the coverer, which beats it, so it was
+    /// never such a key's match and no such key's decision went through it.
+    /// Ties are kept (which of two equal priorities wins is the
+    /// classifier's choice). In a FIB this keeps the nearest enclosing
+    /// route and drops every shorter one (the default route included), so
+    /// their cached decisions are not re-checked against the new route.
+    pub(crate) fn shadowed_at_most(
         &self,
         m: &FlowMatch,
-        lo: Priority,
-        hi: Priority,
+        priority: Priority,
         limit: usize,
-    ) -> Option<Vec<RuleId>> {
-        let mut out = Vec::new();
-        let complete = self.for_each_overlapping(m, lo, hi, |e| {
-            out.push(e.id);
-            out.len() <= limit
+    ) -> Option<(Vec<RuleId>, bool)> {
+        let mut found: Vec<(RuleId, Priority, bool)> = Vec::new();
+        let complete = self.for_each_overlapping(m, 0, priority, |e| {
+            found.push((e.id, e.priority, m.is_subset_of(&e.matcher)));
+            found.len() <= limit
         });
         if !complete {
             return None;
         }
-        out.sort_unstable();
-        Some(out)
+        let cover = found.iter().filter(|f| f.2).map(|f| f.1).max();
+        if let Some(cover) = cover {
+            found.retain(|f| f.1 >= cover);
+        }
+        let mut ids: Vec<RuleId> = found.into_iter().map(|f| f.0).collect();
+        ids.sort_unstable();
+        Some((ids, cover.is_some()))
     }
 
     /// Is there an entry with priority in `lo..=hi` overlapping `m`?
@@ -719,6 +738,27 @@ mod tests {
             .collect();
         v.sort_unstable();
         v
+    }
+
+    /// The entries an ADD of `m` at `hi` may take keys from, by the
+    /// definition of `shadowed_at_most`, and whether one covers `m`.
+    fn naive_shadowed(entries: &Entries, m: &FlowMatch, hi: Priority) -> (Vec<RuleId>, bool) {
+        let over: Vec<&Arc<FlowEntry>> = entries
+            .values()
+            .filter(|e| e.priority <= hi && e.matcher.overlaps(m))
+            .collect();
+        let cover = over
+            .iter()
+            .filter(|e| m.is_subset_of(&e.matcher))
+            .map(|e| e.priority)
+            .max();
+        let mut v: Vec<RuleId> = over
+            .iter()
+            .filter(|e| cover.map_or(true, |c| e.priority >= c))
+            .map(|e| e.id)
+            .collect();
+        v.sort_unstable();
+        (v, cover.is_some())
     }
 
     // ------------------------------------------------------------ inputs
@@ -814,6 +854,17 @@ mod tests {
             ix.find_identical(hi, m).map(|e| e.id),
             naive_identical(entries, hi, m)
         );
+        assert_eq!(
+            ix.shadowed_at_most(m, hi, usize::MAX),
+            Some(naive_shadowed(entries, m, hi)),
+            "shadowed at {hi} {m:?}"
+        );
+        // The limit counts every overlapping entry, pruned or not.
+        let overlapping = naive_overlapping(entries, m, 0, hi).len();
+        if let Some(below) = overlapping.checked_sub(1) {
+            assert_eq!(ix.shadowed_at_most(m, hi, below), None);
+            assert!(ix.shadowed_at_most(m, hi, overlapping).is_some());
+        }
     }
 
     /// Runs `ops` against the index and the naive scans.

@@ -298,9 +298,14 @@ pub struct FlowModEffect {
     pub modified: Vec<RuleId>,
     /// Removed entries (for flow-removed messages: cookie, flags, counters).
     pub removed: Vec<Arc<FlowEntry>>,
-    /// For an ADD: entries of the same table with priority <= the new rule's
-    /// that overlap it; keys that matched them may now match the new rule.
+    /// For an ADD: the entries of the same table whose keys may now match
+    /// the new rule: those with priority <= the new rule's that overlap it,
+    /// less any that an entry covering the new rule's match outranks
+    /// strictly (no key the new rule matches ever matched them).
     pub shadowed: Vec<RuleId>,
+    /// For an ADD: an entry listed in `shadowed` covers the new rule's
+    /// match, so no key the new rule matches missed the table before.
+    pub covered: bool,
     /// For an ADD overlapping more than [`SHADOW_LIMIT`] such entries:
     /// `shadowed` is left empty and every entry of the table counts as
     /// shadowed (a cache must drop every decision that went through it).
@@ -911,17 +916,20 @@ impl Pipeline {
                 let id = self.alloc_id()?;
                 effect.added.push(id);
                 // Lower (or equal) priority entries that overlap may lose keys
-                // to the new entry.
-                // Exact (never over-approximated) and sorted, unless there
-                // are too many to list: then the whole table counts.
+                // to the new entry, unless an entry covering it outranks
+                // them. Sorted, unless there are too many to list: then the
+                // whole table counts.
                 let listed = match shadow {
                     ShadowReport::List => {
-                        matches.overlapping_at_most(&fm.matcher, 0, fm.priority, SHADOW_LIMIT)
+                        matches.shadowed_at_most(&fm.matcher, fm.priority, SHADOW_LIMIT)
                     }
                     ShadowReport::WholeTable => None,
                 };
                 match listed {
-                    Some(ids) => effect.shadowed = ids,
+                    Some((ids, covered)) => {
+                        effect.shadowed = ids;
+                        effect.covered = covered;
+                    }
                     None => effect.shadowed_all = true,
                 }
                 (id, Arc::new(FlowCounters::default()))

@@ -795,3 +795,57 @@ fn shadowing_past_the_limit_reports_the_whole_table() {
         .unwrap();
     assert!(!e.shadowed_all && e.shadowed.is_empty());
 }
+
+/// An ADD does not list the entries a covering entry outranks: in a FIB,
+/// the nearest enclosing route is shadowed, the shorter ones (the default
+/// route among them) are not, and a covered route cannot take a miss.
+#[test]
+fn shadowing_stops_at_the_nearest_covering_entry() {
+    let route = |net: u32, len: u32| {
+        let mut m = m_ip();
+        m.set_masked(
+            Field::Ipv4Dst,
+            u128::from(net),
+            u128::from(u32::MAX.checked_shl(32 - len).unwrap_or(0)),
+        );
+        m
+    };
+    let mut p = Pipeline::new(1);
+    let ins = || vec![apply(vec![out(1)])];
+    let default = add(&mut p, 0, 0, route(0, 0), ins());
+    let ten = add(&mut p, 0, 8, route(0x0a00_0000, 8), ins());
+    let ten_one = add(&mut p, 0, 16, route(0x0a01_0000, 16), ins());
+    // An unrelated /16 elsewhere in 10/8 overlaps nothing new.
+    add(&mut p, 0, 16, route(0x0a02_0000, 16), ins());
+
+    let e = p
+        .flow_mod(&FlowMod::add(0, 24, route(0x0a01_0200, 24), ins()), 0)
+        .unwrap();
+    assert_eq!((e.shadowed, e.covered), (vec![ten_one], true));
+    let e = p
+        .flow_mod(&FlowMod::add(0, 24, route(0x0a03_0000, 24), ins()), 0)
+        .unwrap();
+    assert_eq!((e.shadowed, e.covered), (vec![ten], true));
+    let e = p
+        .flow_mod(&FlowMod::add(0, 24, route(0x0b00_0000, 24), ins()), 0)
+        .unwrap();
+    assert_eq!((e.shadowed, e.covered), (vec![default], true));
+
+    // Without a default route, an uncovered ADD may take misses.
+    let mut p = Pipeline::new(1);
+    let ten = add(&mut p, 0, 8, route(0x0a00_0000, 8), ins());
+    let e = p
+        .flow_mod(&FlowMod::add(0, 24, route(0x0b00_0000, 24), ins()), 0)
+        .unwrap();
+    assert_eq!((e.shadowed.len(), e.covered), (0, false));
+    // An entry of the same priority as the coverer is kept (a tie), and so
+    // is one of priority between the coverer's and the ADD's.
+    let tie = add(&mut p, 0, 8, route(0x0a01_0400, 22), ins());
+    let between = add(&mut p, 0, 12, route(0x0a01_0000, 24), ins());
+    let e = p
+        .flow_mod(&FlowMod::add(0, 20, route(0x0a01_0000, 20), ins()), 0)
+        .unwrap();
+    let mut expected = vec![ten, tie, between];
+    expected.sort_unstable();
+    assert_eq!((e.shadowed, e.covered), (expected, true));
+}
