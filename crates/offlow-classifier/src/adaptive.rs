@@ -282,6 +282,17 @@ impl Classifier {
         }
     }
 
+    /// In FIB mode, for a route the FIB would serve: the route with the
+    /// longest prefix covering it, if any (see
+    /// [`FibClassifier::nearest_cover`]). `None` when there is no such
+    /// answer: a caller falls back to a general overlap search.
+    pub fn fib_nearest_cover(&self, rule: &Rule) -> Option<Option<RuleId>> {
+        match &self.mode {
+            Mode::Fib(f) => f.nearest_cover(rule),
+            Mode::Tuple(_) => None,
+        }
+    }
+
     /// True when a compiled snapshot is installed and current.
     pub fn is_compiled(&self) -> bool {
         self.compiled.is_some() || matches!(self.mode, Mode::Fib(_))

@@ -667,6 +667,25 @@ impl FibClassifier {
         (rule.matcher == canonical(v, len)).then_some((v, len))
     }
 
+    /// For a FIB-shaped `rule` this FIB would serve (its priority in LPM
+    /// order with every route, no route of its prefix yet) when it holds
+    /// no overflow rule: the id of the route with the longest prefix
+    /// covering `rule`'s, if any. Every other rule overlapping it is then
+    /// either a shorter route (outranked by that one) or a longer one
+    /// (outranking `rule`), so this one route is all an ADD of `rule` can
+    /// take keys from; one trie walk answers what a walk of every prefix
+    /// length's entries would. `None`: no such answer (overflow held, not
+    /// FIB-shaped, or out of order).
+    pub fn nearest_cover(&self, rule: &Rule) -> Option<Option<RuleId>> {
+        if !self.overflow.is_empty() {
+            return None;
+        }
+        let (addr, len) = Self::prefix_of(rule)?;
+        self.check_order(rule.priority, addr, len).ok()?;
+        let inherited = self.fib.rib().find(addr, len).inherited;
+        Some((inherited != NO_ROUTE).then(|| self.route_at(inherited).id))
+    }
+
     /// Shape check: is `rule` "`eth_type=0x0800` + `ipv4_dst` prefix, nothing
     /// else"? (Priority order is checked against the other rules on insert.)
     pub fn accepts(rule: &Rule) -> bool {

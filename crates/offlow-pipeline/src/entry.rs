@@ -297,9 +297,18 @@ mod tests {
                 lo: a.min(b),
                 hi: a.max(b)
             }),
-            (0u16..300).prop_map(|a| PortRange { lo: a, hi: u16::MAX }),
+            (0u16..300).prop_map(|a| PortRange {
+                lo: a,
+                hi: u16::MAX
+            }),
         ];
-        let mask = prop_oneof![Just(0u16), Just(u16::MAX), Just(0xff00u16), Just(0xfff0u16), any::<u16>()];
+        let mask = prop_oneof![
+            Just(0u16),
+            Just(u16::MAX),
+            Just(0xff00u16),
+            Just(0xfff0u16),
+            any::<u16>()
+        ];
         (0u16..300, mask, range).prop_map(|(value, mask, range)| PortDim {
             value: value & mask,
             mask,

@@ -754,7 +754,7 @@ mod tests {
             .max();
         let mut v: Vec<RuleId> = over
             .iter()
-            .filter(|e| cover.map_or(true, |c| e.priority >= c))
+            .filter(|e| cover.is_none_or(|c| e.priority >= c))
             .map(|e| e.id)
             .collect();
         v.sort_unstable();

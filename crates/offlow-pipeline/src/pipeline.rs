@@ -920,9 +920,9 @@ impl Pipeline {
                 // them. Sorted, unless there are too many to list: then the
                 // whole table counts.
                 let listed = match shadow {
-                    ShadowReport::List => {
+                    ShadowReport::List => self.fib_shadowed(fm).or_else(|| {
                         matches.shadowed_at_most(&fm.matcher, fm.priority, SHADOW_LIMIT)
-                    }
+                    }),
                     ShadowReport::WholeTable => None,
                 };
                 match listed {
@@ -950,6 +950,19 @@ impl Pipeline {
             counters,
         };
         Ok((PipelineOp::Insert(self.pool.make(entry)), effect))
+    }
+
+    /// What a route ADD to a FIB-mode table shadows, from one walk of the
+    /// FIB's trie instead of the match index's walk of every prefix
+    /// length: the nearest covering route, the only overlapping entry that
+    /// is not outranked by it or by the new route (see
+    /// `MatchIndex::shadowed_at_most`, whose answer this equals; `None`
+    /// when the FIB cannot tell).
+    fn fib_shadowed(&self, fm: &FlowMod) -> Option<(Vec<RuleId>, bool)> {
+        let table = self.tables.get(usize::from(fm.table_id))?;
+        let rule = fm.matcher.to_rule(RuleId::default(), fm.priority);
+        let cover = table.classifier.fib_nearest_cover(&rule)?;
+        Some((cover.into_iter().collect(), cover.is_some()))
     }
 
     fn filter_of(fm: &FlowMod) -> FlowFilter {
