@@ -435,6 +435,73 @@ fn is_to_controller(a: &Action) -> bool {
 }
 
 impl Resolution {
+    /// Empty the lists for a new walk.
+    #[inline(always)]
+    fn start(&mut self) {
+        self.actions.clear();
+        self.path.clear();
+        self.origins.clear();
+        self.set.clear();
+    }
+
+    /// One table's step of a walk: `e` matched in `table_id`; run its
+    /// instructions but Goto-Table and Write-Metadata, which the walker
+    /// handles (`on_key` sees each Apply-Action, for a walker that tracks
+    /// the key).
+    #[inline(always)]
+    fn step(
+        &mut self,
+        table_id: u8,
+        e: &FlowEntry,
+        set_origin: &mut Option<PacketInOrigin>,
+        mut on_key: impl FnMut(&Action),
+    ) {
+        self.path.push(PathStep {
+            table_id,
+            rule: e.id,
+        });
+        let p = &e.program;
+        for a in &p.apply {
+            on_key(a);
+            self.actions.push(*a);
+            if is_to_controller(a) {
+                self.origins.push(PacketInOrigin::of(e));
+            }
+        }
+        if p.clear {
+            self.set.clear();
+            *set_origin = None;
+        }
+        for a in &p.write {
+            self.set.write(*a);
+            if let Action::Output { .. } = a {
+                // The set holds one output: this one replaces any other.
+                *set_origin = is_to_controller(a).then(|| PacketInOrigin::of(e));
+            }
+        }
+    }
+
+    /// End a walk whose last step, `last` in `table_id`, had no
+    /// Goto-Table: append the action set in §5.10 order and set the outcome.
+    #[inline(always)]
+    fn finish(&mut self, last: &FlowEntry, table_id: u8, set_origin: Option<PacketInOrigin>) {
+        let applied = self.actions.len();
+        self.set.drain_ordered_into(&mut self.actions);
+        // The set contributes at most its one output (§5.10).
+        if self.actions[applied..].iter().any(is_to_controller) {
+            self.origins
+                .push(set_origin.unwrap_or_else(|| PacketInOrigin::of(last)));
+        }
+        let sends = |a: &Action| matches!(a, Action::Output { .. } | Action::Group(_));
+        self.outcome = if last.is_table_miss() && self.actions.iter().any(is_to_controller) {
+            Outcome::ControllerMiss { table_id }
+        } else if self.actions.iter().any(sends) {
+            Outcome::Forward
+        } else {
+            Outcome::Drop
+        };
+    }
+
     /// The table that missed, if the outcome is a miss.
     pub fn miss_table(&self) -> Option<u8> {
         match self.outcome {
@@ -1343,10 +1410,7 @@ impl Pipeline {
     /// Resolve `key` into `res`, reusing its buffers (no allocation once
     /// they have grown).
     pub fn lookup_into(&self, key: &FlowKey, res: &mut Resolution) {
-        res.actions.clear();
-        res.path.clear();
-        res.origins.clear();
-        res.set.clear();
+        res.start();
         // The entry whose Write-Actions put the set's output there, if it
         // is an output to CONTROLLER.
         let mut set_origin = None;
@@ -1369,53 +1433,64 @@ impl Pipeline {
                 res.set.clear();
                 return;
             };
-            res.path.push(PathStep {
-                table_id,
-                rule: e.id,
+            res.step(table_id, e, &mut set_origin, |a| {
+                exec_on_key(&mut k, a, &mut hidden, &mut n_hidden)
             });
-            let p = &e.program;
-            for a in &p.apply {
-                exec_on_key(&mut k, a, &mut hidden, &mut n_hidden);
-                res.actions.push(*a);
-                if is_to_controller(a) {
-                    res.origins.push(PacketInOrigin::of(e));
-                }
-            }
-            if p.clear {
-                res.set.clear();
-                set_origin = None;
-            }
-            for a in &p.write {
-                res.set.write(*a);
-                if let Action::Output { .. } = a {
-                    // The set holds one output: this one replaces any other.
-                    set_origin = is_to_controller(a).then(|| PacketInOrigin::of(e));
-                }
-            }
-            if let Some((v, m)) = p.write_metadata {
+            if let Some((v, m)) = e.program.write_metadata {
                 let md = k.get(Field::Metadata) as u64;
                 k.set(Field::Metadata, ((md & !m) | v) as u128);
             }
-            match p.goto {
+            match e.program.goto {
                 Some(next) => table_id = next,
                 None => break e,
             }
         };
-        let applied = res.actions.len();
-        res.set.drain_ordered_into(&mut res.actions);
-        // The set contributes at most its one output (§5.10).
-        if res.actions[applied..].iter().any(is_to_controller) {
-            res.origins
-                .push(set_origin.unwrap_or_else(|| PacketInOrigin::of(last)));
-        }
-        let sends = |a: &Action| matches!(a, Action::Output { .. } | Action::Group(_));
-        res.outcome = if last.is_table_miss() && res.actions.iter().any(is_to_controller) {
-            Outcome::ControllerMiss { table_id }
-        } else if res.actions.iter().any(sends) {
-            Outcome::Forward
-        } else {
-            Outcome::Drop
+        res.finish(last, table_id, set_origin);
+    }
+
+    /// Rebuild into `res` the resolution of a walk that takes the steps of
+    /// `path` (a path this pipeline, or an older version of it, resolved)
+    /// with today's programs, without looking anything up: each step's
+    /// program must lead to the next step's table, and the walk must end
+    /// (no Goto-Table) at the rule `end`, at or before the path's end.
+    /// False, with `res` unspecified, when it does not, or a step's rule is
+    /// gone.
+    ///
+    /// What it is for: after a MODIFY of `end`'s instructions, every key
+    /// whose walk reached `end` still does (the tables and programs before
+    /// it are unchanged, and `end`'s match is), and since `end` now ends the
+    /// walk, what follows it no longer depends on the key. So a cached
+    /// decision through `end` can be rebuilt from its path alone, for all
+    /// of its keys at once. The action list is built exactly as
+    /// [`lookup_into`](Self::lookup_into) builds it.
+    pub fn resolve_along(&self, path: &[PathStep], end: RuleId, res: &mut Resolution) -> bool {
+        res.start();
+        let mut set_origin = None;
+        let mut table_id = 0u8;
+        let mut steps = path.iter();
+        let last = loop {
+            let Some(step) = steps.next().filter(|s| s.table_id == table_id) else {
+                return false;
+            };
+            let Some(e) = self
+                .tables
+                .get(usize::from(table_id))
+                .and_then(|t| t.entries.get(step.rule.into()))
+            else {
+                return false;
+            };
+            // The key is not needed: nothing is looked up.
+            res.step(table_id, e, &mut set_origin, |_| {});
+            match e.program.goto {
+                Some(next) => table_id = next,
+                None => break e,
+            }
         };
+        if last.id != end {
+            return false;
+        }
+        res.finish(last, table_id, set_origin);
+        true
     }
 
     /// Credit `packets` / `bytes` to every rule of `path` and to the tables

@@ -345,6 +345,49 @@ proptest! {
             let c = copy.lookup(k);
             prop_assert_eq!(&c.actions, &res.actions);
             prop_assert_eq!(&c.path, &res.path);
+            // A completed walk rebuilds from its path alone; a walk that
+            // goes on past the given steps, or ends elsewhere, does not.
+            if let (Some(last), false) = (res.path.last(), matches!(res.outcome, Outcome::Miss { .. })) {
+                let mut again = Resolution::default();
+                prop_assert!(p.resolve_along(&res.path, last.rule, &mut again));
+                prop_assert_eq!(&again.actions, &res.actions);
+                prop_assert_eq!(again.outcome, res.outcome);
+                prop_assert_eq!(&again.path, &res.path);
+                prop_assert_eq!(&again.origins, &res.origins);
+                for j in 1..res.path.len() {
+                    let cut = res.path[j - 1].rule;
+                    prop_assert!(!p.resolve_along(&res.path[..j], cut, &mut again));
+                    prop_assert!(!p.resolve_along(&res.path, cut, &mut again));
+                }
+            }
+        }
+        // What `resolve_along` is for: after a MODIFY gives a rule on a
+        // key's path instructions that end the walk, the key's new lookup
+        // is the old path rebuilt up to that rule.
+        let walked: Vec<(FlowKey, Vec<PathStep>)> = keys
+            .iter()
+            .map(|k| (*k, p.lookup(k).path))
+            .filter(|(_, path)| !path.is_empty())
+            .collect();
+        if let Some((k, path)) = walked.first() {
+            let step = path[path.len() / 2];
+            let rule = r.tables[usize::from(step.table_id)]
+                .iter()
+                .find(|x| x.id == step.rule)
+                .expect("the reference holds every rule");
+            let mut fm = FlowMod::new(FlowModCommand::ModifyStrict, step.table_id, rule.priority, rule.matcher);
+            fm.instructions = vec![Instruction::ApplyActions(vec![Action::output(PortNo(7))])];
+            let mut modified = p.clone();
+            let (pop, eff) = modified.prepare(&fm, 0).expect("valid modify");
+            modified.apply(&pop);
+            prop_assert_eq!(&eff.modified, &vec![step.rule]);
+            let mut again = Resolution::default();
+            prop_assert!(modified.resolve_along(path, step.rule, &mut again));
+            let truth = modified.lookup(k);
+            prop_assert_eq!(&again.actions, &truth.actions);
+            prop_assert_eq!(again.outcome, truth.outcome);
+            prop_assert_eq!(&again.path, &truth.path);
+            prop_assert_eq!(&again.origins, &truth.origins);
         }
         // Compiling the tables' accelerators must not change any answer,
         // whether each copy compiles (`Compile`) or one builds for both
