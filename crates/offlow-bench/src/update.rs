@@ -490,9 +490,10 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
     let a = r.reader_actions;
     let per = |n: u64| n as f64 / r.updates_total.max(1) as f64;
     println!(
-        "reader's Action Table, per update: {:.2} decisions interned, {:.2} shared, {:.2} freed (of which {:.2} by filters), {:.2} filters attached, {:.2} filter checks served",
+        "reader's Action Table, per update: {:.2} decisions interned, {:.2} shared, {:.2} rebuilt in place, {:.2} freed (of which {:.2} by filters), {:.2} filters attached, {:.2} filter checks served",
         per(a.interned),
         per(a.shared),
+        per(a.rebuilt),
         per(a.invalidated),
         per(a.filter_frees),
         per(a.filtered),
@@ -514,6 +515,7 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
             "reresolved_per_update": per_update,
             "interned_per_update": per(a.interned),
             "freed_per_update": per(a.invalidated),
+            "rebuilt_per_update": per(a.rebuilt),
             "filters_per_update": per(a.filtered),
             "checked_packets": r.checked,
             "commit_every": args.commit_every,

@@ -19,7 +19,9 @@
 //! there may now match). [`Dep`] names both. [`ActionTable::invalidate`]
 //! frees exactly the entries depending on one `Dep`, found through a reverse
 //! index (dep → entries), so one rule change costs in proportion to what
-//! depended on it, never a cache flush.
+//! depended on it, never a cache flush. [`ActionTable::rebuild`] walks the
+//! same index for a MODIFY, and gives each entry its new decision in place
+//! when its path alone determines it (see `worker`).
 //!
 //! # Filters (re-checking instead of freeing on a rule ADD)
 //! A new rule `N` in table `t` can only change the decision of a key that
@@ -60,8 +62,11 @@
 //! - A live slot's generation equals the generation in every `ActionRef`
 //!   handed out for it since it was last allocated; a freed slot's
 //!   generation has moved on, so stale refs miss.
-//! - `by_path` maps exactly the live unsteered entries' paths to their
-//!   slots, `by_steered` the configuration-steered ones' (path, mask).
+//! - `by_path` maps the path of every live unsteered entry to a live
+//!   entry with that path, and nothing else; `by_steered` likewise for the
+//!   configuration-steered ones' (path, mask). Only a rebuild
+//!   ([`ActionTable::rebuild`]) makes two live entries share a path; the
+//!   mapped one gets that path's new microflows.
 //! - A live entry is listed under every dep it has in `by_dep` (lists may
 //!   also hold refs to since-freed entries; they are skipped by generation).
 //! - An entry is freed only with zero pending counts: [`ActionTable::invalidate`]
@@ -373,6 +378,9 @@ pub struct ActionTableStats {
     /// Entries freed by `add_filter` (key rewritten before the table, or
     /// too many filters); also counted in `invalidated`.
     pub filter_frees: u64,
+    /// Entries rebuilt in place by [`ActionTable::rebuild`] (a MODIFY of a
+    /// rule on their path), their microflows kept.
+    pub rebuilt: u64,
 }
 
 /// A worker's Action Table.
@@ -617,12 +625,19 @@ impl ActionTable {
         e.filters.clear();
         e.actions = Box::default();
         e.credits = Box::default();
+        // A rebuilt entry may share its path with another one, which then
+        // holds the mapping: remove only this slot's own.
         match e.config_workers.take() {
             None => {
-                self.by_path.remove(&path);
+                if self.by_path.get(&path) == Some(&slot) {
+                    self.by_path.remove(&path);
+                }
             }
             Some(m) => {
-                self.by_steered.remove(&(path.into_vec(), m));
+                let key = (path.into_vec(), m);
+                if self.by_steered.get(&key) == Some(&slot) {
+                    self.by_steered.remove(&key);
+                }
             }
         }
         self.free.push(slot);
@@ -651,6 +666,116 @@ impl ActionTable {
         }
         self.stats.invalidated += n as u64;
         n
+    }
+
+    /// The instructions of `rule` changed (a MODIFY; its match did not).
+    /// Every entry depending on it is rebuilt in place when `resolve` can
+    /// give its new resolution from its path alone (it fills the scratch
+    /// `res` and returns true: see `Pipeline::resolve_along`), and freed
+    /// otherwise; either way its pending counts go to `credit` first, to
+    /// the rules of the old path. A rebuilt entry keeps its slot and
+    /// generation, so its microflows keep hitting it, and its filters (a
+    /// filter only ever sends a key back to the pipeline); its actions,
+    /// path, outcome, credit targets and steering mask are the new
+    /// resolution's. Returns `(rebuilt, freed)`. Call only between batches.
+    ///
+    /// The new path is a prefix of the old one (the walk ended at `rule`),
+    /// so the entry's reverse-index lists already hold it; those of steps
+    /// it no longer takes keep it too, which costs at most an early free.
+    /// When the new path is already another entry's, the two live on side
+    /// by side until one is freed, and that path's interning keeps going to
+    /// the one it went to.
+    pub fn rebuild(
+        &mut self,
+        rule: RuleId,
+        res: &mut Resolution,
+        mut resolve: impl FnMut(&[PathStep], &mut Resolution) -> bool,
+        credit_of: impl Fn(&PathStep) -> RuleCredit,
+        keeps_key: impl Fn(&PathStep) -> bool,
+        mut credit: impl FnMut(&ActionEntry, u64, u64),
+    ) -> (usize, usize) {
+        let dep = Dep::Rule(rule);
+        let Some(refs) = self.by_dep.get_mut(&dep) else {
+            return (0, 0);
+        };
+        let mut refs = std::mem::take(refs);
+        let (mut rebuilt, mut freed, mut kept) = (0, 0, 0);
+        for k in 0..refs.len() {
+            let r = refs[k];
+            let Some(e) = self.get(r) else {
+                continue; // freed since: drop the stale ref
+            };
+            let ok = resolve(&e.path, res);
+            self.settle(r.slot(), &mut credit);
+            if !ok {
+                self.free_slot(r.slot());
+                freed += 1;
+                continue;
+            }
+            self.refill(r.slot(), res, &credit_of, &keeps_key);
+            rebuilt += 1;
+            refs[kept] = r;
+            kept += 1;
+        }
+        refs.truncate(kept);
+        if refs.is_empty() {
+            self.by_dep.remove(&dep);
+        } else {
+            self.by_dep.insert(dep, refs);
+        }
+        self.stats.rebuilt += rebuilt as u64;
+        self.stats.invalidated += freed as u64;
+        (rebuilt, freed)
+    }
+
+    /// Give the live entry in `slot` (no pending counts) the decision
+    /// `res`, keeping its identity: slot, generation, filters, configured
+    /// mask.
+    fn refill(
+        &mut self,
+        slot: u32,
+        res: &Resolution,
+        credit_of: impl Fn(&PathStep) -> RuleCredit,
+        keeps_key: impl Fn(&PathStep) -> bool,
+    ) {
+        let e = &mut self.slots[slot as usize];
+        let moved = *e.path != *res.path;
+        if moved {
+            match e.config_workers {
+                None => {
+                    if self.by_path.get(&e.path) == Some(&slot) {
+                        self.by_path.remove(&e.path);
+                    }
+                }
+                Some(m) => {
+                    let key = (e.path.to_vec(), m);
+                    if self.by_steered.get(&key) == Some(&slot) {
+                        self.by_steered.remove(&key);
+                    }
+                }
+            }
+            e.path = res.path.as_slice().into();
+            match e.config_workers {
+                None => {
+                    self.by_path.entry(e.path.clone()).or_insert(slot);
+                }
+                Some(m) => {
+                    self.by_steered.entry((e.path.to_vec(), m)).or_insert(slot);
+                }
+            }
+        }
+        e.actions = res.actions.as_slice().into();
+        e.origins = res.origins.as_slice().into();
+        e.last_write = crate::execute::last_frame_write(&e.actions);
+        e.shape = Shape::of(&e.actions);
+        e.workers = workers_of(&e.actions).or(e.config_workers);
+        e.outcome = res.outcome;
+        e.credits = res.path.iter().map(credit_of).collect();
+        e.pure_steps = res
+            .path
+            .iter()
+            .position(|p| !keeps_key(p))
+            .unwrap_or(res.path.len());
     }
 
     /// A rule was added (`rule`, with its priority) and may now take keys

@@ -27,9 +27,29 @@
 //! committed changes modified or removed. A worker that fell so far behind
 //! that the log no longer holds its records clears its whole table instead.
 //!
-//! A MODIFY frees the rule's own dependents, a DELETE the removed rules'
-//! (and an ADD that replaced an identical match and priority counts as a
-//! MODIFY).
+//! A DELETE frees the removed rules' dependents. A MODIFY (and an ADD
+//! that replaced an identical match and priority) changes a rule's
+//! instructions, not its match; its dependents are *rebuilt in place*
+//! where that is exact, and freed otherwise.
+//!
+//! # Modifications: rebuild, don't re-resolve
+//! Take a MODIFY of rule `r` whose new instructions have no Goto-Table.
+//! Every key whose walk reached `r` still does: the tables and programs
+//! before it did not change, nor did `r`'s match. And since `r` now ends
+//! the walk, nothing after it depends on the key. So the new decision of
+//! every microflow of an entry through `r` is the entry's path up to `r`,
+//! with today's programs: [`Pipeline::resolve_along`] builds it without a
+//! lookup, and [`ActionTable::rebuild`] gives it to the entry, keeping its
+//! slot and generation, so its microflows keep hitting (with the new
+//! actions) instead of each walking the pipeline again. An entry whose
+//! walk along its path does not end at `r` (`r` now goes on to another
+//! table, whose answer depends on the key; or a rule on the path is gone)
+//! is freed as before. Several records apply in order, each against the
+//! version the section reads: a later change to a rule before `r` on the
+//! path is a MODIFY (rebuilt only if the walk now ends at that rule, which
+//! cuts `r` off), a DELETE (freed) or an ADD (filtered or freed), each
+//! handled by its own record. A rebuilt entry keeps its deps and filters,
+//! so it is invalidated and filtered like any other.
 //!
 //! # Additions: re-check, don't free
 //! A new rule `N` in table `t` can take keys from lower-or-equal-priority
@@ -59,7 +79,7 @@
 //! and everything after `t` is unchanged. An entry that does not depend on
 //! any dep `N` shadows either matched a rule in `t` that beats `N` or does
 //! not reach `t`, so it is unaffected. By induction over the ADDs (and the
-//! frees of MODIFY/DELETE deps, which are as before), after catching up a
+//! frees and rebuilds of MODIFY/DELETE deps, above), after catching up a
 //! live entry's decision is the current pipeline's for every key that
 //! matches none of its filters. A filter that has left the ring counts as a
 //! match (re-resolve): correct, merely the old cost.
@@ -121,7 +141,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::{Apply, Built, ReadHandle, Rule, Versioned};
+use offlow_classifier::{Apply, Built, ReadHandle, Rule, RuleId, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, PacketInOrigin, PathStep,
@@ -129,7 +149,8 @@ use offlow_pipeline::{
 };
 
 use crate::action_table::{
-    preserves_key, ActionEntry, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck, Shape,
+    preserves_key, ActionEntry, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck,
+    RuleCredit, Shape,
 };
 use crate::buf::PacketBuf;
 use crate::execute::{
@@ -146,8 +167,11 @@ pub const LOG_RECORDS: usize = 1024;
 #[derive(Debug, Clone)]
 struct Record {
     version: u64,
-    /// Deps whose dependents are freed (MODIFY, DELETE).
+    /// Deps whose dependents are freed (DELETE, expiry).
     deps: Arc<[Dep]>,
+    /// Rules whose instructions changed (MODIFY): their dependents are
+    /// rebuilt in place where the path allows, else freed.
+    modified: Arc<[RuleId]>,
     /// ADDs, whose shadowed deps' dependents are filtered.
     adds: Arc<[AddFilter]>,
 }
@@ -189,8 +213,11 @@ pub enum StateOp {
     Invalidate {
         /// The version these changes become visible in.
         version: u64,
-        /// What they changed (dependents are freed).
+        /// What they removed (dependents are freed).
         deps: Arc<[Dep]>,
+        /// Rules whose instructions they changed (dependents are rebuilt
+        /// or freed).
+        modified: Arc<[RuleId]>,
         /// What they added (dependents of the shadowed deps are filtered).
         adds: Arc<[AddFilter]>,
     },
@@ -203,6 +230,7 @@ impl Apply<StateOp> for DatapathState {
             StateOp::Invalidate {
                 version,
                 deps,
+                modified,
                 adds,
             } => {
                 let log = &mut self.log;
@@ -214,6 +242,7 @@ impl Apply<StateOp> for DatapathState {
                 log.records.push_back(Record {
                     version: *version,
                     deps: deps.clone(),
+                    modified: modified.clone(),
                     adds: adds.clone(),
                 });
             }
@@ -309,6 +338,7 @@ pub const PIPELINE_COPIES: usize = 2;
 pub struct Control {
     state: Versioned<DatapathState, StateOp>,
     pending: Vec<Dep>,
+    pending_modified: Vec<RuleId>,
     pending_adds: Vec<AddFilter>,
     sync: Arc<CounterSync>,
     tables_cached: Arc<TablesCached>,
@@ -325,6 +355,7 @@ impl Control {
                 log: InvalidationLog::default(),
             }),
             pending: Vec::new(),
+            pending_modified: Vec::new(),
             pending_adds: Vec::new(),
             sync: Arc::new(CounterSync::default()),
             tables_cached: Arc::default(),
@@ -412,15 +443,12 @@ impl Control {
     }
 
     /// Record what `effect` (already applied to the writer's copy)
-    /// invalidates: MODIFY/DELETE deps are freed; an ADD's shadowed deps
-    /// become filters with the new rule's match.
+    /// invalidates: DELETE deps are freed, MODIFY deps rebuilt or freed;
+    /// an ADD's shadowed deps become filters with the new rule's match.
     fn note_effect(&mut self, table_id: u8, effect: &FlowModEffect) {
-        let rules = effect
-            .modified
-            .iter()
-            .copied()
-            .chain(effect.removed.iter().map(|e| e.id));
-        self.pending.extend(rules.map(Dep::Rule));
+        self.pending_modified.extend_from_slice(&effect.modified);
+        self.pending
+            .extend(effect.removed.iter().map(|e| Dep::Rule(e.id)));
         if effect.added.is_empty() {
             // Shadowing comes with an ADD only; free anything listed anyway.
             self.pending
@@ -517,15 +545,22 @@ impl Control {
     /// processed with an action those changes modified or removed (the
     /// barrier reply may be sent). Returns the new version.
     pub fn commit(&mut self) -> u64 {
-        if !self.pending.is_empty() || !self.pending_adds.is_empty() {
+        if !self.pending.is_empty()
+            || !self.pending_modified.is_empty()
+            || !self.pending_adds.is_empty()
+        {
             let mut deps = std::mem::take(&mut self.pending);
             deps.sort_unstable();
             deps.dedup();
+            let mut modified = std::mem::take(&mut self.pending_modified);
+            modified.sort_unstable();
+            modified.dedup();
             let adds = std::mem::take(&mut self.pending_adds);
             let version = self.state.version() + 1;
             self.state.apply(StateOp::Invalidate {
                 version,
                 deps: deps.into(),
+                modified: modified.into(),
                 adds: adds.into(),
             });
         }
@@ -876,7 +911,7 @@ impl Worker {
         if version != *seen {
             // Each entry the records free credits what it still holds
             // first; the others keep their counts until the next flush.
-            catch_up(state, *seen, actions, cache, stats, table_credit);
+            catch_up(state, *seen, actions, cache, stats, table_credit, res);
             table_credit.flush(pipeline);
             *seen = version;
         }
@@ -986,20 +1021,8 @@ impl Worker {
                         let r = actions.intern_steered(
                             res,
                             configured,
-                            |step| {
-                                pipeline.entry_in(step.table_id, step.rule).map(|e| {
-                                    (
-                                        e.counters.clone(),
-                                        !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
-                                        !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
-                                    )
-                                })
-                            },
-                            |step| {
-                                pipeline
-                                    .entry_in(step.table_id, step.rule)
-                                    .is_some_and(|e| preserves_key(&e.program))
-                            },
+                            |step| credit_of(pipeline, step),
+                            |step| keeps_key(pipeline, step),
                         );
                         // The resolution is this version's answer for this
                         // key: whatever filters the (maybe shared, maybe
@@ -1152,6 +1175,24 @@ impl OutputSink for NullSink {
     }
 }
 
+/// Where a cached packet's credit for `step` goes (see [`RuleCredit`]).
+fn credit_of(pipeline: &Pipeline, step: &PathStep) -> RuleCredit {
+    pipeline.entry_in(step.table_id, step.rule).map(|e| {
+        (
+            e.counters.clone(),
+            !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
+            !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
+        )
+    })
+}
+
+/// Does `step`'s rule leave the key the next table sees unchanged?
+fn keeps_key(pipeline: &Pipeline, step: &PathStep) -> bool {
+    pipeline
+        .entry_in(step.table_id, step.rule)
+        .is_some_and(|e| preserves_key(&e.program))
+}
+
 /// Apply the log records after `seen` to the Action Table. Entries it
 /// frees credit their pending counts first (table credits stay in
 /// `table_credit` for the caller to flush).
@@ -1162,6 +1203,7 @@ fn catch_up(
     cache: &mut MicroflowCache<CachedRef>,
     stats: &mut WorkerStats,
     table_credit: &mut TableCredit,
+    res: &mut Resolution,
 ) {
     let log = &state.log;
     if seen < log.truncated {
@@ -1175,9 +1217,22 @@ fn catch_up(
     }
     let mut credit =
         |e: &ActionEntry, packets, bytes| credit_entry(table_credit, e, packets, bytes);
+    let pipeline = &state.pipeline;
     for rec in log.records.iter().filter(|r| r.version > seen) {
         for &dep in rec.deps.iter() {
             actions.invalidate(dep, &mut credit);
+        }
+        // A rebuilt entry keeps its deps and filters: the record's ADDs
+        // filter (or free) it like any other.
+        for &rule in rec.modified.iter() {
+            actions.rebuild(
+                rule,
+                res,
+                |path, res| pipeline.resolve_along(path, rule, res),
+                |step| credit_of(pipeline, step),
+                |step| keeps_key(pipeline, step),
+                &mut credit,
+            );
         }
         for add in rec.adds.iter() {
             actions.add_filter(&add.rule, &add.shadowed, &mut credit);

@@ -218,17 +218,42 @@ fn too_many_filters_free_the_entry() {
     assert_eq!(worker.action_stats().filter_frees, 1);
 }
 
+/// A MODIFY whose rule now ends the walk rebuilds the decisions through
+/// it in place (their microflows keep hitting, with the new actions); one
+/// whose rule now goes on to another table frees them; a DELETE frees.
 #[test]
-fn modify_and_delete_still_free() {
+fn modify_rebuilds_or_frees_and_delete_frees() {
     let dsts = [1u8, 2, 3];
     let (mut control, mut worker) = two_tables(Vec::new(), &dsts);
+    // Table 1's rule ends every walk, before and after.
     let mut fm = FlowMod::new(FlowModCommand::ModifyStrict, 1, 0, Match::ANY);
     fm.instructions = vec![out(3)];
     control.flow_mod(&fm, 0).unwrap();
     control.commit();
     assert_eq!(send(&mut worker, &dsts), vec![Some(3); 3]);
     let s = worker.stats();
+    assert_eq!((s.stale_hits, s.cache_hits, s.stale), (0, 3, 0));
+    assert_eq!(worker.action_stats().rebuilt, 1, "one decision, shared");
+    // Table 0's rule stops going to table 1: the path is cut short.
+    worker.reset_stats();
+    let mut fm = FlowMod::new(FlowModCommand::ModifyStrict, 0, 0, Match::ANY);
+    fm.instructions = vec![out(4)];
+    control.flow_mod(&fm, 0).unwrap();
+    control.commit();
+    assert_eq!(send(&mut worker, &dsts), vec![Some(4); 3]);
+    let s = worker.stats();
+    assert_eq!((s.stale_hits, s.cache_hits, s.stale), (0, 3, 0));
+    assert_eq!(worker.action_stats().rebuilt, 2);
+    // ... and goes there again: what follows depends on the key, so the
+    // decision is freed and every flow walks the pipeline.
+    worker.reset_stats();
+    fm.instructions = vec![Instruction::GotoTable(1)];
+    control.flow_mod(&fm, 0).unwrap();
+    control.commit();
+    assert_eq!(send(&mut worker, &dsts), vec![Some(3); 3]);
+    let s = worker.stats();
     assert_eq!((s.stale_hits, s.cache_hits), (3, 0));
+    assert_eq!(worker.action_stats().rebuilt, 2);
     worker.reset_stats();
     control
         .flow_mod(

@@ -99,6 +99,11 @@ enum Step {
     Add(u8, u32, Match, Vec<Instruction>),
     Modify(bool, u8, u32, Match, Vec<Instruction>),
     Delete(bool, u8, u32, Match),
+    /// MODIFY_STRICT of an installed rule (the `usize`-th, wrapping) to
+    /// these instructions, without their Goto-Table when the flag says so
+    /// (the rule then ends every walk through it: cached decisions are
+    /// rebuilt in place).
+    Reprogram(usize, Vec<Instruction>, bool),
     /// Publish what was applied so far (a barrier).
     Commit,
 }
@@ -116,6 +121,8 @@ fn arb_step() -> impl Strategy<Value = Step> {
             .prop_map(|(s, t, p, m, i)| Step::Modify(s, t, p, m, i)),
         1 => (any::<bool>(), 0u8..N_TABLES, 0u32..5, arb_match())
             .prop_map(|(s, t, p, m)| Step::Delete(s, t, p, m)),
+        4 => (any::<usize>(), arb_instructions(), prop::bool::weighted(0.75))
+            .prop_map(|(i, ins, ends)| Step::Reprogram(i, ins, ends)),
         3 => Just(Step::Commit),
     ]
 }
@@ -225,6 +232,29 @@ proptest! {
                     control.commit();
                     for fm in uncommitted.drain(..) {
                         let _ = reference.flow_mod(&fm, 0);
+                    }
+                }
+                Step::Reprogram(i, ins, ends) => {
+                    let rules = control.pipeline().dump(&FlowFilter::all());
+                    if rules.is_empty() {
+                        continue;
+                    }
+                    let r = &rules[i % rules.len()];
+                    let mut fm = FlowMod::new(
+                        FlowModCommand::ModifyStrict,
+                        r.table_id,
+                        r.priority,
+                        r.matcher.matcher,
+                    );
+                    fm.instructions = fix_gotos(r.table_id, ins)
+                        .into_iter()
+                        .filter(|x| !(*ends && matches!(x, Instruction::GotoTable(_))))
+                        .collect();
+                    if i % 3 == 0 {
+                        fm.flags = FlowModFlags(FlowModFlags::RESET_COUNTS);
+                    }
+                    if control.flow_mod(&fm, 0).is_ok() {
+                        uncommitted.push(fm);
                     }
                 }
                 other => {
