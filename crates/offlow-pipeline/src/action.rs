@@ -193,23 +193,6 @@ pub struct Program {
 }
 
 impl Program {
-    /// Does the program leave the key the next table sees unchanged?
-    /// Conservative: any field rewrite, tag push/pop or metadata write
-    /// says no.
-    pub fn preserves_key(&self) -> bool {
-        self.write_metadata.is_none()
-            && self.apply.iter().all(|a| {
-                !matches!(
-                    a,
-                    Action::SetField(..)
-                        | Action::PushVlan(_)
-                        | Action::PopVlan
-                        | Action::PushMpls(_)
-                        | Action::PopMpls(_)
-                )
-            })
-    }
-
     /// Does any action (apply or write) output to `port`?
     pub fn outputs_to(&self, port: PortNo) -> bool {
         self.apply

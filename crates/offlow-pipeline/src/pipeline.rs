@@ -987,11 +987,9 @@ impl Pipeline {
                 // them. Sorted, unless there are too many to list: then the
                 // whole table counts.
                 let listed = match shadow {
-                    ShadowReport::List => self
-                        .fib_shadowed(fm.table_id, &fm.matcher, fm.priority)
-                        .or_else(|| {
-                            matches.shadowed_at_most(&fm.matcher, fm.priority, SHADOW_LIMIT)
-                        }),
+                    ShadowReport::List => self.fib_shadowed(fm).or_else(|| {
+                        matches.shadowed_at_most(&fm.matcher, fm.priority, SHADOW_LIMIT)
+                    }),
                     ShadowReport::WholeTable => None,
                 };
                 match listed {
@@ -1027,14 +1025,9 @@ impl Pipeline {
     /// is not outranked by it or by the new route (see
     /// `MatchIndex::shadowed_at_most`, whose answer this equals; `None`
     /// when the FIB cannot tell).
-    fn fib_shadowed(
-        &self,
-        table_id: u8,
-        m: &FlowMatch,
-        priority: Priority,
-    ) -> Option<(Vec<RuleId>, bool)> {
-        let table = self.tables.get(usize::from(table_id))?;
-        let rule = m.to_rule(RuleId::default(), priority);
+    fn fib_shadowed(&self, fm: &FlowMod) -> Option<(Vec<RuleId>, bool)> {
+        let table = self.tables.get(usize::from(fm.table_id))?;
+        let rule = fm.matcher.to_rule(RuleId::default(), fm.priority);
         let cover = table.classifier.fib_nearest_cover(&rule)?;
         Some((cover.into_iter().collect(), cover.is_some()))
     }
@@ -1471,90 +1464,33 @@ impl Pipeline {
     /// of its keys at once. The action list is built exactly as
     /// [`lookup_into`](Self::lookup_into) builds it.
     pub fn resolve_along(&self, path: &[PathStep], end: RuleId, res: &mut Resolution) -> bool {
-        self.walk_path(path, end, end, false, res)
-    }
-
-    /// [`resolve_along`](Self::resolve_along) for a path whose step at
-    /// rule `from` now takes rule `to` of the same table instead: after a
-    /// DELETE of `from`, when `to` is the one entry every key of `from`
-    /// now matches ([`successor`](Self::successor)). The walk either ends
-    /// at `to`, or, when `carry_on` says `from`'s program left the key
-    /// unchanged and `to`'s does too, goes on along the rest of `path`
-    /// (the next tables see the keys they saw before, so they answer as
-    /// before) to end at or before its last step.
-    pub fn resolve_moved(
-        &self,
-        path: &[PathStep],
-        from: RuleId,
-        to: RuleId,
-        carry_on: bool,
-        res: &mut Resolution,
-    ) -> bool {
-        self.walk_path(path, from, to, carry_on, res)
-    }
-
-    /// The walk of [`resolve_along`](Self::resolve_along) and
-    /// [`resolve_moved`](Self::resolve_moved): along `path`, with `to`
-    /// standing for `from`; it must reach that step, and end there unless
-    /// `carry_on` (and `to`'s program keeps the key).
-    fn walk_path(
-        &self,
-        path: &[PathStep],
-        from: RuleId,
-        to: RuleId,
-        carry_on: bool,
-        res: &mut Resolution,
-    ) -> bool {
         res.start();
         let mut set_origin = None;
         let mut table_id = 0u8;
         let mut steps = path.iter();
-        let mut reached = false;
         let last = loop {
             let Some(step) = steps.next().filter(|s| s.table_id == table_id) else {
                 return false;
             };
-            let changed = step.rule == from;
-            let rule = if changed { to } else { step.rule };
             let Some(e) = self
                 .tables
                 .get(usize::from(table_id))
-                .and_then(|t| t.entries.get(rule.into()))
+                .and_then(|t| t.entries.get(step.rule.into()))
             else {
                 return false;
             };
-            reached |= changed;
             // The key is not needed: nothing is looked up.
             res.step(table_id, e, &mut set_origin, |_| {});
             match e.program.goto {
-                Some(_) if changed && !(carry_on && e.program.preserves_key()) => return false,
                 Some(next) => table_id = next,
                 None => break e,
             }
         };
-        if !reached {
+        if last.id != end {
             return false;
         }
         res.finish(last, table_id, set_origin);
         true
-    }
-
-    /// After a DELETE: the entry of `table_id` that every key matching
-    /// `m` at `priority` now matches, when there is exactly one: it covers
-    /// `m`, and every other overlapping entry it or a higher priority than
-    /// `priority` outranks (as an ADD's shadow list,
-    /// `MatchIndex::shadowed_at_most`, with the FIB's trie answering for a
-    /// FIB-mode table). Every key of the deleted entry now goes to it.
-    pub fn successor(&self, table_id: u8, m: &FlowMatch, priority: Priority) -> Option<RuleId> {
-        let (ids, covered) = self.fib_shadowed(table_id, m, priority).or_else(|| {
-            self.indexes()
-                .get(usize::from(table_id))?
-                .shadowed_at_most(m, priority, SHADOW_LIMIT)
-        })?;
-        match ids[..] {
-            [id] if covered => Some(id),
-            _ => None,
-        }
     }
 
     /// Credit `packets` / `bytes` to every rule of `path` and to the tables

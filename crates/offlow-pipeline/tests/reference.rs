@@ -389,46 +389,6 @@ proptest! {
             prop_assert_eq!(&again.path, &truth.path);
             prop_assert_eq!(&again.origins, &truth.origins);
         }
-        // And `resolve_moved`: after a DELETE of a rule on a key's path
-        // with a successor, the key goes to the successor, and the old path
-        // with the successor standing in is the key's new lookup.
-        let cases = walked.iter().flat_map(|(k, path)| {
-            // The first step: the walk may go on past the successor.
-            let first = (k, path, path[0]);
-            let last = (path.len() > 1).then(|| (k, path, path[path.len() - 1]));
-            std::iter::once(first).chain(last)
-        });
-        for (k, path, step) in cases {
-            let rule = r.tables[usize::from(step.table_id)]
-                .iter()
-                .find(|x| x.id == step.rule)
-                .expect("the reference holds every rule");
-            let fm = FlowMod::new(FlowModCommand::DeleteStrict, step.table_id, rule.priority, rule.matcher);
-            let mut deleted = p.clone();
-            let (pop, eff) = deleted.prepare(&fm, 0).expect("valid delete");
-            deleted.apply(&pop);
-            prop_assert_eq!(eff.removed.len(), 1);
-            let old = &eff.removed[0];
-            let Some(to) = deleted.successor(step.table_id, &old.matcher, old.priority) else {
-                continue;
-            };
-            let truth = deleted.lookup(k);
-            let went = truth.path.iter().find(|s| s.table_id == step.table_id).map(|s| s.rule);
-            prop_assert_eq!(went, Some(to), "the successor takes the deleted rule's keys");
-            let carry_on = old.program.preserves_key();
-            let mut again = Resolution::default();
-            let ok = deleted.resolve_moved(path, step.rule, to, carry_on, &mut again);
-            let ends = deleted.entry(to).map(|e| e.program.goto.is_none());
-            if ends == Some(true) {
-                prop_assert!(ok, "a successor that ends the walk always rebuilds");
-            }
-            if ok {
-                prop_assert_eq!(&again.actions, &truth.actions);
-                prop_assert_eq!(again.outcome, truth.outcome);
-                prop_assert_eq!(&again.path, &truth.path);
-                prop_assert_eq!(&again.origins, &truth.origins);
-            }
-        }
         // Compiling the tables' accelerators must not change any answer,
         // whether each copy compiles (`Compile`) or one builds for both
         // (`Install`, as the datapath's left-right pair does).
@@ -595,74 +555,6 @@ proptest! {
         for c in &copies {
             prop_assert_eq!(&effect_ids(&c.prepare(&probe, 0).expect("delete").1), &want);
             prop_assert_eq!(&effect_ids(&c.clone().prepare(&probe, 0).expect("delete").1), &want);
-        }
-    }
-}
-
-// ------------------------------------------------ a DELETE's successor
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 128 } else { 1024 }))]
-
-    /// A DELETE's successor and the moved path against the truth, on
-    /// two-table pipelines whose table-0 rules mostly go on to table 1 with
-    /// the key unchanged (an ACL in front of a FIB); some rewrite a field
-    /// on the way, some end the walk.
-    #[test]
-    fn moved_paths_match_lookups(
-        t0 in proptest::collection::vec((0u32..4, arb_match(), 0u8..4, 0usize..3, 0u128..3), 1..12),
-        t1 in proptest::collection::vec((0u32..4, arb_match(), 1u32..4), 0..12),
-        keys in proptest::collection::vec(arb_key(), 16),
-    ) {
-        let mut p = Pipeline::new(2);
-        let mut held: Vec<(RuleId, u32, Match)> = Vec::new();
-        for &(prio, m, kind, f, v) in &t0 {
-            let ins = match kind {
-                0 | 1 => vec![Instruction::GotoTable(1)],
-                2 => vec![
-                    Instruction::ApplyActions(vec![Action::SetField(SET_FIELDS[f], v)]),
-                    Instruction::GotoTable(1),
-                ],
-                _ => vec![Instruction::ApplyActions(vec![Action::output(PortNo(9))])],
-            };
-            let e = p.flow_mod(&FlowMod::add(0, prio, m, ins), 0).expect("valid add");
-            if let Some(&id) = e.added.first() {
-                held.push((id, prio, m));
-            }
-        }
-        for &(prio, m, port) in &t1 {
-            let ins = vec![Instruction::ApplyActions(vec![Action::output(PortNo(port))])];
-            p.flow_mod(&FlowMod::add(1, prio, m, ins), 0).expect("valid add");
-        }
-        for k in &keys {
-            let before = p.lookup(k);
-            let Some(step) = before.path.first().copied() else {
-                continue;
-            };
-            let &(_, prio, m) = held.iter().find(|h| h.0 == step.rule).expect("held");
-            let mut q = p.clone();
-            let fm = FlowMod::new(FlowModCommand::DeleteStrict, 0, prio, m);
-            let eff = q.flow_mod(&fm, 0).expect("valid delete");
-            prop_assert_eq!(eff.removed.len(), 1);
-            let old = &eff.removed[0];
-            let Some(to) = q.successor(0, &old.matcher, old.priority) else {
-                continue;
-            };
-            let truth = q.lookup(k);
-            prop_assert_eq!(truth.path.first().map(|s| s.rule), Some(to));
-            let mut again = Resolution::default();
-            let carry_on = old.program.preserves_key();
-            if q.resolve_moved(&before.path, step.rule, to, carry_on, &mut again) {
-                prop_assert_eq!(&again.actions, &truth.actions, "key {:?}", k);
-                prop_assert_eq!(again.outcome, truth.outcome);
-                prop_assert_eq!(&again.path, &truth.path);
-                prop_assert_eq!(&again.origins, &truth.origins);
-            } else {
-                // Refused only when the successor goes on and may not.
-                let to_program = &q.entry(to).expect("successor held").program;
-                prop_assert!(to_program.goto.is_some());
-                prop_assert!(!(carry_on && to_program.preserves_key() && before.path.len() == 2));
-            }
         }
     }
 }
