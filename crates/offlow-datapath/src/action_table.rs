@@ -62,11 +62,9 @@
 //! - A live slot's generation equals the generation in every `ActionRef`
 //!   handed out for it since it was last allocated; a freed slot's
 //!   generation has moved on, so stale refs miss.
-//! - `by_path` maps the path of every live unsteered entry to a live
-//!   entry with that path, and nothing else; `by_steered` likewise for the
-//!   configuration-steered ones' (path, mask). Only a rebuild
-//!   ([`ActionTable::rebuild`]) makes two live entries share a path; the
-//!   mapped one gets that path's new microflows.
+//! - `by_path` maps exactly the live unsteered entries' paths to their
+//!   slots, `by_steered` the configuration-steered ones' (path, mask): no
+//!   two live entries share one (a rebuild onto a held path frees instead).
 //! - A live entry is listed under every dep it has in `by_dep` (lists may
 //!   also hold refs to since-freed entries; they are skipped by generation).
 //! - An entry is freed only with zero pending counts: [`ActionTable::invalidate`]
@@ -625,19 +623,12 @@ impl ActionTable {
         e.filters.clear();
         e.actions = Box::default();
         e.credits = Box::default();
-        // A rebuilt entry may share its path with another one, which then
-        // holds the mapping: remove only this slot's own.
         match e.config_workers.take() {
             None => {
-                if self.by_path.get(&path) == Some(&slot) {
-                    self.by_path.remove(&path);
-                }
+                self.by_path.remove(&path);
             }
             Some(m) => {
-                let key = (path.into_vec(), m);
-                if self.by_steered.get(&key) == Some(&slot) {
-                    self.by_steered.remove(&key);
-                }
+                self.by_steered.remove(&(path.into_vec(), m));
             }
         }
         self.free.push(slot);
@@ -682,9 +673,8 @@ impl ActionTable {
     /// The new path is a prefix of the old one (the walk ended at `rule`),
     /// so the entry's reverse-index lists already hold it; those of steps
     /// it no longer takes keep it too, which costs at most an early free.
-    /// When the new path is already another entry's, the two live on side
-    /// by side until one is freed, and that path's interning keeps going to
-    /// the one it went to.
+    /// When the new path is already another entry's, the entry is freed
+    /// instead: its microflows re-resolve and share that one.
     pub fn rebuild(
         &mut self,
         rule: RuleId,
@@ -694,28 +684,44 @@ impl ActionTable {
         keeps_key: impl Fn(&PathStep) -> bool,
         mut credit: impl FnMut(&ActionEntry, u64, u64),
     ) -> (usize, usize) {
-        let dep = Dep::Rule(rule);
+        let (mut rebuilt, mut freed) = (0, 0);
+        self.retain_dependents(Dep::Rule(rule), |t, r| {
+            let ok = resolve(&t.slots[r.slot() as usize].path, res)
+                && !t.path_held_elsewhere(r.slot(), &res.path);
+            t.settle(r.slot(), &mut credit);
+            if !ok {
+                t.free_slot(r.slot());
+                freed += 1;
+                return false;
+            }
+            t.refill(r.slot(), res, &credit_of, &keeps_key);
+            rebuilt += 1;
+            true
+        });
+        self.stats.rebuilt += rebuilt as u64;
+        self.stats.invalidated += freed as u64;
+        (rebuilt, freed)
+    }
+
+    /// Visit each live entry listed under `dep`; keep listed those `visit`
+    /// returns true for (it may change the entry, or free it and return
+    /// false). Refs to entries freed earlier are dropped.
+    fn retain_dependents(
+        &mut self,
+        dep: Dep,
+        mut visit: impl FnMut(&mut ActionTable, ActionRef) -> bool,
+    ) {
         let Some(refs) = self.by_dep.get_mut(&dep) else {
-            return (0, 0);
+            return;
         };
         let mut refs = std::mem::take(refs);
-        let (mut rebuilt, mut freed, mut kept) = (0, 0, 0);
+        let mut kept = 0;
         for k in 0..refs.len() {
             let r = refs[k];
-            let Some(e) = self.get(r) else {
-                continue; // freed since: drop the stale ref
-            };
-            let ok = resolve(&e.path, res);
-            self.settle(r.slot(), &mut credit);
-            if !ok {
-                self.free_slot(r.slot());
-                freed += 1;
-                continue;
+            if self.get(r).is_some() && visit(self, r) {
+                refs[kept] = r;
+                kept += 1;
             }
-            self.refill(r.slot(), res, &credit_of, &keeps_key);
-            rebuilt += 1;
-            refs[kept] = r;
-            kept += 1;
         }
         refs.truncate(kept);
         if refs.is_empty() {
@@ -723,9 +729,30 @@ impl ActionTable {
         } else {
             self.by_dep.insert(dep, refs);
         }
-        self.stats.rebuilt += rebuilt as u64;
-        self.stats.invalidated += freed as u64;
-        (rebuilt, freed)
+    }
+
+    /// Is `path` another live entry's (with `slot`'s configured mask)? A
+    /// rebuild onto it is not made: two entries would hold one decision,
+    /// and the one no new microflow finds would only collect filters (an
+    /// experiment that moved a deleted rule's decisions to its successor's
+    /// path let such entries pile up under a broad rule and took 5x the
+    /// filters). Freed instead, its microflows re-resolve and share the
+    /// other.
+    fn path_held_elsewhere(&mut self, slot: u32, path: &[PathStep]) -> bool {
+        let e = &self.slots[slot as usize];
+        if *e.path == *path {
+            return false;
+        }
+        let other = match e.config_workers {
+            None => self.by_path.get(path).copied(),
+            Some(m) => {
+                self.steer_key.0.clear();
+                self.steer_key.0.extend_from_slice(path);
+                self.steer_key.1 = m;
+                self.by_steered.get(&self.steer_key).copied()
+            }
+        };
+        other.is_some_and(|o| o != slot)
     }
 
     /// Give the live entry in `slot` (no pending counts) the decision
@@ -739,28 +766,24 @@ impl ActionTable {
         keeps_key: impl Fn(&PathStep) -> bool,
     ) {
         let e = &mut self.slots[slot as usize];
-        let moved = *e.path != *res.path;
-        if moved {
+        let cut = *e.path != *res.path;
+        if cut {
             match e.config_workers {
                 None => {
-                    if self.by_path.get(&e.path) == Some(&slot) {
-                        self.by_path.remove(&e.path);
-                    }
+                    self.by_path.remove(&e.path);
                 }
                 Some(m) => {
-                    let key = (e.path.to_vec(), m);
-                    if self.by_steered.get(&key) == Some(&slot) {
-                        self.by_steered.remove(&key);
-                    }
+                    self.by_steered.remove(&(e.path.to_vec(), m));
                 }
             }
             e.path = res.path.as_slice().into();
+            // No other entry holds the new path (`path_held_elsewhere`).
             match e.config_workers {
                 None => {
-                    self.by_path.entry(e.path.clone()).or_insert(slot);
+                    self.by_path.insert(e.path.clone(), slot);
                 }
                 Some(m) => {
-                    self.by_steered.entry((e.path.to_vec(), m)).or_insert(slot);
+                    self.by_steered.insert((e.path.to_vec(), m), slot);
                 }
             }
         }
@@ -795,40 +818,24 @@ impl ActionTable {
         let mut seq = None;
         let mut freed = 0;
         for &dep in shadowed {
-            let Some(refs) = self.by_dep.get_mut(&dep) else {
-                continue;
-            };
-            let mut refs = std::mem::take(refs);
-            let mut kept = 0;
-            for k in 0..refs.len() {
-                let r = refs[k];
-                let Some(e) = self.get(r) else {
-                    continue; // freed since: drop the stale ref
-                };
-                let keep = e.sees_packet_key(dep) && e.filters.len() < MAX_FILTERS;
-                if !keep {
-                    self.settle(r.slot(), &mut credit);
-                    self.free_slot(r.slot());
+            self.retain_dependents(dep, |t, r| {
+                let e = &t.slots[r.slot() as usize];
+                if !e.sees_packet_key(dep) || e.filters.len() >= MAX_FILTERS {
+                    t.settle(r.slot(), &mut credit);
+                    t.free_slot(r.slot());
                     freed += 1;
-                    continue;
+                    return false;
                 }
-                let s = *seq.get_or_insert_with(|| self.ring.push(rule));
-                let e = &mut self.slots[r.slot() as usize];
+                let s = *seq.get_or_insert_with(|| t.ring.push(rule));
+                let e = &mut t.slots[r.slot() as usize];
                 // One ADD reaches an entry through at most one dep (its path
                 // has one step per table, or missed there), but stay exact.
                 if e.filters.last() != Some(&s) {
                     e.filters.push(s);
-                    self.stats.filtered += 1;
+                    t.stats.filtered += 1;
                 }
-                refs[kept] = r;
-                kept += 1;
-            }
-            refs.truncate(kept);
-            if refs.is_empty() {
-                self.by_dep.remove(&dep);
-            } else {
-                self.by_dep.insert(dep, refs);
-            }
+                true
+            });
         }
         self.stats.invalidated += freed as u64;
         self.stats.filter_frees += freed as u64;

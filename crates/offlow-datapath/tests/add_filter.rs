@@ -266,6 +266,42 @@ fn modify_rebuilds_or_frees_and_delete_frees() {
     assert_eq!(worker.stats().stale_hits, 3);
 }
 
+/// A MODIFY that cuts two decisions' paths to the same one keeps one
+/// entry for it: the first is rebuilt, the second freed (its flow
+/// re-resolves and shares the first), so no two entries hold one decision.
+#[test]
+fn paths_cut_to_one_keep_one_entry() {
+    let dsts = [1u8, 2];
+    let mut control = Control::new(Pipeline::new(2));
+    control
+        .flow_mod(
+            &FlowMod::add(0, 0, Match::ANY, vec![Instruction::GotoTable(1)]),
+            0,
+        )
+        .unwrap();
+    for d in dsts {
+        let fm = FlowMod::add(1, 5, dst_match(d), vec![out(u32::from(d))]);
+        control.flow_mod(&fm, 0).unwrap();
+    }
+    control.commit();
+    let mut worker = control.worker(WorkerConfig {
+        check: true,
+        ..WorkerConfig::default()
+    });
+    assert_eq!(send(&mut worker, &dsts), vec![Some(1), Some(2)]);
+    assert_eq!(worker.action_entries(), 2);
+    worker.reset_stats();
+    let mut fm = FlowMod::new(FlowModCommand::ModifyStrict, 0, 0, Match::ANY);
+    fm.instructions = vec![out(4)];
+    control.flow_mod(&fm, 0).unwrap();
+    control.commit();
+    assert_eq!(send(&mut worker, &dsts), vec![Some(4); 2]);
+    let s = worker.stats();
+    assert_eq!((s.cache_hits, s.stale_hits, s.stale), (1, 1, 0));
+    assert_eq!(worker.action_stats().rebuilt, 1);
+    assert_eq!(worker.action_entries(), 1);
+}
+
 const N_TABLES: u8 = 3;
 
 /// (eth_src, ipv4_dst, udp_dst) in a small domain.

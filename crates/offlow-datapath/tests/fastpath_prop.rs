@@ -104,6 +104,9 @@ enum Step {
     /// (the rule then ends every walk through it: cached decisions are
     /// rebuilt in place).
     Reprogram(usize, Vec<Instruction>, bool),
+    /// DELETE_STRICT of an installed rule (the `usize`-th, wrapping): a
+    /// successor, when it has one, takes its cached decisions.
+    Remove(usize),
     /// Publish what was applied so far (a barrier).
     Commit,
 }
@@ -123,6 +126,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
             .prop_map(|(s, t, p, m)| Step::Delete(s, t, p, m)),
         4 => (any::<usize>(), arb_instructions(), prop::bool::weighted(0.75))
             .prop_map(|(i, ins, ends)| Step::Reprogram(i, ins, ends)),
+        3 => any::<usize>().prop_map(Step::Remove),
         3 => Just(Step::Commit),
     ]
 }
@@ -232,6 +236,22 @@ proptest! {
                     control.commit();
                     for fm in uncommitted.drain(..) {
                         let _ = reference.flow_mod(&fm, 0);
+                    }
+                }
+                Step::Remove(i) => {
+                    let rules = control.pipeline().dump(&FlowFilter::all());
+                    if rules.is_empty() {
+                        continue;
+                    }
+                    let r = &rules[i % rules.len()];
+                    let fm = FlowMod::new(
+                        FlowModCommand::DeleteStrict,
+                        r.table_id,
+                        r.priority,
+                        r.matcher.matcher,
+                    );
+                    if control.flow_mod(&fm, 0).is_ok() {
+                        uncommitted.push(fm);
                     }
                 }
                 Step::Reprogram(i, ins, ends) => {
