@@ -319,6 +319,29 @@ impl ActionEntry {
         }
     }
 
+    /// Take `res`'s decision (its path is already this entry's): the
+    /// actions and what is derived from them once, the outcome, the
+    /// credit targets and the key-preserving prefix.
+    fn set_decision(
+        &mut self,
+        res: &Resolution,
+        credit_of: impl Fn(&PathStep) -> RuleCredit,
+        keeps_key: impl Fn(&PathStep) -> bool,
+    ) {
+        self.actions = res.actions.as_slice().into();
+        self.origins = res.origins.as_slice().into();
+        self.last_write = crate::execute::last_frame_write(&self.actions);
+        self.shape = Shape::of(&self.actions);
+        self.workers = workers_of(&self.actions).or(self.config_workers);
+        self.outcome = res.outcome;
+        self.credits = res.path.iter().map(credit_of).collect();
+        self.pure_steps = res
+            .path
+            .iter()
+            .position(|p| !keeps_key(p))
+            .unwrap_or(res.path.len());
+    }
+
     /// Filters attached since the entry was interned.
     pub fn filter_count(&self) -> u32 {
         // At most MAX_FILTERS.
@@ -489,20 +512,9 @@ impl ActionTable {
         };
         let e = &mut self.slots[slot as usize];
         e.live = true;
-        e.actions = res.actions.as_slice().into();
-        e.origins = res.origins.as_slice().into();
-        e.last_write = crate::execute::last_frame_write(&e.actions);
-        e.shape = Shape::of(&e.actions);
-        e.workers = workers_of(&e.actions).or(config_workers);
         e.config_workers = config_workers;
         e.path = res.path.as_slice().into();
-        e.outcome = res.outcome;
-        e.credits = res.path.iter().map(credit_of).collect();
-        e.pure_steps = res
-            .path
-            .iter()
-            .position(|p| !keeps_key(p))
-            .unwrap_or(res.path.len());
+        e.set_decision(res, credit_of, keeps_key);
         e.filters.clear();
         e.pending_packets = 0;
         e.pending_bytes = 0;
@@ -787,18 +799,7 @@ impl ActionTable {
                 }
             }
         }
-        e.actions = res.actions.as_slice().into();
-        e.origins = res.origins.as_slice().into();
-        e.last_write = crate::execute::last_frame_write(&e.actions);
-        e.shape = Shape::of(&e.actions);
-        e.workers = workers_of(&e.actions).or(e.config_workers);
-        e.outcome = res.outcome;
-        e.credits = res.path.iter().map(credit_of).collect();
-        e.pure_steps = res
-            .path
-            .iter()
-            .position(|p| !keeps_key(p))
-            .unwrap_or(res.path.len());
+        e.set_decision(res, credit_of, keeps_key);
     }
 
     /// A rule was added (`rule`, with its priority) and may now take keys
