@@ -603,7 +603,7 @@ pub struct UpdateReport {
     /// `lookup_mpps_updating / lookup_mpps_idle`.
     pub lookup_ratio: f64,
     /// `auto` only: reader Mlookups/s on the structure `compile()` chose,
-    /// before the first update dropped any snapshot.
+    /// before the first update.
     pub lookup_mpps_idle_compiled: Option<f64>,
     /// Lookup ratio (updating / idle) of every round, sorted; the headline
     /// figures come from the median round.
@@ -708,9 +708,9 @@ fn update_one(v: &mut Versioned<AnyClassifier, ClassifierOp>, r: &Rule) {
 /// CPU 1, looks `keys` up throughout; each phase's reader rate is the
 /// difference of the reader's counter at the phase's two ends):
 /// 1. for `auto` only: idle on the compiled structure
-///    (`lookup_mpps_idle_compiled`), then one remove + insert, published,
-///    which drops any RFC snapshot (readers fall back to TupleMerge, which
-///    serves update bursts by design);
+///    (`lookup_mpps_idle_compiled`), then one remove + insert, published
+///    (an RFC snapshot keeps serving: the rule is recognised when it comes
+///    back; `serving_idle` says what serves after it);
 /// 2. idle (`lookup_mpps_idle`);
 /// 3. updates: cycle through the rules in a seeded random order, removing
 ///    and re-inserting each, publishing every `publish_every` operations,
@@ -812,7 +812,7 @@ fn writer_phases(
     let (compiled_rate, compiled_serving) = if kind == ClassifierKind::Auto {
         let serving = v.writer_view().serving();
         let rate = idle();
-        // The first update drops the RFC snapshot (if any) from both copies.
+        // The first update: from here on the copies carry an overlay.
         update_one(v, &rules[order[0]]);
         v.publish();
         (Some(rate), Some(serving))

@@ -8,19 +8,22 @@
 //!   whose priority rises with its length — a FIB.
 //!
 //! On top of the tuple structure it can hold a *compiled accelerator*, an
-//! [`RfcSet`] snapshot of the current rule set (one or more RFC table sets
-//! over disjoint subsets of the rules), built by [`Classifier::compile`]
-//! when every rule is an IPv4 5-tuple rule and the tables fit the budget.
-//! Any insert or remove drops the snapshot (it would be stale); lookups then
-//! go to TupleMerge until the owner compiles again. This is the same trade
-//! DPDK's rte_acl makes (rebuild on change), without its worst case: updates
-//! never wait for a rebuild and lookups never stop.
+//! [`RfcSet`] snapshot of the rule set (one or more RFC table sets over
+//! disjoint subsets of the rules), built by [`Classifier::compile`] when
+//! every rule is an IPv4 5-tuple rule and the tables fit the budget. The
+//! snapshot survives later updates through an overlay ([`Snapshot`]):
+//! removed rules are skipped, rules inserted again are recognised, and new
+//! ones are served beside the tables, until the overlay grows past its
+//! bound and the snapshot is dropped (lookups then go to TupleMerge until
+//! the owner compiles again). DPDK's rte_acl rebuilds on every change; here
+//! updates never wait for a rebuild and lookups never stop.
 //!
 //! Invariants:
 //! - exactly one complete structure holds every rule (`mode`);
-//! - `compiled`, when present, was built from exactly the current rule set
-//!   (it is cleared by every mutation), so its answers equal the complete
-//!   structure's; keys it declares not applicable go to the complete one;
+//! - `compiled`, when present, was built from a rule set its overlay has
+//!   followed through every later mutation, so its answers equal the
+//!   complete structure's; keys it declares not applicable go to the
+//!   complete one;
 //! - FIB mode is entered only by [`Classifier::compile`] (a 64 MiB table is
 //!   not worth it for small tables) and left, by migrating every rule into
 //!   TupleMerge, as soon as a rule arrives that the FIB would refuse.
@@ -33,8 +36,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use crate::{
-    Classify, FibClassifier, FibRoutes, Field, FlowKey, Match, RfcAnswer, RfcError, RfcSet,
-    RfcSetConfig, Rule, RuleId, TupleMerge,
+    Classify, FibClassifier, FibRoutes, Field, FlowKey, Match, OverlayStats, RfcError, RfcRank,
+    RfcSet, RfcSetConfig, RfcSnapshot, Rule, RuleId, Snapshot, TupleMerge,
 };
 
 /// Tuning of [`Classifier::compile`].
@@ -102,7 +105,7 @@ pub enum Built {
     /// it updates it in place).
     Fib(Arc<FibCopies>),
     /// An RFC snapshot of the current rules (shared).
-    Rfc(Arc<RfcSet>),
+    Rfc(Arc<RfcSnapshot>),
     /// Already served by the FIB; nothing to change.
     Unchanged,
     /// No accelerator applies (why); remembered until the next mutation.
@@ -214,7 +217,7 @@ impl BuildInput {
             ..RfcSetConfig::default()
         };
         match RfcSet::build_with(rules, &cfg) {
-            Ok(rfc) => Built::Rfc(Arc::new(rfc)),
+            Ok(rfc) => Built::Rfc(Arc::new(RfcSnapshot::new(rfc, rules))),
             Err(e) => Built::Nothing(RfcError::to_string(&e)),
         }
     }
@@ -235,7 +238,7 @@ fn rfc_refusal(config: &ClassifierConfig, n: usize) -> Option<String> {
 #[derive(Debug, Clone)]
 pub struct Classifier {
     mode: Mode,
-    compiled: Option<Arc<RfcSet>>,
+    compiled: Option<Snapshot>,
     config: ClassifierConfig,
     /// Bumped by every mutation; lets owners tell whether a compile is stale.
     generation: u64,
@@ -293,9 +296,16 @@ impl Classifier {
         }
     }
 
-    /// True when a compiled snapshot is installed and current.
+    /// True when the fastest structure serves exactly the current rules:
+    /// the FIB, or an RFC snapshot with nothing changed since its build (a
+    /// snapshot with an overlay serves, but a compile would absorb it).
     pub fn is_compiled(&self) -> bool {
-        self.compiled.is_some() || matches!(self.mode, Mode::Fib(_))
+        self.compiled.as_ref().is_some_and(Snapshot::is_clean) || matches!(self.mode, Mode::Fib(_))
+    }
+
+    /// What changed since the RFC snapshot in use was built, if one is.
+    pub fn overlay(&self) -> Option<OverlayStats> {
+        self.compiled.as_ref().map(Snapshot::stats)
     }
 
     /// Every rule held (no particular order).
@@ -385,11 +395,11 @@ impl Classifier {
                 }
                 Compiled::Fib
             }
-            Built::Rfc(rfc) => {
-                self.compiled = Some(Arc::clone(rfc));
-                let stats = rfc.stats();
+            Built::Rfc(snapshot) => {
+                self.compiled = Some(Snapshot::new(Arc::clone(snapshot)));
+                let rfc = snapshot.rfc();
                 Compiled::Rfc {
-                    table_bytes: stats.table_bytes,
+                    table_bytes: rfc.stats().table_bytes,
                     parts: rfc.parts(),
                 }
             }
@@ -409,21 +419,21 @@ impl Classifier {
         self.compiled = None;
     }
 
-    /// Install an RFC snapshot built elsewhere (by the writer of a
-    /// left-right pair, so both copies share one). The caller guarantees it
-    /// was built from exactly this classifier's current rules.
-    pub fn install_compiled(&mut self, rfc: Arc<RfcSet>) {
-        self.compiled = Some(rfc);
-    }
-
-    /// The installed RFC snapshot, if any (to share with a second copy).
-    pub fn compiled(&self) -> Option<&Arc<RfcSet>> {
-        self.compiled.as_ref()
+    /// The installed RFC snapshot, if any.
+    pub fn compiled(&self) -> Option<&Arc<RfcSnapshot>> {
+        self.compiled.as_ref().map(Snapshot::base)
     }
 
     fn changed(&mut self) {
-        self.compiled = None;
         self.generation = self.generation.wrapping_add(1);
+    }
+
+    /// Rule `id` was held and is gone.
+    fn removed(&mut self, id: RuleId) {
+        self.changed();
+        if let Some(s) = &mut self.compiled {
+            s.remove(id);
+        }
     }
 
     /// Hint: start loading what an insert or removal of rule `id` will
@@ -474,7 +484,14 @@ impl Classify for Classifier {
     fn insert(&mut self, rule: Rule) {
         self.changed();
         match &mut self.mode {
-            Mode::Tuple(t) => t.insert(rule),
+            Mode::Tuple(t) => {
+                if let Some(s) = &mut self.compiled {
+                    if !s.insert(&rule) {
+                        self.compiled = None;
+                    }
+                }
+                t.insert(rule)
+            }
             Mode::Fib(f) => {
                 if let Err((_refused, rule)) = f.insert_or_return(rule) {
                     // `try_insert` removed any rule with this id; the
@@ -495,7 +512,7 @@ impl Classify for Classifier {
             Mode::Fib(f) => f.remove(id),
         };
         if removed.is_some() {
-            self.changed();
+            self.removed(id);
         }
         removed
     }
@@ -506,7 +523,7 @@ impl Classify for Classifier {
             Mode::Fib(f) => f.discard(id),
         };
         if removed {
-            self.changed();
+            self.removed(id);
         }
         removed
     }
@@ -516,11 +533,7 @@ impl Classify for Classifier {
         match &self.mode {
             Mode::Fib(f) => f.lookup(key),
             Mode::Tuple(t) => match &self.compiled {
-                Some(rfc) => match rfc.lookup(key) {
-                    RfcAnswer::Hit(id) => Some(id),
-                    RfcAnswer::NoMatch => None,
-                    RfcAnswer::NotApplicable => t.lookup(key),
-                },
+                Some(s) => s.lookup(key, t),
                 None => t.lookup(key),
             },
         }
@@ -532,20 +545,16 @@ impl Classify for Classifier {
             Mode::Fib(f) => f.lookup_batch(keys, out),
             Mode::Tuple(t) => match &self.compiled {
                 None => t.lookup_batch(keys, out),
-                Some(rfc) => {
+                Some(s) => {
                     // Chunks of a fixed size keep the answer scratch on the
                     // stack (no allocation per batch).
                     const CHUNK: usize = 64;
-                    let mut answers = [RfcAnswer::NoMatch; CHUNK];
+                    let mut answers = [RfcRank::NoMatch; CHUNK];
                     for (kc, oc) in keys.chunks(CHUNK).zip(out.chunks_mut(CHUNK)) {
                         let answers = &mut answers[..kc.len()];
-                        rfc.lookup_batch(kc, answers);
+                        s.rfc().rank_batch(kc, answers);
                         for ((k, a), o) in kc.iter().zip(answers.iter()).zip(oc.iter_mut()) {
-                            *o = match *a {
-                                RfcAnswer::Hit(id) => Some(id),
-                                RfcAnswer::NoMatch => None,
-                                RfcAnswer::NotApplicable => t.lookup(k),
-                            };
+                            *o = s.resolve(k, *a, t);
                         }
                     }
                 }

@@ -26,6 +26,7 @@ mod linevec;
 pub mod lpm;
 pub mod rfc;
 pub mod rule;
+pub mod snapshot;
 pub mod tuple;
 pub mod versioned;
 
@@ -36,8 +37,9 @@ pub use idtable::{prefetch, IdTable};
 pub use linear::LinearClassifier;
 pub use lpm::{BinaryTrie, FibClassifier, FibRoutes, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};
-pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError, RfcSet, RfcSetConfig};
+pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError, RfcRank, RfcSet, RfcSetConfig};
 pub use rule::{PortRange, Priority, Rule, RuleId};
+pub use snapshot::{OverlayStats, RfcSnapshot, Snapshot};
 pub use tuple::{TupleConfig, TupleMerge};
 pub use versioned::{Apply, ClassifierOp, ReadGuard, ReadHandle, Versioned};
 

@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use offlow_flow::{present, Field, FlowKey};
 
-use crate::{Rule, RuleId};
+use crate::{Priority, Rule, RuleId};
 
 /// Default memory budget for the compiled tables: 64 MiB.
 pub const DEFAULT_BUDGET: usize = 64 << 20;
@@ -229,6 +229,9 @@ pub struct RfcStats {
     pub steps: Vec<(usize, usize, usize, usize)>,
     /// Bytes of all tables.
     pub table_bytes: usize,
+    /// Bytes of the final step's input classes kept for
+    /// [`RfcSet::rank_where`] (0 when they did not fit the budget).
+    pub candidate_bytes: usize,
     /// Wall-clock build time.
     pub build_time: Duration,
 }
@@ -303,6 +306,70 @@ struct Tables {
     chunks: [ChunkTable; CHUNKS],
     /// Combine steps in execution order; the last yields a rank.
     steps: Vec<Step>,
+    /// The last step's input classes, when kept (see [`Candidates`]).
+    candidates: Option<Candidates>,
+}
+
+/// The final step's two input class bitmaps, kept after the build. The
+/// final table stores only the winner of each pair of classes; the
+/// intersection of the pair's bitmaps lists *every* rule the key matches, in
+/// rank order. That is what lets an owner skip rules removed since the build
+/// instead of giving up on the snapshot ([`RfcSet::rank_where`]).
+struct Candidates {
+    /// Words per bitmap.
+    words: usize,
+    /// Class `i` of input `a` is `a[i * words..][..words]`.
+    a: Box<[u64]>,
+    /// Class `j` of input `b`, likewise.
+    b: Box<[u64]>,
+    /// The rank of each bit position (the part's subset of the rules).
+    ranks: Box<[u32]>,
+}
+
+impl Candidates {
+    /// Flatten the classes of both inputs, if their bitmaps fit `room` bytes.
+    fn keep(
+        a: &[Box<[u64]>],
+        b: &[Box<[u64]>],
+        subset: &[u32],
+        words: usize,
+        room: usize,
+    ) -> Option<Candidates> {
+        let bytes = (a.len() + b.len()).saturating_mul(words * 8);
+        if bytes > room {
+            return None;
+        }
+        let flat =
+            |v: &[Box<[u64]>]| -> Box<[u64]> { v.iter().flat_map(|c| c.iter().copied()).collect() };
+        Some(Candidates {
+            words,
+            a: flat(a),
+            b: flat(b),
+            ranks: subset.into(),
+        })
+    }
+
+    fn bytes(&self) -> usize {
+        (self.a.len() + self.b.len()) * 8 + self.ranks.len() * 4
+    }
+
+    /// The lowest rank in both class `ia` of input a and `ib` of input b
+    /// that `keep` accepts.
+    fn first_where(&self, ia: u32, ib: u32, keep: &impl Fn(u32) -> bool) -> Option<u32> {
+        let x = self.a.get(ia as usize * self.words..)?.get(..self.words)?;
+        let y = self.b.get(ib as usize * self.words..)?.get(..self.words)?;
+        for (w, (p, q)) in x.iter().zip(y).enumerate() {
+            let mut m = p & q;
+            while m != 0 {
+                let rank = *self.ranks.get(w * 64 + m.trailing_zeros() as usize)?;
+                if keep(rank) {
+                    return Some(rank);
+                }
+                m &= m - 1;
+            }
+        }
+        None
+    }
 }
 
 /// A compiled RFC classifier; see the module documentation.
@@ -658,6 +725,7 @@ fn build_tables(
     }
 
     let mut steps = Vec::with_capacity(config.tree.len());
+    let mut candidates = None;
     let last = config.tree.len() - 1;
     for (si, &(a, b)) in config.tree.iter().enumerate() {
         let (a, b) = (a as usize, b as usize);
@@ -709,6 +777,10 @@ fn build_tables(
                 }
             }
             slots.push(None);
+            // What the budget leaves beside the tables (`need` counts the
+            // final table at its budgeted width).
+            candidates =
+                Candidates::keep(&ca, &cb, subset, words, config.budget.saturating_sub(need));
             winners.len()
         } else {
             let mut classes = Classes::new(words, config.budget);
@@ -762,8 +834,16 @@ fn build_tables(
         .try_into()
         .unwrap_or_else(|_| unreachable!("exactly CHUNKS tables built"));
     stats.table_bytes = table_bytes;
+    stats.candidate_bytes = candidates.as_ref().map_or(0, Candidates::bytes);
     stats.build_time = t0.elapsed();
-    Ok((Tables { chunks, steps }, stats))
+    Ok((
+        Tables {
+            chunks,
+            steps,
+            candidates,
+        },
+        stats,
+    ))
 }
 
 // ---------------------------------------------------------------------------
@@ -787,6 +867,16 @@ fn outside(key: &FlowKey, all_require_l3: bool) -> Option<RfcAnswer> {
     }
 }
 
+/// `rank` as an [`RfcRank`] among `n` rules (`n` and above: no rule).
+#[inline]
+fn to_rank(rank: u32, n: usize) -> RfcRank {
+    if (rank as usize) < n {
+        RfcRank::Rank(rank)
+    } else {
+        RfcRank::NoMatch
+    }
+}
+
 /// The answer for `rank` given the rule ids by rank (a rank past the end
 /// means "no rule").
 #[inline]
@@ -802,19 +892,37 @@ impl Tables {
     /// the domain; the caller checks it).
     #[inline]
     fn rank(&self, key: &FlowKey) -> u32 {
+        let s = self.walk(key, self.steps.len());
+        s[CHUNKS + self.steps.len() - 1]
+    }
+
+    /// Every slot's class for `key` through the first `steps` combine steps.
+    #[inline(always)]
+    fn walk(&self, key: &FlowKey, steps: usize) -> [u32; SLOTS] {
         let mut s = [0u32; SLOTS];
         let c = chunk_values(key);
         for i in 0..CHUNKS {
             s[i] = self.chunks[i][c[i] as usize] as u32;
         }
-        for (k, st) in self.steps.iter().enumerate() {
+        for (k, st) in self.steps.iter().take(steps).enumerate() {
             let idx = s[st.a] as usize * st.nb as usize + s[st.b] as usize;
             s[CHUNKS + k] = match &st.table {
                 CrossTable::U16(t) => t.get(idx).map_or(0, |&x| x as u32),
                 CrossTable::U32(t) => t.get(idx).copied().unwrap_or(0),
             };
         }
-        s[CHUNKS + self.steps.len() - 1]
+        s
+    }
+
+    /// The lowest rank of a rule matching `key` that `keep` accepts:
+    /// `Some(None)` when there is none, `None` when the candidates were not
+    /// kept. The key must lie in the domain.
+    fn rank_where(&self, key: &FlowKey, keep: &impl Fn(u32) -> bool) -> Option<Option<u32>> {
+        let c = self.candidates.as_ref()?;
+        let last = self.steps.len() - 1;
+        let st = &self.steps[last];
+        let s = self.walk(key, last);
+        Some(c.first_where(s[st.a], s[st.b], keep))
     }
 
     /// Final-table values for up to [`BATCH`] keys, phase by phase:
@@ -1050,8 +1158,23 @@ pub struct RfcSet {
     parts: Vec<Tables>,
     /// Rule id by global rank; rank `ids.len()` means "no match".
     ids: Box<[RuleId]>,
+    /// Rule priority by global rank.
+    priorities: Box<[Priority]>,
     all_require_l3: bool,
     stats: RfcSetStats,
+}
+
+/// An [`RfcSet`] answer as a global rank (position in the compiled rules'
+/// (priority desc, id asc) order), for owners that track rules by rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RfcRank {
+    /// The rule of this rank wins among the compiled rules.
+    Rank(u32),
+    /// No compiled rule matches (exact).
+    #[default]
+    NoMatch,
+    /// The key lies outside the compiled domain; ask the complete classifier.
+    NotApplicable,
 }
 
 impl fmt::Debug for RfcSet {
@@ -1238,6 +1361,7 @@ impl RfcSet {
         Ok(RfcSet {
             parts: done.into_iter().map(|p| p.1).collect(),
             ids: p.order.iter().map(|r| r.id).collect(),
+            priorities: p.order.iter().map(|r| r.priority).collect(),
             all_require_l3: p.all_require_l3,
             stats,
         })
@@ -1261,6 +1385,85 @@ impl RfcSet {
     /// True when no rule was compiled.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
+    }
+
+    /// Rule id of `rank` (below [`len`](Self::len)).
+    pub fn id(&self, rank: u32) -> Option<RuleId> {
+        self.ids.get(rank as usize).copied()
+    }
+
+    /// Rule priority of `rank` (below [`len`](Self::len)).
+    pub fn priority(&self, rank: u32) -> Option<Priority> {
+        self.priorities.get(rank as usize).copied()
+    }
+
+    /// Rule ids in rank order.
+    pub fn ids(&self) -> &[RuleId] {
+        &self.ids
+    }
+
+    /// True when every part kept its candidates, so that
+    /// [`rank_where`](Self::rank_where) always answers.
+    pub fn lists_candidates(&self) -> bool {
+        self.parts.iter().all(|t| t.candidates.is_some())
+    }
+
+    /// The winning rank for `key`.
+    #[inline]
+    pub fn rank(&self, key: &FlowKey) -> RfcRank {
+        if let Some(a) = outside(key, self.all_require_l3) {
+            return match a {
+                RfcAnswer::NotApplicable => RfcRank::NotApplicable,
+                _ => RfcRank::NoMatch,
+            };
+        }
+        let best = self
+            .parts
+            .iter()
+            .map(|t| t.rank(key))
+            .min()
+            .unwrap_or(self.ids.len() as u32);
+        to_rank(best, self.ids.len())
+    }
+
+    /// [`rank`](Self::rank) of every key of `keys` into `out`, batched
+    /// like [`lookup_batch`](Self::lookup_batch); allocates nothing.
+    ///
+    /// # Panics
+    /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
+    pub fn rank_batch(&self, keys: &[FlowKey], out: &mut [RfcRank]) {
+        assert!(out.len() >= keys.len(), "rank_batch: output too short");
+        let none = self.ids.len() as u32;
+        let mut ranks = [none; BATCH];
+        for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            ranks.fill(none);
+            for t in &self.parts {
+                t.ranks_chunk(kc, &mut ranks, true);
+            }
+            for ((o, key), &rank) in oc.iter_mut().zip(kc).zip(ranks.iter()) {
+                *o = match outside(key, self.all_require_l3) {
+                    Some(RfcAnswer::NotApplicable) => RfcRank::NotApplicable,
+                    Some(_) => RfcRank::NoMatch,
+                    None => to_rank(rank, self.ids.len()),
+                };
+            }
+        }
+    }
+
+    /// The lowest rank of a compiled rule matching `key` that `keep`
+    /// accepts, skipping the others: `Some(None)` when none is left, `None`
+    /// when a part did not keep its candidates (see
+    /// [`lists_candidates`](Self::lists_candidates)). Call it only for a
+    /// key [`rank`](Self::rank) answered with [`RfcRank::Rank`]: other keys
+    /// lie outside the domain the tables describe.
+    pub fn rank_where(&self, key: &FlowKey, keep: impl Fn(u32) -> bool) -> Option<Option<u32>> {
+        let mut best: Option<u32> = None;
+        for t in &self.parts {
+            if let Some(r) = t.rank_where(key, &keep)? {
+                best = Some(best.map_or(r, |b| b.min(r)));
+            }
+        }
+        Some(best)
     }
 
     /// The winning rule for `key`.

@@ -784,6 +784,54 @@ fn relax(emask: &FlowKey, g: u32, coarse_ports: bool) -> FlowKey {
 }
 
 impl TupleMerge {
+    /// The winner's order key for `key`: `(priority << 32) | !id`, so a
+    /// greater value beats a smaller one exactly as the crate-wide order
+    /// (priority desc, id asc) says. For owners that merge this answer
+    /// with another structure's.
+    #[inline]
+    pub fn lookup_rank(&self, key: &FlowKey) -> Option<u64> {
+        let mut best = 0u64;
+        let mut found = false;
+        let mut mk = [0u64; KEY_WORDS];
+        for &(tmax, ti) in self.order.iter() {
+            // Stop once the best so far beats every rule of this tuple and
+            // so of every later one (their max priorities are no higher).
+            if found && best > (((tmax as u64) << 32) | 0xffff_ffff) {
+                break;
+            }
+            let tup = &self.tuples[ti as usize];
+            let h = tup.masked(key, &mut mk);
+            let Some(b) = tup.find(&mk, h) else {
+                continue;
+            };
+            let bucket = &tup.buckets[b];
+            // The head alone first: a bucket of one rule (most of them)
+            // never touches its tail's `Vec`.
+            let head = bucket.head();
+            if bucket.is_empty() || (found && head.rank <= best) {
+                continue;
+            }
+            if head.matches(self, key) {
+                best = head.rank;
+                found = true;
+                continue;
+            }
+            if bucket.len() > 1 {
+                for e in bucket.tail(&tup.tails[b]) {
+                    if found && e.rank <= best {
+                        break;
+                    }
+                    if e.matches(self, key) {
+                        best = e.rank;
+                        found = true;
+                        break;
+                    }
+                }
+            }
+        }
+        found.then_some(best)
+    }
+
     /// An empty classifier with the default configuration.
     pub fn new() -> Self {
         Self::default()
@@ -1030,47 +1078,8 @@ impl Classify for TupleMerge {
 
     #[inline]
     fn lookup(&self, key: &FlowKey) -> Option<RuleId> {
-        let mut best = 0u64;
-        let mut found = false;
-        let mut mk = [0u64; KEY_WORDS];
-        for &(tmax, ti) in self.order.iter() {
-            // Stop once the best so far beats every rule of this tuple and
-            // so of every later one (their max priorities are no higher).
-            if found && best > (((tmax as u64) << 32) | 0xffff_ffff) {
-                break;
-            }
-            let tup = &self.tuples[ti as usize];
-            let h = tup.masked(key, &mut mk);
-            let Some(b) = tup.find(&mk, h) else {
-                continue;
-            };
-            let bucket = &tup.buckets[b];
-            // The head alone first: a bucket of one rule (most of them)
-            // never touches its tail's `Vec`.
-            let head = bucket.head();
-            if bucket.is_empty() || (found && head.rank <= best) {
-                continue;
-            }
-            if head.matches(self, key) {
-                best = head.rank;
-                found = true;
-                continue;
-            }
-            if bucket.len() > 1 {
-                for e in bucket.tail(&tup.tails[b]) {
-                    if found && e.rank <= best {
-                        break;
-                    }
-                    if e.matches(self, key) {
-                        best = e.rank;
-                        found = true;
-                        break;
-                    }
-                }
-            }
-        }
         // The low half of a rank is the complemented id.
-        found.then_some(!(best as u32))
+        self.lookup_rank(key).map(|rank| !(rank as u32))
     }
 
     /// A plain loop over [`lookup`](Classify::lookup). A tuple-major

@@ -2,7 +2,9 @@
 //! with compiles at random points: rule sets drawn from three families
 //! (FIB-shaped prefixes, IPv4 5-tuple ACL rules, and anything) so that every
 //! mode is entered — FIB, RFC snapshot, TupleMerge — and left again by
-//! updates that the compiled structure cannot serve.
+//! updates that the compiled structure cannot serve. Removed rules come back
+//! under old and new ids, so an RFC snapshot's overlay recognises some
+//! (equal priorities included, where ids must keep their order).
 use offlow_classifier::{
     Classifier, ClassifierConfig, Classify, Field, FlowKey, LinearClassifier, Match, PortRange,
     Rule, RuleId,
@@ -101,6 +103,9 @@ fn build(id: RuleId, s: &Spec) -> Rule {
 enum Op {
     Insert(RuleId, Spec),
     Remove(RuleId),
+    /// Insert a rule removed earlier (the `n`th, cyclically) again, under
+    /// this id: what an RFC snapshot's overlay recognises.
+    Reinsert(usize, RuleId),
     Compile,
 }
 
@@ -109,6 +114,7 @@ fn ops(family: u8) -> impl Strategy<Value = Vec<Op>> {
         prop_oneof![
             6 => (0u32..40, spec(family)).prop_map(|(id, s)| Op::Insert(id, s)),
             2 => (0u32..40).prop_map(Op::Remove),
+            2 => (any::<usize>(), 0u32..80).prop_map(|(n, id)| Op::Reinsert(n, id)),
             1 => Just(Op::Compile),
         ],
         1..60,
@@ -158,6 +164,9 @@ fn differential_vs_linear() {
     use proptest::test_runner::{Config, TestRunner};
     use std::cell::Cell;
     let seen = [Cell::new(0usize), Cell::new(0), Cell::new(0)];
+    // Steps served by a snapshot with removed, inserted and recognised
+    // rules in its overlay.
+    let overlay = [Cell::new(0usize), Cell::new(0), Cell::new(0)];
     let mut runner = TestRunner::new(Config::with_cases(CASES));
     let strategy = ((0u8..3).prop_flat_map(ops), keys());
     runner
@@ -170,6 +179,7 @@ fn differential_vs_linear() {
             });
             let mut lin = LinearClassifier::new();
             let mut out = vec![None; keys.len()];
+            let mut removed: Vec<Rule> = Vec::new();
             for op in &ops {
                 match op {
                     Op::Insert(id, s) => {
@@ -177,7 +187,21 @@ fn differential_vs_linear() {
                         lin.insert(r.clone());
                         c.insert(r);
                     }
-                    Op::Remove(id) => prop_assert_eq!(c.remove(*id), lin.remove(*id)),
+                    Op::Remove(id) => {
+                        let gone = lin.remove(*id);
+                        prop_assert_eq!(c.remove(*id), gone.clone());
+                        removed.extend(gone);
+                    }
+                    Op::Reinsert(n, id) => {
+                        if !removed.is_empty() {
+                            let r = Rule {
+                                id: *id,
+                                ..removed[n % removed.len()].clone()
+                            };
+                            lin.insert(r.clone());
+                            c.insert(r);
+                        }
+                    }
                     Op::Compile => {
                         c.compile();
                     }
@@ -188,6 +212,11 @@ fn differential_vs_linear() {
                     .position(|m| *m == c.serving());
                 if let Some(i) = mode {
                     seen[i].set(seen[i].get() + 1);
+                }
+                if let Some(o) = c.overlay() {
+                    for (cell, on) in overlay.iter().zip([o.dead > 0, o.added > 0, o.revived > 0]) {
+                        cell.set(cell.get() + usize::from(on));
+                    }
                 }
                 c.lookup_batch(&keys, &mut out);
                 for (k, got) in keys.iter().zip(&out) {
@@ -203,5 +232,10 @@ fn differential_vs_linear() {
     assert!(
         counts.iter().all(|&n| n > 0),
         "modes fib/rfc/tuple seen {counts:?}"
+    );
+    let counts: Vec<usize> = overlay.iter().map(Cell::get).collect();
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "snapshot overlays with removed/added/recognised rules seen {counts:?}"
     );
 }

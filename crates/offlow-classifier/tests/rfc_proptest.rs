@@ -6,8 +6,8 @@
 //! size 0..=65, and shape / budget rejection.
 
 use offlow_classifier::rfc::{RfcConfig, RfcError, RfcSet, RfcSetConfig};
-use offlow_classifier::RfcAnswer;
 use offlow_classifier::{Classify, Field, FlowKey, LinearClassifier, Match, PortRange, Rfc, Rule};
+use offlow_classifier::{RfcAnswer, RfcRank};
 use offlow_flow::present;
 use proptest::prelude::*;
 
@@ -479,7 +479,54 @@ fn check_set(rules: &[Rule], keys: &[FlowKey], cfg: &RfcSetConfig) -> Result<usi
         |k| set.lookup(k),
         |ks, out| set.lookup_batch(ks, out),
     )?;
+    candidates_skip_what_they_are_told(rules, keys, &set)?;
     Ok(set.parts())
+}
+
+/// `rank_where` with a third of the rules (by id) left out: the first rank
+/// it gives is the winner among the other rules, per the oracle; and the
+/// plain and batched rank lookups agree with `lookup`.
+fn candidates_skip_what_they_are_told(
+    rules: &[Rule],
+    keys: &[FlowKey],
+    set: &RfcSet,
+) -> Result<(), TestCaseError> {
+    let mut ranks = vec![RfcRank::NotApplicable; keys.len()];
+    set.rank_batch(keys, &mut ranks);
+    for (k, &r) in keys.iter().zip(&ranks) {
+        prop_assert_eq!(r, set.rank(k));
+        let as_answer = match r {
+            RfcRank::Rank(r) => RfcAnswer::Hit(set.ids()[r as usize]),
+            RfcRank::NoMatch => RfcAnswer::NoMatch,
+            RfcRank::NotApplicable => RfcAnswer::NotApplicable,
+        };
+        prop_assert_eq!(as_answer, set.lookup(k));
+    }
+    if !set.lists_candidates() {
+        return Ok(());
+    }
+    for residue in 0..3u32 {
+        let mut lin = LinearClassifier::new();
+        for r in rules.iter().filter(|r| r.id % 3 != residue) {
+            lin.insert(r.clone());
+        }
+        let keep = |rank: u32| set.ids()[rank as usize] % 3 != residue;
+        for (k, r) in keys.iter().zip(&ranks) {
+            if let RfcRank::Rank(_) = r {
+                let want = lin
+                    .lookup(k)
+                    .map(|id| set.ids().iter().position(|&x| x == id).unwrap() as u32);
+                prop_assert_eq!(
+                    set.rank_where(k, keep),
+                    Some(want),
+                    "residue {} key {:?}",
+                    residue,
+                    k
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 proptest! {

@@ -351,10 +351,13 @@ impl DatapathSwitch {
     /// Compile the tables (see [`offlow_pipeline::Pipeline::table_structures`]:
     /// a DIR-24-8 FIB for a big table of IPv4 routes, an RFC snapshot for
     /// an IPv4 5-tuple ACL) once their rules have not changed for
-    /// [`COMPILE_QUIET`], and publish. Until then, and after any later
-    /// insert or removal (which drops an RFC snapshot; the FIB updates in
-    /// place), lookups run on TupleMerge, which takes every update at once.
-    /// Answers never change, so nothing cached is invalidated.
+    /// [`COMPILE_QUIET`], and publish. Until then lookups run on
+    /// TupleMerge, which takes every update at once. Later inserts and
+    /// removals keep an RFC snapshot serving through its overlay (removed
+    /// rules skipped, rules inserted again recognised, new ones served
+    /// beside it) until the overlay outgrows its bound; the next quiet
+    /// compile absorbs it. The FIB updates in place. Answers never change,
+    /// so nothing cached is invalidated.
     ///
     /// The build runs on a thread of its own, from a copy of the rules, so
     /// the control thread keeps serving the controller (a full BGP table
