@@ -43,9 +43,11 @@
 //!   field constraint at all, e.g. a ClassBench "match all IPv4" line) the
 //!   answer is [`RfcAnswer::NotApplicable`] and the caller asks its complete
 //!   classifier.
-//! - eth_type 0x0800, L3, no L4: `NotApplicable` (kept simple: a rule set
-//!   without port constraints could answer, but the caller's fallback is
-//!   correct and such packets are rare in a 5-tuple ACL workload).
+//! - eth_type 0x0800, L3, no L4 (an IP protocol without ports): an [`Rfc`]
+//!   answers `NotApplicable`. An [`RfcSet`] that kept its candidate lists
+//!   answers exactly: the tables read the port chunks from the key words as
+//!   a rule's match does, so the first candidate that does not require L4
+//!   wins. (One ClassBench trace header in twelve is such a packet.)
 //!
 //! Ties: rules are ranked by (priority desc, id asc), the crate-wide order;
 //! the lowest rank in a class is the winner.
@@ -1160,6 +1162,8 @@ pub struct RfcSet {
     ids: Box<[RuleId]>,
     /// Rule priority by global rank.
     priorities: Box<[Priority]>,
+    /// Bit set by global rank: the rule requires L4.
+    needs_l4: Box<[u64]>,
     all_require_l3: bool,
     stats: RfcSetStats,
 }
@@ -1362,6 +1366,15 @@ impl RfcSet {
             parts: done.into_iter().map(|p| p.1).collect(),
             ids: p.order.iter().map(|r| r.id).collect(),
             priorities: p.order.iter().map(|r| r.priority).collect(),
+            needs_l4: {
+                let mut bits = vec![0u64; n.div_ceil(64)];
+                for (rank, r) in p.order.iter().enumerate() {
+                    if r.matcher.mask.presence() & present::L4 != 0 {
+                        bits[rank / 64] |= 1 << (rank % 64);
+                    }
+                }
+                bits.into_boxed_slice()
+            },
             all_require_l3: p.all_require_l3,
             stats,
         })
@@ -1412,10 +1425,7 @@ impl RfcSet {
     #[inline]
     pub fn rank(&self, key: &FlowKey) -> RfcRank {
         if let Some(a) = outside(key, self.all_require_l3) {
-            return match a {
-                RfcAnswer::NotApplicable => RfcRank::NotApplicable,
-                _ => RfcRank::NoMatch,
-            };
+            return self.rank_outside(key, a);
         }
         let best = self
             .parts
@@ -1424,6 +1434,26 @@ impl RfcSet {
             .min()
             .unwrap_or(self.ids.len() as u32);
         to_rank(best, self.ids.len())
+    }
+
+    /// The rank for a key [`outside`] did not place in the domain. An IPv4
+    /// key with L3 but no L4 (an IP protocol without ports) is answered
+    /// from the candidate lists when they were kept: the tables read its
+    /// port chunks from the key words exactly as a rule's match does, so
+    /// among the rules that do not require L4 their candidates are exact.
+    /// Without the lists such a key goes to the complete classifier.
+    #[inline(never)]
+    fn rank_outside(&self, key: &FlowKey, a: RfcAnswer) -> RfcRank {
+        match a {
+            RfcAnswer::NotApplicable if key.presence() & present::L3 != 0 => {
+                match self.rank_where(key, |_| true) {
+                    Some(best) => best.map_or(RfcRank::NoMatch, RfcRank::Rank),
+                    None => RfcRank::NotApplicable,
+                }
+            }
+            RfcAnswer::NotApplicable => RfcRank::NotApplicable,
+            _ => RfcRank::NoMatch,
+        }
     }
 
     /// [`rank`](Self::rank) of every key of `keys` into `out`, batched
@@ -1442,8 +1472,7 @@ impl RfcSet {
             }
             for ((o, key), &rank) in oc.iter_mut().zip(kc).zip(ranks.iter()) {
                 *o = match outside(key, self.all_require_l3) {
-                    Some(RfcAnswer::NotApplicable) => RfcRank::NotApplicable,
-                    Some(_) => RfcRank::NoMatch,
+                    Some(a) => self.rank_outside(key, a),
                     None => to_rank(rank, self.ids.len()),
                 };
             }
@@ -1455,8 +1484,11 @@ impl RfcSet {
     /// when a part did not keep its candidates (see
     /// [`lists_candidates`](Self::lists_candidates)). Call it only for a
     /// key [`rank`](Self::rank) answered with [`RfcRank::Rank`]: other keys
-    /// lie outside the domain the tables describe.
+    /// lie outside the domain the tables describe. For a key without L4,
+    /// rules that require L4 are skipped as well.
     pub fn rank_where(&self, key: &FlowKey, keep: impl Fn(u32) -> bool) -> Option<Option<u32>> {
+        let l4 = key.presence() & present::L4 != 0;
+        let keep = |r: u32| keep(r) && (l4 || !self.needs_l4(r));
         let mut best: Option<u32> = None;
         for t in &self.parts {
             if let Some(r) = t.rank_where(key, &keep)? {
@@ -1466,18 +1498,25 @@ impl RfcSet {
         Some(best)
     }
 
+    /// Does the rule of `rank` require the transport layer?
+    #[inline]
+    fn needs_l4(&self, rank: u32) -> bool {
+        self.needs_l4
+            .get(rank as usize / 64)
+            .is_some_and(|w| w & (1 << (rank % 64)) != 0)
+    }
+
     /// The winning rule for `key`.
     pub fn lookup(&self, key: &FlowKey) -> RfcAnswer {
-        if let Some(a) = outside(key, self.all_require_l3) {
-            return a;
+        self.answer(self.rank(key))
+    }
+
+    fn answer(&self, rank: RfcRank) -> RfcAnswer {
+        match rank {
+            RfcRank::Rank(r) => answer(&self.ids, r),
+            RfcRank::NoMatch => RfcAnswer::NoMatch,
+            RfcRank::NotApplicable => RfcAnswer::NotApplicable,
         }
-        let best = self
-            .parts
-            .iter()
-            .map(|t| t.rank(key))
-            .min()
-            .unwrap_or(self.ids.len() as u32);
-        answer(&self.ids, best)
     }
 
     /// Look up every key of `keys`; `out[i]` receives the answer for
@@ -1488,18 +1527,12 @@ impl RfcSet {
     /// If `out` is shorter than `keys` (a caller bug, not packet-driven).
     pub fn lookup_batch(&self, keys: &[FlowKey], out: &mut [RfcAnswer]) {
         assert!(out.len() >= keys.len(), "lookup_batch: output too short");
-        let none = self.ids.len() as u32;
-        let mut ranks = [none; BATCH];
+        let mut ranks = [RfcRank::NoMatch; BATCH];
         for (kc, oc) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
-            ranks.fill(none);
-            for t in &self.parts {
-                t.ranks_chunk(kc, &mut ranks, true);
-            }
-            for ((o, key), &rank) in oc.iter_mut().zip(kc).zip(ranks.iter()) {
-                *o = match outside(key, self.all_require_l3) {
-                    Some(a) => a,
-                    None => answer(&self.ids, rank),
-                };
+            let ranks = &mut ranks[..kc.len()];
+            self.rank_batch(kc, ranks);
+            for (o, &r) in oc.iter_mut().zip(ranks.iter()) {
+                *o = self.answer(r);
             }
         }
     }
