@@ -206,8 +206,14 @@ pub fn build_classifier(kind: ClassifierKind, rules: &[Rule]) -> Built {
 pub fn describe_compiled(c: &Compiled) -> String {
     match c {
         Compiled::Fib => "fib (DIR-24-8)".to_string(),
-        Compiled::Rfc { table_bytes, parts } => {
-            format!("rfc, {parts} part(s), {table_bytes} table bytes")
+        Compiled::Rfc {
+            table_bytes,
+            parts,
+            candidate_bytes,
+        } => {
+            format!(
+                "rfc, {parts} part(s), {table_bytes} table bytes, {candidate_bytes} candidate-list bytes"
+            )
         }
         Compiled::None { reason } => format!("not compiled: {reason}"),
     }
@@ -216,8 +222,13 @@ pub fn describe_compiled(c: &Compiled) -> String {
 fn compiled_json(c: &Compiled) -> serde_json::Value {
     match c {
         Compiled::Fib => json!({"result": "fib"}),
-        Compiled::Rfc { table_bytes, parts } => {
-            json!({"result": "rfc", "table_bytes": table_bytes, "parts": parts})
+        Compiled::Rfc {
+            table_bytes,
+            parts,
+            candidate_bytes,
+        } => {
+            json!({"result": "rfc", "table_bytes": table_bytes, "parts": parts,
+                   "candidate_bytes": candidate_bytes})
         }
         Compiled::None { reason } => json!({"result": "none", "reason": reason}),
     }

@@ -216,7 +216,7 @@ fn default_classifier_verifies_on_embedded_acl1() {
     assert_eq!(r.serving, "rfc", "{:?}", r.compiled);
     assert!(matches!(
         r.compiled,
-        Some(offlow_classifier::Compiled::Rfc { table_bytes, parts }) if table_bytes > 0 && parts == 1
+        Some(offlow_classifier::Compiled::Rfc { table_bytes, parts, .. }) if table_bytes > 0 && parts == 1
     ));
     assert!(r.compile_ms.is_some());
     let u = r.updates.as_ref().unwrap();

@@ -90,6 +90,9 @@ pub enum Compiled {
         table_bytes: usize,
         /// Number of RFC table sets (rule subsets) in the snapshot.
         parts: usize,
+        /// Bytes of the candidate lists kept beside the tables (what lets
+        /// the snapshot skip removed rules; 0 when they did not fit).
+        candidate_bytes: usize,
     },
     /// No accelerator applies; TupleMerge serves lookups.
     None {
@@ -401,6 +404,7 @@ impl Classifier {
                 Compiled::Rfc {
                     table_bytes: rfc.stats().table_bytes,
                     parts: rfc.parts(),
+                    candidate_bytes: rfc.stats().parts.iter().map(|p| p.candidate_bytes).sum(),
                 }
             }
             Built::Unchanged => Compiled::Fib,
