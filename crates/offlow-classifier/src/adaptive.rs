@@ -609,6 +609,90 @@ mod tests {
         assert_eq!(c.serving(), "tuple");
     }
 
+    /// An ACL rule on destination `i` (a /24 per rule), with a port range
+    /// on odd `i`: RFC-shaped.
+    fn acl_rule(id: RuleId, i: u32, priority: u32) -> Rule {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800);
+        m.set_prefix(Field::Ipv4Dst, u128::from(0x0a00_0000 | (i << 8)), 24);
+        let r = Rule::new(id, priority, m);
+        if i % 2 == 1 {
+            r.with_ports(crate::PortRange::ANY, crate::PortRange { lo: 0, hi: 1023 })
+        } else {
+            r
+        }
+    }
+
+    fn acl_key(i: u32, port: u16) -> FlowKey {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::EthType, 0x0800);
+        k.set(Field::Ipv4Dst, u128::from(0x0a00_0000 | (i << 8) | 9));
+        k.set(Field::TcpDst, u128::from(port));
+        k.add_presence(offlow_flow::key::present::L3 | offlow_flow::key::present::L4);
+        k
+    }
+
+    #[test]
+    fn a_snapshot_serves_until_its_overlay_outgrows_the_bound() {
+        let mut c = Classifier::new();
+        let mut lin = crate::LinearClassifier::new();
+        let mut both = |c: &mut Classifier, r: Rule| {
+            lin.insert(r.clone());
+            c.insert(r);
+        };
+        // 200 rules on 100 destinations: a covering /24 and a ported one.
+        for i in 0..100u32 {
+            both(&mut c, acl_rule(2 * i, i, 10));
+            both(&mut c, acl_rule(2 * i + 1, i | 1, 20 + i));
+        }
+        assert!(
+            matches!(c.compile(), Compiled::Rfc { candidate_bytes, .. } if candidate_bytes > 0)
+        );
+        assert!(c.is_compiled());
+        let keys: Vec<FlowKey> = (0..100u32)
+            .flat_map(|i| [acl_key(i, 80), acl_key(i, 8080)])
+            .collect();
+        // New rules on destinations 100.., each at a priority above every
+        // compiled one: served beside the tables until there are more than
+        // 64 of them (200 / 8 < 64), then the snapshot goes.
+        for n in 0..80u32 {
+            let i = 100 + n;
+            lin.insert(acl_rule(1000 + n, i, 500));
+            c.insert(acl_rule(1000 + n, i, 500));
+            let overlay = c.overlay();
+            if n < 64 {
+                assert_eq!(c.serving(), "rfc", "after {} new rules", n + 1);
+                assert_eq!(overlay.map(|o| o.added), Some(n as usize + 1));
+                assert!(!c.is_compiled(), "an overlay asks for a compile");
+            } else {
+                assert_eq!(c.serving(), "tuple", "after {} new rules", n + 1);
+                assert_eq!(overlay, None);
+            }
+            for k in keys.iter().chain(&[acl_key(i, 80), acl_key(i, 8080)]) {
+                assert_eq!(
+                    c.lookup(k),
+                    lin.lookup(k),
+                    "after {} new rules, key {k:?}",
+                    n + 1
+                );
+            }
+        }
+        // A compile absorbs everything again.
+        assert!(matches!(c.compile(), Compiled::Rfc { .. }));
+        assert!(c.is_compiled());
+        for k in &keys {
+            assert_eq!(c.lookup(k), lin.lookup(k));
+        }
+        // Removing a rule and putting the same rule back leaves nothing to
+        // compile.
+        let r = acl_rule(7, 3 | 1, 23);
+        assert_eq!(c.get(7), Some(r.clone()));
+        c.remove(7);
+        assert!(!c.is_compiled());
+        c.insert(r);
+        assert!(c.is_compiled(), "{:?}", c.overlay());
+    }
+
     #[test]
     fn a_fib_built_for_two_installs_copies_nothing_when_installed() {
         let config = ClassifierConfig {
