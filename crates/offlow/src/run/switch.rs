@@ -1257,8 +1257,8 @@ mod tests {
         );
         assert_eq!(answers(&sw), before);
         assert_eq!(sw.maybe_compile(s(5.0)), None, "nothing changed since");
-        // An update: the FIB takes it in place, table 1 drops its snapshot
-        // until it is quiet again.
+        // An update: the FIB takes it in place; table 1's snapshot serves on
+        // with the new rule beside it, and is rebuilt once quiet again.
         let top_half = ip_dst_match(0x8000_0000, 1);
         sw.flow_mod(&FlowMod::add(1, 100, top_half, output(9)), 0)
             .unwrap();
@@ -1266,7 +1266,7 @@ mod tests {
         let after_update = answers(&sw);
         let changed = after_update.iter().zip(&before).filter(|(a, b)| a != b);
         assert!((500..1500).contains(&changed.count()));
-        assert_eq!(sw.pipeline().table_structures()[1], (1, "tuple"));
+        assert_eq!(sw.pipeline().table_structures()[1], (1, "rfc"));
         // Now the quiet time asked for is at least ten times that compile.
         let wait = COMPILE_QUIET.max(took * 10).as_secs_f64();
         assert_eq!(compile_at(&mut sw, s(5.1)), None);
