@@ -121,6 +121,11 @@ pub struct UpdateReport {
     /// Cache-line round trip between CPUs 0 and 1 (writer and reader)
     /// before and after the phases, ns ([`crate::cores::round_trip_ns`]).
     pub core_round_trip_ns: [Option<f64>; 2],
+    /// What serves each table after the run, and the overlay of each RFC
+    /// snapshot (it serves on through the stream's updates).
+    pub tables_after: Vec<(u8, &'static str)>,
+    /// See `tables_after`.
+    pub overlays_after: Vec<(u8, offlow_classifier::OverlayStats)>,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -433,6 +438,8 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         reader,
         reader_actions,
         core_round_trip_ns: [round_trip_before, crate::cores::round_trip_ns(0, 1)],
+        tables_after: control.pipeline().table_structures(),
+        overlays_after: control.pipeline().table_overlays(),
     })
 }
 
@@ -503,6 +510,13 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
         "stale check: {} cached decisions checked during {} updates, {} stale",
         r.checked, r.check_updates, r.stale
     );
+    println!("tables after the run: {:?}", r.tables_after);
+    for (table, o) in &r.overlays_after {
+        println!(
+            "table {table}'s RFC snapshot served throughout: {} compiled rules removed now, {} served beside it, {} recognised under a new id",
+            o.dead, o.added, o.revived
+        );
+    }
     if args.json {
         print_json_line(&json!({
             "experiment": "update:acl+fib",
@@ -522,6 +536,9 @@ pub fn main(args: &UpdateArgs) -> anyhow::Result<()> {
             "commit_us": r.commit_us,
             "target_rate": args.rate,
             "core_round_trip_ns": r.core_round_trip_ns,
+            "table_overlays": r.overlays_after.iter().map(|(t, o)| json!({
+                "table": t, "dead": o.dead, "added": o.added, "revived": o.revived,
+            })).collect::<Vec<_>>(),
             "rules": r.rules,
             "cores": 2,
         }));

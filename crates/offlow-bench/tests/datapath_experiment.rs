@@ -137,4 +137,11 @@ fn update_stream_leaves_no_stale_packet() {
         r.reader.records_applied > 0,
         "invalidations reached the reader"
     );
+    // The ACL's RFC snapshot served throughout: the stream's deletes left
+    // ranks dead and its re-adds were recognised (none served beside it).
+    assert_eq!(r.tables_after, vec![(0, "rfc"), (1, "fib")]);
+    let (table, overlay) = r.overlays_after[0];
+    assert_eq!(table, 0);
+    assert!(overlay.dead > 0, "{overlay:?}");
+    assert_eq!(overlay.added, 0, "{overlay:?}");
 }

@@ -54,7 +54,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use offlow_classifier::{
-    Apply, BuildInput, Built, Classifier, Classify, IdTable, PortRange, Priority, RuleId,
+    Apply, BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, PortRange, Priority,
+    RuleId,
 };
 use offlow_flow::{present, Field, FlowKey, Match};
 
@@ -1397,6 +1398,18 @@ impl Pipeline {
             .filter(|(_, t)| !t.classifier.is_empty())
             // At most 255 tables.
             .map(|(i, t)| (i as u8, t.classifier.serving()))
+            .collect()
+    }
+
+    /// For each table an RFC snapshot serves: what changed since it was
+    /// built (rules removed, served beside it, recognised when inserted
+    /// again), for diagnostics.
+    pub fn table_overlays(&self) -> Vec<(u8, OverlayStats)> {
+        self.tables
+            .iter()
+            .enumerate()
+            // At most 255 tables.
+            .filter_map(|(i, t)| Some((i as u8, t.classifier.overlay()?)))
             .collect()
     }
 
