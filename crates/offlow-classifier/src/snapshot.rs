@@ -7,7 +7,7 @@
 //! not recognised. A lookup asks the tables, skips removed rules through the
 //! kept candidate lists ([`RfcSet::rank_where`]), and takes the better of
 //! that and the inserted rules' winner. Before this, any change dropped the
-//! snapshot and every lookup went to TupleMerge (10-20x slower on the WUSTL
+//! snapshot and every lookup went to TupleMerge (3-13x slower on the WUSTL
 //! sets) until the owner compiled again, which a table that keeps changing
 //! never lets it do.
 //!
