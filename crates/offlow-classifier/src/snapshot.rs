@@ -216,11 +216,14 @@ impl Snapshot {
             // The entry stays in `rank_of`: the same rule inserted again
             // under the same id is then recognised without a content hash.
             Some(rank) => self.set_dead(rank, true),
-            None => {
-                if self.any_added && self.added.discard(id) {
-                    self.any_added = !self.added.is_empty();
-                }
-            }
+            None => self.discard_added(id),
+        }
+    }
+
+    /// Forget `id` among the rules served beside the tables, if it is one.
+    fn discard_added(&mut self, id: RuleId) {
+        if self.any_added && self.added.discard(id) {
+            self.any_added = !self.added.is_empty();
         }
     }
 
@@ -231,13 +234,13 @@ impl Snapshot {
         let id = rule.id;
         let same_as =
             |base: &RfcSnapshot, rank: u32| base.rule(rank).is_some_and(|c| same_content(c, rule));
-        if let Some(rank) = self.live_rank(id) {
-            if same_as(&self.base, rank) {
-                // Replaced by itself: nothing changes.
-                return true;
-            }
+        match self.live_rank(id) {
+            // Replaced by itself: nothing changes.
+            Some(rank) if same_as(&self.base, rank) => return true,
+            // What `remove` does, without looking the rank up again.
+            Some(rank) => self.set_dead(rank, true),
+            None => self.discard_added(id),
         }
-        self.remove(id);
         // The rank this id last had, else one found by content.
         let rank = match self.rank_of.get(&id) {
             Some(&rank)
