@@ -404,7 +404,7 @@ impl Classifier {
                 Compiled::Rfc {
                     table_bytes: rfc.stats().table_bytes,
                     parts: rfc.parts(),
-                    candidate_bytes: rfc.stats().parts.iter().map(|p| p.candidate_bytes).sum(),
+                    candidate_bytes: rfc.stats().candidate_bytes(),
                 }
             }
             Built::Unchanged => Compiled::Fib,

@@ -1111,6 +1111,13 @@ pub struct RfcSetStats {
     pub build_time: Duration,
 }
 
+impl RfcSetStats {
+    /// Bytes of the candidate lists of all parts.
+    pub fn candidate_bytes(&self) -> usize {
+        self.parts.iter().map(|p| p.candidate_bytes).sum()
+    }
+}
+
 impl fmt::Display for RfcSetStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} rules in {} parts (", self.rules, self.parts.len())?;
@@ -1127,7 +1134,7 @@ impl fmt::Display for RfcSetStats {
             f,
             "); tables {:.2} MiB; candidate lists {:.2} MiB; {} build attempts; build {:.1} ms",
             self.table_bytes as f64 / (1 << 20) as f64,
-            self.parts.iter().map(|p| p.candidate_bytes).sum::<usize>() as f64 / (1 << 20) as f64,
+            self.candidate_bytes() as f64 / (1 << 20) as f64,
             self.attempts,
             self.build_time.as_secs_f64() * 1e3
         )
@@ -1404,11 +1411,6 @@ impl RfcSet {
     /// True when no rule was compiled.
     pub fn is_empty(&self) -> bool {
         self.ids.is_empty()
-    }
-
-    /// Rule id of `rank` (below [`len`](Self::len)).
-    pub fn id(&self, rank: u32) -> Option<RuleId> {
-        self.ids.get(rank as usize).copied()
     }
 
     /// Rule priority of `rank` (below [`len`](Self::len)).
