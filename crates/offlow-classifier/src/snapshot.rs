@@ -11,10 +11,16 @@
 //! sets) until the owner compiled again, which a table that keeps changing
 //! never lets it do.
 //!
+//! A snapshot that kept its candidate lists can be the owner's only
+//! structure ([`RfcSnapshot::self_sufficient`]): it answers `get`, `len`
+//! and `rules` itself, and the few keys outside the tables' domain (IPv4
+//! without L3) by trying the compiled rules that do not require L3.
+//!
 //! Invariants:
 //! - the live rules are exactly: compiled ranks not marked dead, under
 //!   their current id in `ids`, plus the rules of `added`. The owner's
-//!   complete structure holds the same set;
+//!   complete structure, if it keeps one beside the snapshot, holds the
+//!   same set;
 //! - a rank is revived (an identical rule inserted again, maybe under a new
 //!   id) only if, among live compiled rules of the same priority, ids still
 //!   rise with rank: rank order then still is the crate-wide (priority
@@ -31,6 +37,8 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use offlow_flow::present;
+
 use crate::{Classify, FlowKey, IdHasher, IdMap, RfcRank, RfcSet, Rule, RuleId, TupleMerge};
 
 /// How many equal-priority neighbours a revival looks past (dead ones) to
@@ -42,6 +50,12 @@ const ORDER_SCAN: usize = 16;
 /// compiled rules, if more) makes the owner drop the snapshot: each lookup
 /// then pays for a TupleMerge of its own size anyway.
 const ADDED_MIN: usize = 64;
+
+/// At most this many compiled rules may match keys without L3 (IPv4
+/// frames whose header did not parse) for the snapshot to serve without a
+/// complete structure beside it: such keys are outside the tables' domain
+/// and these rules are tried one by one.
+const NO_L3_MAX: usize = 32;
 
 /// A compiled RFC set, its rules by rank, and their ranks by content.
 #[derive(Debug)]
@@ -55,6 +69,9 @@ pub struct RfcSnapshot {
     /// the controller chooses the rules, and a flood of colliding ones would
     /// only slow its own updates (see [`crate::idmap`]).
     by_content: IdMap<u64, u32>,
+    /// Ranks of the compiled rules that do not require L3, ascending: the
+    /// only ones a key without L3 can match.
+    no_l3: Box<[u32]>,
 }
 
 /// A hash of everything in a rule but its id.
@@ -88,11 +105,25 @@ impl RfcSnapshot {
             // Ranks are below 2^32: an RfcSet holds far fewer rules.
             by_content.entry(content_hash(r)).or_insert(rank as u32);
         }
+        let no_l3 = (0u32..)
+            .zip(by_rank.iter())
+            .filter(|(_, r)| r.matcher.mask.presence() & present::L3 == 0)
+            .map(|(rank, _)| rank)
+            .collect();
         RfcSnapshot {
             rfc,
             rules: by_rank,
             by_content,
+            no_l3,
         }
+    }
+
+    /// Can a [`Snapshot`] of this answer every key alone, with no complete
+    /// structure beside it? It can when every part kept its candidate lists
+    /// (a removed winner is skipped without asking anyone else) and few
+    /// rules match keys outside the tables' domain (tried one by one).
+    pub fn self_sufficient(&self) -> bool {
+        self.rfc.lists_candidates() && self.no_l3.len() <= NO_L3_MAX
     }
 
     /// The compiled set.
@@ -210,21 +241,78 @@ impl Snapshot {
         (!self.is_dead(rank) && self.ids.get(rank as usize) == Some(&id)).then_some(rank)
     }
 
-    /// Record the removal of rule `id` (held by the owner until now).
-    pub fn remove(&mut self, id: RuleId) {
+    /// Record the removal of rule `id`; false if no live rule had it.
+    pub fn remove(&mut self, id: RuleId) -> bool {
         match self.live_rank(id) {
             // The entry stays in `rank_of`: the same rule inserted again
             // under the same id is then recognised without a content hash.
-            Some(rank) => self.set_dead(rank, true),
+            Some(rank) => {
+                self.set_dead(rank, true);
+                true
+            }
             None => self.discard_added(id),
         }
     }
 
+    /// [`remove`](Self::remove), returning the rule removed.
+    pub fn take(&mut self, id: RuleId) -> Option<Rule> {
+        match self.live_rank(id) {
+            Some(rank) => {
+                self.set_dead(rank, true);
+                self.compiled_rule(rank)
+            }
+            None if self.any_added => {
+                let gone = self.added.remove(id);
+                self.any_added = !self.added.is_empty();
+                gone
+            }
+            None => None,
+        }
+    }
+
+    /// The live rule `id`, if any.
+    pub fn get(&self, id: RuleId) -> Option<Rule> {
+        match self.live_rank(id) {
+            Some(rank) => self.compiled_rule(rank),
+            None if self.any_added => self.added.get(id),
+            None => None,
+        }
+    }
+
+    /// The compiled rule of `rank` under its current id.
+    fn compiled_rule(&self, rank: u32) -> Option<Rule> {
+        let id = *self.ids.get(rank as usize)?;
+        Some(Rule {
+            id,
+            ..self.base.rule(rank)?.clone()
+        })
+    }
+
+    /// Number of live rules.
+    pub fn len(&self) -> usize {
+        self.ids.len() - self.dead_count + self.added.len()
+    }
+
+    /// True when no rule is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Every live rule (compiled ones in rank order, then the added ones).
+    pub fn rules(&self) -> impl Iterator<Item = Rule> + '_ {
+        (0u32..self.ids.len() as u32)
+            .filter(|&rank| !self.is_dead(rank))
+            .filter_map(|rank| self.compiled_rule(rank))
+            .chain(self.added.rules().cloned())
+    }
+
     /// Forget `id` among the rules served beside the tables, if it is one.
-    fn discard_added(&mut self, id: RuleId) {
-        if self.any_added && self.added.discard(id) {
+    fn discard_added(&mut self, id: RuleId) -> bool {
+        let gone = self.any_added && self.added.discard(id);
+        if gone {
             self.any_added = !self.added.is_empty();
         }
+        gone
     }
 
     /// Record the insertion of `rule` (replacing any rule with its id).
@@ -239,7 +327,9 @@ impl Snapshot {
             Some(rank) if same_as(&self.base, rank) => return true,
             // What `remove` does, without looking the rank up again.
             Some(rank) => self.set_dead(rank, true),
-            None => self.discard_added(id),
+            None => {
+                self.discard_added(id);
+            }
         }
         // The rank this id last had, else one found by content.
         let rank = match self.rank_of.get(&id) {
@@ -301,25 +391,68 @@ impl Snapshot {
         matches!((below, above), (Ok(b), Ok(a)) if b.is_none_or(|b| b < id) && a.is_none_or(|a| a > id))
     }
 
-    /// The winner for `key` among the live rules; `complete` (the owner's
-    /// structure holding every live rule) answers what the tables cannot.
+    /// The winner for `key` among the live rules. `complete`, the owner's
+    /// structure holding every live rule if it keeps one, answers what the
+    /// tables cannot; without it (a [self-sufficient](RfcSnapshot::self_sufficient)
+    /// snapshot) the rules that could match are tried one by one.
     #[inline]
-    pub fn lookup(&self, key: &FlowKey, complete: &TupleMerge) -> Option<RuleId> {
+    pub fn lookup(&self, key: &FlowKey, complete: Option<&TupleMerge>) -> Option<RuleId> {
         self.resolve(key, self.base.rfc.rank(key), complete)
     }
 
     /// [`lookup`](Self::lookup) given the tables' answer for `key`.
     #[inline]
-    pub fn resolve(&self, key: &FlowKey, answer: RfcRank, complete: &TupleMerge) -> Option<RuleId> {
+    pub fn resolve(
+        &self,
+        key: &FlowKey,
+        answer: RfcRank,
+        complete: Option<&TupleMerge>,
+    ) -> Option<RuleId> {
         let best = match answer {
-            RfcRank::NotApplicable => return complete.lookup(key),
             RfcRank::NoMatch => None,
             RfcRank::Rank(rank) if !self.is_dead(rank) => Some(rank),
             RfcRank::Rank(_) => match self.base.rfc.rank_where(key, |q| !self.is_dead(q)) {
                 Some(best) => best,
-                None => return complete.lookup(key),
+                None => return self.fall_back(key, complete, None),
             },
+            RfcRank::NotApplicable => {
+                // A key without L3 can only match the rules that do not
+                // require it.
+                let no_l3 = key.presence() & present::L3 == 0;
+                return self.fall_back(key, complete, no_l3.then_some(&*self.base.no_l3));
+            }
         };
+        self.with_added(key, best)
+    }
+
+    /// The answer for a key the tables could not give: `complete`'s, else
+    /// the first live rule among `ranks` (every rank if `None`) that
+    /// matches, against the added rules.
+    #[cold]
+    #[inline(never)]
+    fn fall_back(
+        &self,
+        key: &FlowKey,
+        complete: Option<&TupleMerge>,
+        ranks: Option<&[u32]>,
+    ) -> Option<RuleId> {
+        if let Some(t) = complete {
+            return t.lookup(key);
+        }
+        let matching = |&rank: &u32| {
+            !self.is_dead(rank) && self.base.rule(rank).is_some_and(|r| r.matches(key))
+        };
+        let best = match ranks {
+            Some(ranks) => ranks.iter().copied().find(|r| matching(r)),
+            None => (0..self.ids.len() as u32).find(matching),
+        };
+        self.with_added(key, best)
+    }
+
+    /// The winner between the compiled rule of rank `best` and the added
+    /// rules.
+    #[inline]
+    fn with_added(&self, key: &FlowKey, best: Option<u32>) -> Option<RuleId> {
         let id_of = |rank: u32| self.ids.get(rank as usize).copied();
         if !self.any_added {
             return best.and_then(id_of);
