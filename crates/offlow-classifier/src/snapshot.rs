@@ -346,18 +346,22 @@ impl Snapshot {
                 .filter(|&rank| same_as(&self.base, rank)),
         };
         if let Some(rank) = rank.filter(|&r| self.is_dead(r) && self.order_holds(r, id)) {
-            if let Some(slot) = self.ids.get_mut(rank as usize) {
+            // Written only when it changes: readers read `ids` on every
+            // lookup, and a line stored to, even with the value it held,
+            // is taken from their caches. A rule put back under its old id
+            // then dirties only its dead bit.
+            if let Some(slot) = self.ids.get_mut(rank as usize).filter(|slot| **slot != id) {
                 let old = std::mem::replace(slot, id);
-                if old != id {
-                    // `rank_of` entries of dead ranks may be missing, never
-                    // wrong: the old id no longer names this rank.
-                    if self.rank_of.get(&old) == Some(&rank) {
-                        self.rank_of.remove(&old);
-                    }
-                    self.revived += 1;
+                // `rank_of` entries of dead ranks may be missing, never
+                // wrong: the old id no longer names this rank.
+                if self.rank_of.get(&old) == Some(&rank) {
+                    self.rank_of.remove(&old);
                 }
+                self.revived += 1;
             }
-            self.rank_of.insert(id, rank);
+            if self.rank_of.get(&id) != Some(&rank) {
+                self.rank_of.insert(id, rank);
+            }
             self.set_dead(rank, false);
             return true;
         }
