@@ -66,6 +66,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::mem::MaybeUninit;
 use std::time::{Duration, Instant};
 
 use offlow_flow::{present, Field, FlowKey};
@@ -940,13 +941,18 @@ impl Tables {
     fn ranks_chunk(&self, keys: &[FlowKey], out: &mut [u32], keep_min: bool) {
         let n = keys.len();
         debug_assert!(n <= BATCH && out.len() >= n);
-        let mut s = [[0u32; BATCH]; SLOTS];
+        // Rows are left uninitialised: zeroing 13 x 64 words per chunk of
+        // keys was 3.5% of a batch reader's time. Phase 0 writes rows
+        // 0..CHUNKS and step k row CHUNKS + k, each for the first `n` keys,
+        // and step k reads only rows below CHUNKS + k (`split_at_mut`), so
+        // every element read was written first.
+        let mut s = [[MaybeUninit::<u32>::uninit(); BATCH]; SLOTS];
         // Phase 0: one pass over the keys, seven independent loads each.
         for (i, key) in keys.iter().enumerate() {
             let c = chunk_values(key);
             for j in 0..CHUNKS {
                 // `c[j]` is a u16, the table length is 2^16: the check folds.
-                s[j][i] = self.chunks[j][c[j] as usize] as u32;
+                s[j][i].write(self.chunks[j][c[j] as usize] as u32);
             }
         }
         // Later phases: each step is a tight loop over the batch.
@@ -957,33 +963,39 @@ impl Tables {
             let nb = st.nb as usize;
             match &st.table {
                 CrossTable::U16(t) => {
-                    for ((d, &a), &b) in dst.iter_mut().zip(sa).zip(sb) {
+                    for ((d, a), b) in dst.iter_mut().zip(sa).zip(sb) {
+                        // SAFETY: rows below CHUNKS + k are written for the
+                        // first `n` keys before this step (see above).
+                        let (a, b) = unsafe { (a.assume_init(), b.assume_init()) };
                         let idx = a as usize * nb + b as usize;
                         debug_assert!(idx < t.len());
                         // SAFETY: `a` is a class id of slot `st.a` and `b` of
                         // slot `st.b` (every table stores only ids below its
                         // output class count), so a < na, b < nb and
                         // idx < na * nb == t.len() (build invariant).
-                        *d = unsafe { *t.get_unchecked(idx) } as u32;
+                        d.write(unsafe { *t.get_unchecked(idx) } as u32);
                     }
                 }
                 CrossTable::U32(t) => {
-                    for ((d, &a), &b) in dst.iter_mut().zip(sa).zip(sb) {
+                    for ((d, a), b) in dst.iter_mut().zip(sa).zip(sb) {
+                        // SAFETY: as above: both rows are written for the
+                        // first `n` keys.
+                        let (a, b) = unsafe { (a.assume_init(), b.assume_init()) };
                         let idx = a as usize * nb + b as usize;
                         debug_assert!(idx < t.len());
                         // SAFETY: as above: idx < na * nb == t.len().
-                        *d = unsafe { *t.get_unchecked(idx) };
+                        d.write(unsafe { *t.get_unchecked(idx) });
                     }
                 }
             }
         }
+        // The last row written: the last step's, or a chunk row if there
+        // are no steps.
         let fin = &s[CHUNKS + self.steps.len() - 1][..n];
-        if keep_min {
-            for (o, &r) in out.iter_mut().zip(fin) {
-                *o = (*o).min(r);
-            }
-        } else {
-            out[..n].copy_from_slice(fin);
+        for (o, r) in out.iter_mut().zip(fin) {
+            // SAFETY: that row is written for the first `n` keys (above).
+            let r = unsafe { r.assume_init() };
+            *o = if keep_min { (*o).min(r) } else { r };
         }
     }
 }
