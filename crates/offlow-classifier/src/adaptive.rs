@@ -17,8 +17,9 @@
 //! ([`RfcSnapshot::self_sufficient`]) it needs nothing else and TupleMerge
 //! is dropped: an update then costs a bit flip or a hash lookup instead of
 //! a TupleMerge removal or insertion (a writer flat out went from ~1M to
-//! 10-16M operations per second on the WUSTL 10K sets, BENCHMARKS.md). Otherwise TupleMerge stays beside it and
-//! answers the keys the tables cannot. When the overlay grows past its
+//! 10-16M operations per second on the WUSTL 10K sets, BENCHMARKS.md).
+//! Otherwise TupleMerge stays beside it and answers the keys the tables
+//! cannot. When the overlay grows past its
 //! bound the snapshot is dropped (a self-sufficient one first rebuilds
 //! TupleMerge from its live rules) and lookups go to TupleMerge until the
 //! owner compiles again. DPDK's rte_acl rebuilds on every change; here
