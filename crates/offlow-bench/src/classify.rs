@@ -39,8 +39,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use offlow_classifier::{
-    Classifier, ClassifierOp, Classify, Compiled, FlowKey, LinearClassifier, Rule, RuleId,
-    TupleMerge, Versioned,
+    CachePadded, Classifier, ClassifierOp, Classify, Compiled, FlowKey, LinearClassifier, Rule,
+    RuleId, TupleMerge, Versioned,
 };
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -644,10 +644,9 @@ pub struct UpdateReport {
     pub core_round_trip_ns: [Option<f64>; 2],
 }
 
-/// The reader's lookup count, alone on its cache line so the writer's stop
+/// The reader's lookup count, alone on its cache lines so the writer's stop
 /// flag and other data do not share it.
-#[repr(align(128))]
-struct PaddedCount(AtomicU64);
+type PaddedCount = CachePadded<AtomicU64>;
 
 /// Pin the calling thread to `cpu`. Returns false when that is not possible
 /// (fewer CPUs, a restricted cpuset, another OS); the measurement then runs
@@ -755,7 +754,7 @@ pub fn measure_updates(
     let round_trip_before = crate::cores::round_trip_ns(0, 1);
     let mut v: Versioned<AnyClassifier, ClassifierOp> = Versioned::new(c);
     let stop = AtomicBool::new(false);
-    let count = PaddedCount(AtomicU64::new(0));
+    let count = CachePadded(AtomicU64::new(0));
 
     let (writer, reader_pinned) = std::thread::scope(|s| {
         let h = v.reader();

@@ -19,6 +19,8 @@ use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use offlow_classifier::CachePadded;
+
 use crate::classify::pin_to_cpu;
 
 /// Round trips per timed block.
@@ -29,16 +31,13 @@ const BLOCKS: usize = 5;
 /// Give up after this long (CPUs that cannot both run at once).
 const DEADLINE: Duration = Duration::from_secs(1);
 
-/// The one line the two threads pass back and forth.
-#[repr(align(128))]
-struct Line(AtomicU64);
-
 /// The time for a cache line to go from CPU `a` to CPU `b` and back, in
 /// nanoseconds: one thread pinned on each writes a counter the other waits
 /// for. The fastest of a few blocks of round trips. `None` when either
 /// thread cannot be pinned or the probe does not finish within a second.
 pub fn round_trip_ns(a: usize, b: usize) -> Option<f64> {
-    let line = Line(AtomicU64::new(0));
+    // The one line the two threads pass back and forth.
+    let line = CachePadded(AtomicU64::new(0));
     let give_up = AtomicBool::new(false);
     let total = TRIPS * BLOCKS as u64;
     std::thread::scope(|s| {

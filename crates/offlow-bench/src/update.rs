@@ -34,6 +34,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use offlow_classifier::CachePadded;
 use offlow_datapath::{ActionTableStats, Control, WorkerConfig, WorkerStats};
 use offlow_pipeline::{
     Action, FlowMod, FlowModCommand, FlowModEffect, Instruction, PipelineError, PortNo,
@@ -260,9 +261,6 @@ impl Stream {
     }
 }
 
-#[repr(align(128))]
-struct Padded(AtomicU64);
-
 const PHASE_IDLE: usize = 0;
 const PHASE_CHECK: usize = 1;
 
@@ -319,7 +317,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
     });
     let phase = AtomicUsize::new(PHASE_IDLE);
     let stop = AtomicBool::new(false);
-    let count = Padded(AtomicU64::new(0));
+    let count = CachePadded(AtomicU64::new(0));
     let batch = args.batch.clamp(1, 256);
     let phase_len = Duration::from_secs_f64(args.seconds);
     let round_trip_before = crate::cores::round_trip_ns(0, 1);

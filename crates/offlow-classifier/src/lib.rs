@@ -14,7 +14,9 @@
 //!
 //! Thread-safety: classifiers are plain single-writer data structures
 //! (`Send + Sync`, lookups take `&self`). Lock-free concurrent readers with a
-//! writer publishing new versions are provided by the `versioned` wrapper.
+//! writer publishing new versions are provided by the `versioned` wrapper;
+//! [`CachePadded`] keeps a value one core writes off its neighbours' lines
+//! (the wrapper's epochs, and the datapath's and benches' shared counters).
 #![warn(missing_docs)]
 
 pub mod adaptive;
@@ -24,6 +26,7 @@ pub mod idtable;
 pub mod linear;
 mod linevec;
 pub mod lpm;
+mod padded;
 pub mod rfc;
 pub mod rule;
 pub mod snapshot;
@@ -37,6 +40,7 @@ pub use idtable::{prefetch, IdTable};
 pub use linear::LinearClassifier;
 pub use lpm::{BinaryTrie, FibClassifier, FibRoutes, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};
+pub use padded::CachePadded;
 pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError, RfcRank, RfcSet, RfcSetConfig};
 pub use rule::{PortRange, Priority, Rule, RuleId};
 pub use snapshot::{OverlayStats, RfcSnapshot, Snapshot};

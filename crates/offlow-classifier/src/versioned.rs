@@ -32,7 +32,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::{Classify, Rule, RuleId};
+use crate::{CachePadded, Classify, Rule, RuleId};
 
 /// A state that can replay a recorded operation. Applying the same sequence
 /// of operations to two equal states must give two equal states
@@ -129,21 +129,14 @@ struct Replica<T> {
 }
 
 /// One reader's epoch: odd while inside a read section. Padded to its own
-/// cache line so readers do not false-share.
-#[repr(align(128))]
-struct ReaderSlot {
-    epoch: AtomicU64,
-}
-
-/// The index of the copy readers must use, alone on its lines: every read
-/// section loads it, and only a publish writes it.
-#[repr(align(128))]
-struct ActiveIndex(AtomicUsize);
+/// lines so readers do not false-share.
+type ReaderSlot = CachePadded<AtomicU64>;
 
 struct Shared<T> {
     copies: [UnsafeCell<Replica<T>>; 2],
-    /// Index (0 or 1) of the copy readers must use.
-    active: ActiveIndex,
+    /// Index (0 or 1) of the copy readers must use, alone on its lines:
+    /// every read section loads it, and only a publish writes it.
+    active: CachePadded<AtomicUsize>,
     /// Registered readers. Locked only on registration, handle drop and by
     /// the writer in `publish`; never by a read section.
     readers: Mutex<Vec<Arc<ReaderSlot>>>,
@@ -177,7 +170,7 @@ impl<T: Apply<Op> + Clone, Op> Versioned<T, Op> {
                     value: other,
                 }),
             ],
-            active: ActiveIndex(AtomicUsize::new(0)),
+            active: CachePadded(AtomicUsize::new(0)),
             readers: Mutex::new(Vec::new()),
         };
         Versioned {
@@ -191,9 +184,7 @@ impl<T: Apply<Op> + Clone, Op> Versioned<T, Op> {
 impl<T: Apply<Op>, Op> Versioned<T, Op> {
     /// Register a new reader.
     pub fn reader(&self) -> ReadHandle<T> {
-        let slot = Arc::new(ReaderSlot {
-            epoch: AtomicU64::new(0),
-        });
+        let slot = Arc::new(CachePadded(AtomicU64::new(0)));
         lock(&self.shared.readers).push(slot.clone());
         ReadHandle {
             shared: self.shared.clone(),
@@ -268,7 +259,7 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
         {
             let readers = lock(&self.shared.readers);
             for r in readers.iter() {
-                let e = r.epoch.load(Ordering::SeqCst);
+                let e = r.load(Ordering::SeqCst);
                 if e & 1 == 0 {
                     continue; // not inside: any later section sees `new`.
                 }
@@ -276,7 +267,7 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
                 // leaves. The Acquire load pairs with the Release store on
                 // guard drop, so its reads of `old` happen-before our replay.
                 let mut spins = 0u32;
-                while r.epoch.load(Ordering::Acquire) == e {
+                while r.load(Ordering::Acquire) == e {
                     spins += 1;
                     if spins < 64 {
                         std::hint::spin_loop();
@@ -335,10 +326,10 @@ impl<T> ReadHandle<T> {
     #[inline]
     pub fn enter(&mut self) -> ReadGuard<'_, T> {
         // Only this thread stores the epoch, so a relaxed load is exact.
-        let e = self.slot.epoch.load(Ordering::Relaxed);
+        let e = self.slot.load(Ordering::Relaxed);
         // Odd: inside. SeqCst store then SeqCst load of `active`: the other
         // half of the Dekker pattern described in `publish`.
-        self.slot.epoch.store(e + 1, Ordering::SeqCst);
+        self.slot.store(e + 1, Ordering::SeqCst);
         let i = self.shared.active.0.load(Ordering::SeqCst);
         // SAFETY: copy `i` was active when loaded and our epoch was already
         // odd, so the writer waits for us before mutating it; the SeqCst
@@ -386,7 +377,7 @@ impl<T> Drop for ReadGuard<'_, T> {
     fn drop(&mut self) {
         // Even: outside. Release so every read of the copy happens-before
         // the writer's Acquire load that sees this value.
-        self.slot.epoch.store(self.exit, Ordering::Release);
+        self.slot.store(self.exit, Ordering::Release);
     }
 }
 

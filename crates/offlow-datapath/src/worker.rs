@@ -141,7 +141,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::{Apply, Built, ReadHandle, Rule, RuleId, Versioned};
+use offlow_classifier::{Apply, Built, CachePadded, ReadHandle, Rule, RuleId, Versioned};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, PacketInOrigin, PathStep,
@@ -288,9 +288,7 @@ impl Apply<StateOp> for DatapathState {
 pub const FLUSH_EVERY_BATCHES: u32 = 1024;
 
 /// One worker's acknowledgement of counter-sync requests.
-#[repr(align(128))]
-#[derive(Debug, Default)]
-struct AckSlot(AtomicU64);
+type AckSlot = CachePadded<AtomicU64>;
 
 /// Counter-sync requests from the control side and the workers' acks.
 #[derive(Debug, Default)]
@@ -365,7 +363,7 @@ impl Control {
 
     /// A new worker reading this datapath.
     pub fn worker(&self, config: WorkerConfig) -> Worker {
-        let ack = Arc::new(AckSlot(AtomicU64::new(
+        let ack = Arc::new(CachePadded(AtomicU64::new(
             self.sync.requested.0.load(Ordering::Relaxed),
         )));
         lock(&self.sync.acks).push(Arc::downgrade(&ack));
