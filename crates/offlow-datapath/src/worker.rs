@@ -920,6 +920,11 @@ impl Worker {
             .ok()
             .and_then(|i| 1u64.checked_shl(i))
             .unwrap_or(0);
+        // Have the decisions hit in flight while the first packets are
+        // handled: with a million flows they are mostly in no cache (+16% at
+        // 1M uniform flows). A table that fits in L2 skips it: its entries
+        // are in cache already.
+        let prefetch_decisions = config.cache && actions.outgrows_l2();
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
             let mut extended = 0u64;
@@ -931,6 +936,9 @@ impl Worker {
             }
             if config.cache {
                 cache.lookup_chunk_ext(&keys[..n], &hashes[..n], extended, &mut found[..n]);
+                if prefetch_decisions {
+                    actions.prefetch_hits(&found[..n]);
+                }
             }
             for (i, buf) in chunk.iter_mut().enumerate() {
                 let bytes = buf.len() as u64;
