@@ -627,6 +627,13 @@ impl ActionTable {
         self.slots.get(r.slot() as usize)
     }
 
+    /// Entries counted since the last [`drain_counts`](Self::drain_counts)
+    /// (an upper bound: one taken back to zero still counts).
+    #[inline]
+    pub fn dirty_len(&self) -> usize {
+        self.dirty.len()
+    }
+
     /// Hand every entry with pending counts to `credit` as
     /// `(entry, packets, bytes)` and zero them.
     pub fn drain_counts(&mut self, mut credit: impl FnMut(&ActionEntry, u64, u64)) {

@@ -82,5 +82,5 @@ pub use steer::{SteerRule, SteeringTable};
 pub use tx::{TxBatches, TxQueue};
 pub use worker::{
     AddFilter, Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats,
-    LOG_RECORDS, PIPELINE_COPIES,
+    DIRTY_PER_BATCH, FLUSH_EVERY_BATCHES, LOG_RECORDS, PIPELINE_COPIES,
 };

@@ -215,6 +215,90 @@ fn sync_wake_comes_after_the_request() {
     assert_eq!(counted(), 1, "credited by the sync");
 }
 
+/// Many decisions per batch put a due flush off (crediting each costs
+/// misses whatever its count), and nothing is lost by it: with more flows,
+/// each a rule of its own, than `DIRTY_PER_BATCH` per batch, nothing is
+/// credited at `FLUSH_EVERY_BATCHES`; a sync credits every packet exactly;
+/// and the worker flushes by itself once the batches catch up with the
+/// decisions waiting.
+#[test]
+fn many_decisions_defer_the_flush_and_a_sync_stays_exact() {
+    use offlow_datapath::{DIRTY_PER_BATCH, FLUSH_EVERY_BATCHES};
+    const BATCH: usize = 32;
+    let flush_every = u64::from(FLUSH_EVERY_BATCHES);
+    // Enough flows that the flush is still put off 10% past its period.
+    let flows = (flush_every * DIRTY_PER_BATCH * 11 / 10) as u32;
+    let mut control = Control::new(Pipeline::new(1));
+    let dst = |i: u32| [10, 1, (i >> 8) as u8, i as u8];
+    for i in 0..flows {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800)
+            .set_exact(Field::Ipv4Dst, u128::from(u32::from_be_bytes(dst(i))));
+        control
+            .flow_mod(&FlowMod::add(0, 1, m, out(BASE + i % 7)), 0)
+            .expect("rule");
+    }
+    control.commit();
+    let frames: Vec<Vec<u8>> = (0..flows)
+        .map(|i| {
+            let mut f = eth(
+                &[],
+                0x0800,
+                &ipv4([10, 0, 0, 1], dst(i), 17, 64, 0, &udp(7, 9, b"x")),
+            );
+            fill_checksums(&mut f, false);
+            f
+        })
+        .collect();
+    let worker = std::cell::RefCell::new(control.worker(WorkerConfig::default()));
+    let mut bufs: Vec<PacketBuf> = (0..BATCH)
+        .map(|_| PacketBuf::from_frame(&frames[0], 16))
+        .collect();
+    let mut next = 0usize;
+    let mut sent = 0u64;
+    let mut run = |batches: u64| {
+        for _ in 0..batches {
+            for b in bufs.iter_mut() {
+                b.load(&frames[next % frames.len()]).expect("fits");
+                next += 1;
+            }
+            worker
+                .borrow_mut()
+                .process(&mut bufs, 1, &mut CountingSink::default());
+            sent += BATCH as u64;
+        }
+        sent
+    };
+    let credited = || -> u64 {
+        control
+            .pipeline()
+            .dump(&FlowFilter::all())
+            .iter()
+            .map(|e| e.packets)
+            .sum()
+    };
+    // Past the period, every flow seen and pending: put off.
+    let sent_now = run(flush_every + flush_every / 20);
+    assert_eq!(
+        credited(),
+        0,
+        "flush put off with {flows} decisions waiting"
+    );
+    // A sync credits everything, exactly.
+    let short = std::time::Duration::from_millis(100);
+    assert!(control.sync_counters_waking(short, || worker.borrow_mut().poll()));
+    assert_eq!(credited(), sent_now);
+    // Left alone, the worker flushes once the batches since the last flush
+    // reach the decisions waiting over DIRTY_PER_BATCH.
+    let sent_now = run(u64::from(flows) / DIRTY_PER_BATCH + 1);
+    let credited_alone = credited();
+    assert!(
+        credited_alone > sent_now - BATCH as u64 * (flush_every / 2),
+        "no flush of its own: {credited_alone} of {sent_now}"
+    );
+    assert!(credited_alone <= sent_now);
+}
+
 /// `Control::sync_counters` against a worker running on another thread:
 /// once it returns true, the catch-all rule has been credited with at least
 /// every packet the worker had finished before the call, and at most those
