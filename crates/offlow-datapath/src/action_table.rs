@@ -591,9 +591,8 @@ impl ActionTable {
     /// Start loading the lines a hit on each of `hits` reads: all of the
     /// entry's (a hint: no effect on what any method returns). A hit's
     /// fields are spread over the entry; laying them out on one line by
-    /// hand cost ~1% with the table in L2, for no gain here. Out of line, so
-    /// the worker's loop, which skips it while the table fits in L2, keeps
-    /// its code as it was.
+    /// hand cost ~1% with the table in L2, for no gain here. Called once per
+    /// chunk, by the worker's loop for tables that outgrow L2 only.
     #[inline(never)]
     pub fn prefetch_hits(&self, hits: &[Option<CachedRef>]) {
         let size = std::mem::size_of::<ActionEntry>();

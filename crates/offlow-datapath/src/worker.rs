@@ -1117,8 +1117,9 @@ impl Worker {
             }
         }
         // Counts stay pending for a few batches (one atomic add per distinct
-        // decision per flush, not per batch), and are credited at once when
-        // the control side asks (`sync_counters`).
+        // decision per flush, not per batch), longer while many decisions
+        // wait (`DIRTY_PER_BATCH`), and are credited at once when the
+        // control side asks (`sync_counters`).
         *unflushed_batches += 1;
         let requested = sync.requested.0.load(Ordering::Relaxed);
         let due = *unflushed_batches >= FLUSH_EVERY_BATCHES
