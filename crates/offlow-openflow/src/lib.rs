@@ -49,6 +49,7 @@ pub mod error;
 pub mod message;
 pub mod multipart;
 pub mod oxm;
+pub mod port;
 mod reader;
 
 pub use action::{Action, Instruction, OFLW_EXPERIMENTER, OFLW_SUBTYPE_WORKERS};

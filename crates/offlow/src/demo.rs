@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use offlow_io::netns::{self, add_veth_pair, in_netns, VethEnd};
 
-use crate::run::dataplane::{DataplaneStats, StatsHandle};
-use crate::run::{self, FailMode, RunConfig};
+use offlow_switch::dataplane::{DataplaneStats, StatsHandle};
+use offlow_switch::{Endpoint, FailMode, PortConfig, PortKind, SwitchConfig};
 
 /// Flags of `offlow demo`.
 #[derive(Debug, Clone, clap::Args)]
@@ -246,18 +246,18 @@ fn free_local_port() -> Option<u16> {
 fn with_switch(topo: &Topology, args: &DemoArgs) -> anyhow::Result<()> {
     let ofctl = Command::new("ovs-ofctl").arg("--version").output().is_ok();
     let listen_port = if ofctl { free_local_port() } else { None };
-    let cfg = RunConfig {
+    let cfg = SwitchConfig {
         ports: topo
             .ports
             .iter()
             .enumerate()
-            .map(|(i, p)| run::config::PortConfig {
+            .map(|(i, p)| PortConfig {
                 name: p.clone(),
                 number: i as u32 + 1,
                 kind: if args.ports == "af_xdp" {
-                    run::PortKind::AfXdp
+                    PortKind::AfXdp
                 } else {
-                    run::PortKind::AfPacket
+                    PortKind::AfPacket
                 },
             })
             .collect(),
@@ -265,16 +265,23 @@ fn with_switch(topo: &Topology, args: &DemoArgs) -> anyhow::Result<()> {
         workers: args.workers,
         fail_mode: FailMode::Standalone,
         listen: listen_port
-            .map(|p| run::Endpoint::Passive(([127, 0, 0, 1], p).into()))
+            .map(|p| Endpoint::Passive(([127, 0, 0, 1], p).into()))
             .into_iter()
             .collect(),
-        ..RunConfig::default()
+        ..SwitchConfig::default()
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let switch = std::thread::Builder::new()
         .name("offlow-switch".into())
-        .spawn(move || run::run_embedded(cfg, stop_rx, ready_tx))
+        .spawn(move || {
+            let stop = async move {
+                // A dropped sender stops the switch too.
+                let _ = stop_rx.await;
+                Ok("stop requested")
+            };
+            offlow_switch::run_blocking(cfg, stop, Some(ready_tx))
+        })
         .context("starting the switch thread")?;
     let outcome = match ready_rx.recv_timeout(Duration::from_secs(10)) {
         Ok(running) => {
@@ -444,7 +451,7 @@ fn traffic(topo: &Topology, args: &DemoArgs, stats: &StatsHandle) -> anyhow::Res
     std::thread::sleep(Duration::from_millis(50));
     let before = stats.stats();
     let (sent, received, elapsed) = udp_burst(h1, h2, args)?;
-    std::thread::sleep(crate::run::dataplane::PUBLISH_EVERY * 3);
+    std::thread::sleep(offlow_switch::dataplane::PUBLISH_EVERY * 3);
     let after = stats.stats();
     check_interrupted()?;
     Ok(Results {

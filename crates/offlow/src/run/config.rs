@@ -42,43 +42,15 @@
 //!
 //! Thread-safety: plain data.
 
-use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use offlow_switch::config::{
+    Endpoint, FailMode, InitialFlow, PortConfig, PortKind, SwitchConfig, DEFAULT_CACHE_SIZE,
+    DEFAULT_DPID, DEFAULT_TABLES,
+};
 use serde::Deserialize;
-
-/// Default number of flow tables.
-pub const DEFAULT_TABLES: u16 = 8;
-/// Default datapath id.
-pub const DEFAULT_DPID: u64 = 1;
-
-/// A connection endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Endpoint {
-    /// `tcp:HOST:PORT`: connect to a controller.
-    Active {
-        /// Host name or address (brackets removed).
-        host: String,
-        /// TCP port.
-        port: u16,
-    },
-    /// `ptcp:PORT[:ADDR]`: accept controllers on this address.
-    Passive(SocketAddr),
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Endpoint::Active { host, port } if host.contains(':') => {
-                write!(f, "tcp:[{host}]:{port}")
-            }
-            Endpoint::Active { host, port } => write!(f, "tcp:{host}:{port}"),
-            Endpoint::Passive(a) => write!(f, "ptcp:{}:{}", a.port(), a.ip()),
-        }
-    }
-}
 
 fn strip_brackets(s: &str) -> &str {
     s.strip_prefix('[')
@@ -91,43 +63,41 @@ fn parse_port(s: &str, what: &str) -> anyhow::Result<u16> {
         .with_context(|| format!("{what}: `{s}` is not a TCP port (0..=65535)"))
 }
 
-impl Endpoint {
-    /// Parse `tcp:HOST:PORT` (active only).
-    pub fn parse_active(s: &str) -> anyhow::Result<Endpoint> {
-        let Some(rest) = s.strip_prefix("tcp:") else {
-            bail!("`{s}`: a controller is `tcp:HOST:PORT`");
-        };
-        let Some((host, port)) = rest.rsplit_once(':') else {
-            bail!("`{s}`: missing `:PORT` (a controller is `tcp:HOST:PORT`)");
-        };
-        let host = strip_brackets(host);
-        if host.is_empty() {
-            bail!("`{s}`: empty host");
-        }
-        Ok(Endpoint::Active {
-            host: host.to_string(),
-            port: parse_port(port, s)?,
-        })
+/// Parse `tcp:HOST:PORT` (active only).
+pub fn parse_active(s: &str) -> anyhow::Result<Endpoint> {
+    let Some(rest) = s.strip_prefix("tcp:") else {
+        bail!("`{s}`: a controller is `tcp:HOST:PORT`");
+    };
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        bail!("`{s}`: missing `:PORT` (a controller is `tcp:HOST:PORT`)");
+    };
+    let host = strip_brackets(host);
+    if host.is_empty() {
+        bail!("`{s}`: empty host");
     }
+    Ok(Endpoint::Active {
+        host: host.to_string(),
+        port: parse_port(port, s)?,
+    })
+}
 
-    /// Parse `ptcp:PORT[:ADDR]` (passive only); ADDR defaults to 127.0.0.1.
-    pub fn parse_passive(s: &str) -> anyhow::Result<Endpoint> {
-        let Some(rest) = s.strip_prefix("ptcp:") else {
-            bail!("`{s}`: a listening endpoint is `ptcp:PORT[:ADDR]`");
-        };
-        let (port, addr) = match rest.split_once(':') {
-            Some((p, a)) => (p, Some(strip_brackets(a))),
-            None => (rest, None),
-        };
-        let port = parse_port(port, s)?;
-        let ip = match addr {
-            Some(a) => a
-                .parse::<IpAddr>()
-                .with_context(|| format!("`{s}`: `{a}` is not an IP address"))?,
-            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        };
-        Ok(Endpoint::Passive(SocketAddr::new(ip, port)))
-    }
+/// Parse `ptcp:PORT[:ADDR]` (passive only); ADDR defaults to 127.0.0.1.
+pub fn parse_passive(s: &str) -> anyhow::Result<Endpoint> {
+    let Some(rest) = s.strip_prefix("ptcp:") else {
+        bail!("`{s}`: a listening endpoint is `ptcp:PORT[:ADDR]`");
+    };
+    let (port, addr) = match rest.split_once(':') {
+        Some((p, a)) => (p, Some(strip_brackets(a))),
+        None => (rest, None),
+    };
+    let port = parse_port(port, s)?;
+    let ip = match addr {
+        Some(a) => a
+            .parse::<IpAddr>()
+            .with_context(|| format!("`{s}`: `{a}` is not an IP address"))?,
+        None => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    };
+    Ok(Endpoint::Passive(SocketAddr::new(ip, port)))
 }
 
 /// Flags of `offlow run`.
@@ -172,57 +142,12 @@ pub struct RunArgs {
     pub flows: Option<PathBuf>,
 }
 
-/// What the switch does without a controller (Open vSwitch's fail modes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FailMode {
-    /// Only the flow tables decide; nothing is added by the switch.
-    #[default]
-    Secure,
-    /// While no active controller (`tcp:`) is connected, the switch learns
-    /// MAC addresses and installs its own forwarding flows (cookie
-    /// [`crate::run::standalone::COOKIE`]); they are removed when one
-    /// connects.
-    Standalone,
-}
-
 fn parse_fail_mode(s: &str) -> Result<FailMode, String> {
     match s {
         "secure" => Ok(FailMode::Secure),
         "standalone" => Ok(FailMode::Standalone),
         _ => Err(format!("`{s}`: expected `secure` or `standalone`")),
     }
-}
-
-/// One data port.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortConfig {
-    /// The Linux interface (for a capture port: a name for logs and
-    /// port-desc).
-    pub name: String,
-    /// Its OpenFlow port number.
-    pub number: u32,
-    /// What carries its frames.
-    pub kind: PortKind,
-}
-
-/// What carries a port's frames.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PortKind {
-    /// A Linux interface through AF_PACKET.
-    AfPacket,
-    /// A Linux interface through AF_XDP (queue 0; native XDP where the
-    /// driver has it, generic otherwise). A local sender's offloaded
-    /// checksums arrive unfinished and unflagged on AF_XDP: turn transmit
-    /// checksum offload off on veth peers (`ethtool -K IF tx off`).
-    AfXdp,
-    /// Capture files: frames of `input` are replayed once as received;
-    /// transmitted frames are written to `output`.
-    Pcap {
-        /// Capture to replay.
-        input: Option<PathBuf>,
-        /// Capture to write.
-        output: Option<PathBuf>,
-    },
 }
 
 /// Highest OpenFlow number of a physical port (`OFPP_MAX`).
@@ -370,6 +295,50 @@ impl RunConfig {
             workers: s.mask(),
         }))
     }
+
+    /// What the switch library starts with: the flow file read and parsed
+    /// (errors name `FILE:LINE`), the steering table built.
+    pub fn into_switch_config(self) -> anyhow::Result<SwitchConfig> {
+        let steering = self.steering();
+        let flows = match &self.flows {
+            Some(path) => load_flows(path)?,
+            None => Vec::new(),
+        };
+        Ok(SwitchConfig {
+            dpid: self.dpid,
+            tables: self.tables,
+            listen: self.listen,
+            controllers: self.controllers,
+            ports: self.ports,
+            netns: self.netns,
+            workers: self.workers,
+            cores: self.cores,
+            cache_size: self.cache_size,
+            fail_mode: self.fail_mode,
+            flows,
+            steering,
+        })
+    }
+}
+
+/// Read an ovs-ofctl flow file into flow-mods; errors name `FILE:LINE`.
+fn load_flows(path: &Path) -> anyhow::Result<Vec<InitialFlow>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let shown = path.display().to_string();
+    let specs =
+        crate::ofctl_syntax::parse_flow_file(&text, &shown).map_err(|e| anyhow::anyhow!("{e}"))?;
+    specs
+        .iter()
+        .map(|(line, spec)| {
+            let origin = format!("{shown}:{line}");
+            let flow_mod = spec
+                .to_wire()
+                .to_pipeline()
+                .map_err(|e| anyhow::anyhow!("{origin}: refused: {e:?}"))?;
+            Ok(InitialFlow { origin, flow_mod })
+        })
+        .collect()
 }
 
 /// Parse a `[[steer]]` match: ovs-ofctl match fields only (no settings,
@@ -412,9 +381,6 @@ fn check_steer(steer: &[SteerConfig], workers: usize) -> anyhow::Result<()> {
     }
     Ok(())
 }
-
-/// Default microflow cache entries per worker.
-pub const DEFAULT_CACHE_SIZE: usize = 65536;
 
 impl Default for RunConfig {
     fn default() -> Self {
@@ -512,12 +478,11 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
     };
     let mut listen = Vec::new();
     for s in &f.listen {
-        listen.push(Endpoint::parse_passive(s.get_ref()).map_err(|e| at("listen", s.span(), e))?);
+        listen.push(parse_passive(s.get_ref()).map_err(|e| at("listen", s.span(), e))?);
     }
     let mut controllers = Vec::new();
     for s in &f.controllers {
-        controllers
-            .push(Endpoint::parse_active(s.get_ref()).map_err(|e| at("controllers", s.span(), e))?);
+        controllers.push(parse_active(s.get_ref()).map_err(|e| at("controllers", s.span(), e))?);
     }
     let mut ports = Vec::new();
     for (i, p) in f.port.iter().enumerate() {
@@ -704,14 +669,14 @@ impl RunArgs {
             c.listen = self
                 .listen
                 .iter()
-                .map(|s| Endpoint::parse_passive(s).context("--listen"))
+                .map(|s| parse_passive(s).context("--listen"))
                 .collect::<anyhow::Result<_>>()?;
         }
         if !self.controllers.is_empty() {
             c.controllers = self
                 .controllers
                 .iter()
-                .map(|s| Endpoint::parse_active(s).context("--controller"))
+                .map(|s| parse_active(s).context("--controller"))
                 .collect::<anyhow::Result<_>>()?;
         }
         Ok(c)
@@ -725,35 +690,33 @@ mod tests {
     #[test]
     fn endpoints() {
         assert_eq!(
-            Endpoint::parse_passive("ptcp:16653").unwrap(),
+            parse_passive("ptcp:16653").unwrap(),
             Endpoint::Passive("127.0.0.1:16653".parse().unwrap())
         );
         assert_eq!(
-            Endpoint::parse_passive("ptcp:6653:0.0.0.0").unwrap(),
+            parse_passive("ptcp:6653:0.0.0.0").unwrap(),
             Endpoint::Passive("0.0.0.0:6653".parse().unwrap())
         );
         assert_eq!(
-            Endpoint::parse_passive("ptcp:6653:[::1]").unwrap(),
+            parse_passive("ptcp:6653:[::1]").unwrap(),
             Endpoint::Passive("[::1]:6653".parse().unwrap())
         );
         assert_eq!(
-            Endpoint::parse_active("tcp:[::1]:6653").unwrap(),
+            parse_active("tcp:[::1]:6653").unwrap(),
             Endpoint::Active {
                 host: "::1".into(),
                 port: 6653
             }
         );
         assert_eq!(
-            Endpoint::parse_active("tcp:ctl.example:6633")
-                .unwrap()
-                .to_string(),
+            parse_active("tcp:ctl.example:6633").unwrap().to_string(),
             "tcp:ctl.example:6633"
         );
         for bad in ["tcp:1.2.3.4", "tcp::6653", "udp:1.2.3.4:1", "tcp:h:99999"] {
-            assert!(Endpoint::parse_active(bad).is_err(), "{bad}");
+            assert!(parse_active(bad).is_err(), "{bad}");
         }
         for bad in ["ptcp:", "ptcp:x", "ptcp:1:notanip", "tcp:1"] {
-            assert!(Endpoint::parse_passive(bad).is_err(), "{bad}");
+            assert!(parse_passive(bad).is_err(), "{bad}");
         }
     }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use offlow_datapath::PortInfo;
 use offlow_openflow::multipart::OFPMPF_MORE;
+use offlow_openflow::port::{OFPPC_NO_FLOOD, OFPPC_NO_FWD, OFPPS_BLOCKED};
 use offlow_openflow::{
     decode, encode_to_vec, frame_len, Body, FlowStats, FlowStatsRequest, Hello, Message,
     MultipartReplyBody, MultipartRequest, MultipartRequestBody, OxmMatch,
@@ -35,13 +36,6 @@ pub struct SwitchDump {
     /// The switch's ports (from `OFPMP_PORT_DESC`), for FLOOD/ALL.
     pub ports: Vec<PortInfo>,
 }
-
-/// `OFPPC_NO_FLOOD` (OpenFlow 1.3.5 §7.2.1; deprecated but still reported).
-const OFPPC_NO_FLOOD: u32 = 1 << 4;
-/// `OFPPC_NO_FWD`.
-const OFPPC_NO_FWD: u32 = 1 << 5;
-/// `OFPPS_BLOCKED`.
-const OFPPS_BLOCKED: u32 = 1 << 1;
 
 /// A blocking OpenFlow 1.3 session.
 struct Session {

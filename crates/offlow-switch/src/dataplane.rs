@@ -91,9 +91,9 @@ use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 use offlow_pipeline::PacketInOrigin;
 
-use super::switch::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
+use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
-use super::config::PortKind;
+use crate::config::PortKind;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 

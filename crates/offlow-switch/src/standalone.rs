@@ -35,7 +35,7 @@ use offlow_pipeline::{
 };
 use tracing::{debug, info, warn};
 
-use super::switch::DatapathSwitch;
+use crate::adapter::DatapathSwitch;
 
 /// Cookie of every flow standalone mode installs ("oflowstd").
 pub const COOKIE: u64 = 0x6f66_6c6f_7773_7464;

@@ -2,12 +2,12 @@
 //! [`offlow_openflow::Switch`] over the datapath's [`Control`] handle.
 //!
 //! What it maps:
-//! - FEATURES: the configured datapath id, [`super::buffers::N_BUFFERS`]
+//! - FEATURES: the configured datapath id, [`crate::buffers::N_BUFFERS`]
 //!   packet buffers, the pipeline's table count, FLOW_STATS | TABLE_STATS |
 //!   PORT_STATS.
 //! - PORT_MOD: `port_down`, `no_recv`, `no_fwd` and `no_packet_in` (table misses) per
 //!   port (checked against the port's address; other bits refused), passed
-//!   to the packet workers ([`super::dataplane::Dataplane::set_port_config`]),
+//!   to the packet workers ([`crate::dataplane::Dataplane::set_port_config`]),
 //!   honoured by packet-outs and announced as PORT_STATUS. `port_down` is
 //!   OpenFlow's: the switch stops using the port; the Linux interface is
 //!   not touched.
@@ -16,13 +16,13 @@
 //!   `OFPCML_NO_BUFFER`, go unbuffered); a PACKET_OUT or FLOW_MOD naming
 //!   its id processes the whole frame.
 //! - Table structures: [`DatapathSwitch::maybe_compile`] (the daemon calls
-//!   it every [`super::EXPIRY_EVERY`]) compiles the tables once their rules
+//!   it every [`crate::control::EXPIRY_EVERY`]) compiles the tables once their rules
 //!   have been quiet for [`COMPILE_QUIET`]: a big IPv4 route table moves
 //!   to the DIR-24-8 FIB, an IPv4 5-tuple ACL gets an RFC snapshot. The
 //!   build runs on a thread of its own, from a copy of the rules; a later
 //!   tick installs it unless a rule changed meanwhile.
 //! - Flow expiry: [`DatapathSwitch::expire`] (the daemon calls it every
-//!   [`super::EXPIRY_EVERY`]) removes timed-out entries; they and entries
+//!   [`crate::control::EXPIRY_EVERY`]) removes timed-out entries; they and entries
 //!   deleted by a flow-mod, when flagged SEND_FLOW_REM, come back from
 //!   [`DatapathSwitch::take_flow_removed`] as FLOW_REMOVED messages.
 //! - FLOW_MOD → [`Control::flow_mod`]; a refused flow-mod's
@@ -52,12 +52,12 @@
 //! when dropped.
 //!
 //! Ports that come back ([`DatapathSwitch::refresh_links`], every
-//! [`super::LINK_POLL`]): an interface port whose interface is missing, or
+//! [`crate::control::LINK_POLL`]): an interface port whose interface is missing, or
 //! whose transmit socket reports it gone or re-created (the socket is
 //! bound to the old interface index), loses that socket and is listed
 //! down. Each poll then looks for an interface of its name in the ports'
 //! namespace; once there, a fresh transmit socket is opened, the workers
-//! are asked to re-open theirs ([`super::dataplane::Dataplane::reopen`])
+//! are asked to re-open theirs ([`crate::dataplane::Dataplane::reopen`])
 //! and the new link state is announced; while a worker reports that its
 //! re-open failed, each poll asks again. An unexpected failure to open
 //! the transmit socket is logged once until the interface goes away
@@ -69,7 +69,7 @@
 
 use std::time::Duration;
 
-use super::buffers::{BufferError, PacketBuffers};
+use crate::buffers::{BufferError, PacketBuffers};
 use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
     PIPELINE_COPIES,
@@ -82,6 +82,9 @@ use offlow_openflow::multipart::{
     TableFeatures, TableStats,
 };
 use offlow_openflow::oxm;
+use offlow_openflow::port::{
+    OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN, OFPPS_LINK_DOWN,
+};
 use offlow_openflow::{
     BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, PacketOut, PortMod,
     PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode,
@@ -146,16 +149,6 @@ pub struct SwitchPort {
     open_failed: bool,
 }
 
-/// `OFPPS_LINK_DOWN`.
-pub const OFPPS_LINK_DOWN: u32 = 1;
-/// `OFPPC_PORT_DOWN`.
-pub const OFPPC_PORT_DOWN: u32 = 1;
-/// `OFPPC_NO_RECV`: drop everything received on the port.
-pub const OFPPC_NO_RECV: u32 = 1 << 2;
-/// `OFPPC_NO_FWD`: drop everything sent to the port.
-pub const OFPPC_NO_FWD: u32 = 1 << 5;
-/// `OFPPC_NO_PACKET_IN`: no packet-ins for table misses of frames received on the port.
-pub const OFPPC_NO_PACKET_IN: u32 = 1 << 6;
 /// The `OFPPC_*` bits PORT_MOD may set (OpenFlow 1.3.5 §7.2.1).
 pub const OFPPC_SETTABLE: u32 = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN;
 
@@ -284,7 +277,7 @@ pub struct DatapathSwitch {
     /// The data ports (empty: a switch with zero ports).
     ports: Vec<SwitchPort>,
     /// The packet workers, once started.
-    dataplane: Option<super::dataplane::Dataplane>,
+    dataplane: Option<crate::dataplane::Dataplane>,
     /// The namespace the ports live in (re-opened there).
     netns: Option<String>,
     /// When the switch started (port stats durations).
@@ -552,7 +545,7 @@ impl DatapathSwitch {
         self.sync_counters();
         self.removed
             .drain(..)
-            .map(|r| super::flow_removed::flow_removed_message(&r, now_ns))
+            .map(|r| crate::flow_removed::flow_removed_message(&r, now_ns))
             .collect()
     }
 
@@ -566,7 +559,7 @@ impl DatapathSwitch {
     pub fn attach(
         &mut self,
         ports: Vec<SwitchPort>,
-        dataplane: super::dataplane::Dataplane,
+        dataplane: crate::dataplane::Dataplane,
         netns: Option<String>,
     ) {
         self.ports = ports;
@@ -575,7 +568,7 @@ impl DatapathSwitch {
     }
 
     /// A handle on the packet workers' counters, for other threads.
-    pub fn dataplane_stats_handle(&self) -> Option<super::dataplane::StatsHandle> {
+    pub fn dataplane_stats_handle(&self) -> Option<crate::dataplane::StatsHandle> {
         self.dataplane.as_ref().map(|d| d.stats_handle())
     }
 
@@ -640,12 +633,12 @@ impl DatapathSwitch {
     }
 
     /// The packet workers' counters summed (None without data ports).
-    pub fn dataplane_stats(&self) -> Option<super::dataplane::DataplaneStats> {
+    pub fn dataplane_stats(&self) -> Option<crate::dataplane::DataplaneStats> {
         self.dataplane.as_ref().map(|d| d.stats())
     }
 
     /// Stop the packet workers (they credit their counters first).
-    pub fn stop_dataplane(&mut self) -> Option<super::dataplane::DataplaneStats> {
+    pub fn stop_dataplane(&mut self) -> Option<crate::dataplane::DataplaneStats> {
         self.dataplane.take().map(|d| d.stop())
     }
 
@@ -897,7 +890,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
     fn features(&self) -> SwitchFeatures {
         SwitchFeatures {
             datapath_id: self.dpid,
-            n_buffers: super::buffers::N_BUFFERS,
+            n_buffers: crate::buffers::N_BUFFERS,
             // MAX_TABLES is 255.
             n_tables: self.n_tables().min(255) as u8,
             auxiliary_id: 0,

@@ -1,0 +1,151 @@
+//! What a switch is started with: [`SwitchConfig`], already resolved and
+//! checked. Reading it from flags or a file (and naming the line of a bad
+//! one) is the embedder's job: the `offlow` binary does it for `offlow run`.
+//!
+//! Endpoints follow Open vSwitch's syntax when shown: `tcp:HOST:PORT` is
+//! an active connection to a controller (reconnected with backoff),
+//! `ptcp:PORT:ADDR` a listening socket.
+//!
+//! Thread-safety: plain data.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use offlow_datapath::SteeringTable;
+
+/// Default number of flow tables.
+pub const DEFAULT_TABLES: u16 = 8;
+/// Default datapath id.
+pub const DEFAULT_DPID: u64 = 1;
+/// Default microflow cache entries per worker.
+pub const DEFAULT_CACHE_SIZE: usize = 65536;
+
+/// A connection endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `tcp:HOST:PORT`: connect to a controller.
+    Active {
+        /// Host name or address (brackets removed).
+        host: String,
+        /// TCP port.
+        port: u16,
+    },
+    /// `ptcp:PORT[:ADDR]`: accept controllers on this address.
+    Passive(SocketAddr),
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Active { host, port } if host.contains(':') => {
+                write!(f, "tcp:[{host}]:{port}")
+            }
+            Endpoint::Active { host, port } => write!(f, "tcp:{host}:{port}"),
+            Endpoint::Passive(a) => write!(f, "ptcp:{}:{}", a.port(), a.ip()),
+        }
+    }
+}
+
+/// What the switch does without a controller (Open vSwitch's fail modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FailMode {
+    /// Only the flow tables decide; nothing is added by the switch.
+    #[default]
+    Secure,
+    /// While no active controller (`tcp:`) is connected, the switch learns
+    /// MAC addresses and installs its own forwarding flows (cookie
+    /// [`crate::standalone::COOKIE`]); they are removed when one connects.
+    Standalone,
+}
+
+/// One data port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortConfig {
+    /// The Linux interface (for a capture port: a name for logs and
+    /// port-desc).
+    pub name: String,
+    /// Its OpenFlow port number.
+    pub number: u32,
+    /// What carries its frames.
+    pub kind: PortKind,
+}
+
+/// What carries a port's frames.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PortKind {
+    /// A Linux interface through AF_PACKET.
+    AfPacket,
+    /// A Linux interface through AF_XDP (one socket per receive queue;
+    /// native XDP where the driver has it, generic otherwise). A local
+    /// sender's offloaded checksums arrive unfinished and unflagged on
+    /// AF_XDP: turn transmit checksum offload off on veth peers
+    /// (`ethtool -K IF tx off`).
+    AfXdp,
+    /// Capture files: frames of `input` are replayed once as received;
+    /// transmitted frames are written to `output`.
+    Pcap {
+        /// Capture to replay.
+        input: Option<PathBuf>,
+        /// Capture to write.
+        output: Option<PathBuf>,
+    },
+}
+
+/// A flow installed before any port receives.
+#[derive(Debug, Clone)]
+pub struct InitialFlow {
+    /// Where it was written (`FILE:LINE`), for the error if it is refused.
+    pub origin: String,
+    /// The flow-mod.
+    pub flow_mod: offlow_pipeline::FlowMod,
+}
+
+/// A switch's resolved configuration.
+#[derive(Debug, Clone)]
+pub struct SwitchConfig {
+    /// Datapath id.
+    pub dpid: u64,
+    /// Flow tables.
+    pub tables: u16,
+    /// Passive endpoints.
+    pub listen: Vec<Endpoint>,
+    /// Active endpoints.
+    pub controllers: Vec<Endpoint>,
+    /// Data ports.
+    pub ports: Vec<PortConfig>,
+    /// Namespace the ports are opened in.
+    pub netns: Option<String>,
+    /// Packet worker threads (at least 1).
+    pub workers: usize,
+    /// Cores to pin workers to (empty: not pinned).
+    pub cores: Vec<usize>,
+    /// Microflow cache entries per worker.
+    pub cache_size: usize,
+    /// Behaviour without a controller.
+    pub fail_mode: FailMode,
+    /// Flows installed at start, in order.
+    pub flows: Vec<InitialFlow>,
+    /// Which workers process which packets (empty: every worker takes
+    /// what its ports give it).
+    pub steering: SteeringTable,
+}
+
+impl Default for SwitchConfig {
+    fn default() -> Self {
+        SwitchConfig {
+            dpid: DEFAULT_DPID,
+            tables: DEFAULT_TABLES,
+            listen: Vec::new(),
+            controllers: Vec::new(),
+            ports: Vec::new(),
+            netns: None,
+            workers: 1,
+            cores: Vec::new(),
+            cache_size: DEFAULT_CACHE_SIZE,
+            fail_mode: FailMode::Secure,
+            flows: Vec::new(),
+            steering: SteeringTable::default(),
+        }
+    }
+}

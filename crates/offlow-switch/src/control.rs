@@ -1,0 +1,757 @@
+//! The control loop: OpenFlow connections, packet-ins, link polling and
+//! expiry, around one [`DatapathSwitch`].
+//!
+//! What: a single-threaded tokio runtime (`current_thread` + `LocalSet`)
+//! serving OpenFlow 1.3 controllers over TCP, passive (`ptcp:`) and active
+//! (`tcp:`, reconnected with exponential backoff from 100 ms doubling to
+//! 8 s), all answering through one [`DatapathSwitch`] and one shared
+//! [`Roles`]. With data ports configured, packet worker threads serve them
+//! (see below); without, the switch runs with zero ports.
+//!
+//! Each connection is one task driving the sans-IO
+//! [`offlow_openflow::Connection`]: flush its outbox, then wait for bytes,
+//! its timer ([`Connection::poll_timeout`]) or the stop signal; received
+//! bytes go to [`Connection::receive`] and the batch's flow-mods are
+//! committed right after ([`DatapathSwitch::commit_pending`]), so changes
+//! take effect without a barrier. Because the outbox is written out in full
+//! before the next read, a controller that does not read its replies stops
+//! being read from (the outbox never grows past one read's replies).
+//! On close the outbox is flushed first (it usually holds the error that
+//! explains the close), then the socket is shut and [`Roles::release`]
+//! called. When the embedder's stop future resolves (the binary: SIGINT or
+//! SIGTERM), every connection is closed (flushing) and the switch stops.
+//!
+//! Invariants: the switch and the roles live in one `RefCell`, borrowed
+//! only between awaits, never across one; so each controller message is
+//! handled to completion before any other connection's (the ordering the
+//! connection module documents for barriers holds switch-wide).
+//!
+//! Data ports ([`crate::dataplane`]): with ports configured, packet worker
+//! threads move frames between the interfaces and the datapath; frames
+//! they send to CONTROLLER come back here over a bounded channel, each with
+//! the flow entry that sent it (the packet's own resolution: table, cookie,
+//! table-miss or not, so reason, table id and cookie are exact even when
+//! the frame was rewritten on the way), and become PACKET_IN messages to
+//! every connection (each filters by its role and async config), or, in standalone fail mode while no active controller
+//! is connected, feed the MAC learning of [`crate::standalone`]. Link state is
+//! re-read every [`LINK_POLL`]; a change is announced as PORT_STATUS. A
+//! port whose interface is missing at start, or disappears later, is
+//! listed down and re-opened everywhere (packet-out socket and every
+//! worker's socket) once an interface of its name exists again in the
+//! ports' namespace; that poll announces it up.
+//!
+//! Thread-safety: the control side runs on the runtime's one thread (`Rc`,
+//! `RefCell`); packet workers run on their own threads and meet it only
+//! through `Control`, the packet-in channel and their statistics slots.
+
+use std::cell::RefCell;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use offlow_datapath::WorkerConfig;
+use offlow_flow::{Field, Match};
+use offlow_io::netns::in_netns;
+use offlow_io::AfPacketTx;
+use offlow_openflow::{Body, ConnConfig, Connection, OxmMatch, PacketIn, PortStatus, Roles};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{broadcast, mpsc, watch};
+use tracing::{debug, info, warn};
+
+use crate::adapter::{DatapathSwitch, SwitchPort};
+use crate::config::{Endpoint, FailMode, InitialFlow, PortKind, SwitchConfig};
+use crate::dataplane::{self, DataPort, Dataplane, DataplaneConfig, PacketInFrame};
+use crate::standalone::Standalone;
+
+/// How often timed-out flow entries are looked for.
+pub const EXPIRY_EVERY: Duration = Duration::from_millis(250);
+/// How often port link state is re-read.
+pub const LINK_POLL: Duration = Duration::from_secs(1);
+/// Asynchronous messages queued per connection before the oldest are lost.
+const EVENT_QUEUE: usize = 4096;
+/// `OFPR_NO_MATCH`, `OFPR_ACTION` (§7.4.1).
+const OFPR_NO_MATCH: u8 = 0;
+const OFPR_ACTION: u8 = 1;
+const OFPR_INVALID_TTL: u8 = 2;
+/// `OFPPR_MODIFY` (§7.4.3).
+const OFPPR_MODIFY: u8 = 2;
+
+/// First reconnection delay of an active connection.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+/// Largest reconnection delay.
+const BACKOFF_MAX: Duration = Duration::from_secs(8);
+/// How long shutdown waits for connections to flush.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Socket read size.
+const READ_BUF: usize = 64 * 1024;
+/// Extra non-blocking reads taken after a wakeup before replies are written.
+const DRAIN_READS: usize = 64;
+/// Stop draining once this many reply bytes are queued.
+const DRAIN_MAX_OUTBOX: usize = 256 * 1024;
+
+/// State every connection task shares.
+struct Shared {
+    switch: DatapathSwitch,
+    roles: Roles,
+    /// Origin of the connections' nanosecond clock.
+    epoch: Instant,
+    /// Connection tasks still running (for a graceful stop).
+    live: usize,
+    /// Asynchronous messages for every connection.
+    events: broadcast::Sender<Arc<Body>>,
+    /// Active (`tcp:`) controller connections negotiated now.
+    active_controllers: usize,
+    /// Connections of either kind negotiated now.
+    negotiated: usize,
+    /// Shared with the workers: see `DataplaneConfig::ttl_wanted`.
+    ttl_wanted: Arc<std::sync::atomic::AtomicBool>,
+    fail_mode: FailMode,
+    standalone: Standalone,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        // u64 nanoseconds last 584 years.
+        self.epoch.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64
+    }
+}
+
+type SharedRc = Rc<RefCell<Shared>>;
+
+/// What an embedder (the demo) gets once the switch runs.
+pub struct Running {
+    /// The packet workers' counters (`None`: no data ports).
+    pub stats: Option<dataplane::StatsHandle>,
+}
+
+/// Run the switch on the calling thread until `stop` resolves; `ready`
+/// receives a [`Running`] once ports and listeners are up.
+pub fn run_blocking(
+    cfg: SwitchConfig,
+    stop: impl std::future::Future<Output = std::io::Result<&'static str>>,
+    ready: Option<std::sync::mpsc::Sender<Running>>,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, run(cfg, stop, ready))
+}
+
+/// Install the flows given at start; a refused one names its origin.
+fn install_flows(switch: &mut DatapathSwitch, flows: &[InitialFlow]) -> anyhow::Result<()> {
+    use offlow_openflow::Switch;
+    for f in flows {
+        switch
+            .flow_mod(&f.flow_mod, 0)
+            .map_err(|e| anyhow::anyhow!("{}: refused: {e:?}", f.origin))?;
+    }
+    switch.commit_pending();
+    Ok(())
+}
+
+/// Open the packet-out sockets and start the workers.
+fn start_ports(
+    switch: &mut DatapathSwitch,
+    cfg: &SwitchConfig,
+    ttl_wanted: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<Option<mpsc::Receiver<PacketInFrame>>> {
+    if cfg.ports.is_empty() {
+        return Ok(None);
+    }
+    let netns = cfg.netns.as_deref();
+    let mut ports = Vec::new();
+    let mut data_ports = Vec::new();
+    for p in &cfg.ports {
+        let mut missing = false;
+        let (tx, link) = match p.kind {
+            // Packet-outs leave through a transmit-only packet socket for
+            // either kind of interface port.
+            PortKind::AfPacket | PortKind::AfXdp => {
+                let exists = in_netns(netns, || offlow_io::afpacket::ifindex(&p.name))
+                    .context("entering the ports' network namespace")?;
+                if let Err(e) = exists {
+                    // Reported, and the switch runs with its other ports;
+                    // the port is listed down, takes no traffic (the
+                    // workers hold a placeholder) and is opened once an
+                    // interface of its name appears (`link_loop`).
+                    warn!(port = p.number, name = %p.name, error = %e,
+                        "port interface not found: the port is down until it appears");
+                    missing = true;
+                    (None, offlow_io::LinkState::default())
+                } else {
+                    let tx = in_netns(netns, || AfPacketTx::open(&p.name))
+                        .context("entering the ports' network namespace")?
+                        .with_context(|| format!("opening port {} ({})", p.number, p.name))?;
+                    let link = tx
+                        .link()
+                        .with_context(|| format!("reading the link state of {}", p.name))?;
+                    (Some(tx), link)
+                }
+            }
+            // A capture port is always up; packet-outs to it are dropped
+            // (its file belongs to the worker).
+            PortKind::Pcap { .. } => (
+                None,
+                offlow_io::LinkState {
+                    hw_addr: [0; 6],
+                    admin_up: true,
+                    link_up: true,
+                },
+            ),
+        };
+        let interface = !matches!(p.kind, PortKind::Pcap { .. });
+        ports.push(SwitchPort::new(p.number, &p.name, interface, tx, link));
+        data_ports.push(DataPort {
+            ifname: p.name.clone(),
+            number: p.number,
+            kind: p.kind.clone(),
+            missing,
+        });
+    }
+    let workers = (0..cfg.workers)
+        .map(|_| {
+            switch.new_worker(WorkerConfig {
+                cache_capacity: cfg.cache_size,
+                ..WorkerConfig::default()
+            })
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel(dataplane::PACKET_IN_QUEUE);
+    let dp = Dataplane::start(DataplaneConfig {
+        ports: &data_ports,
+        netns,
+        workers,
+        cores: &cfg.cores,
+        packet_in: tx,
+        ttl_wanted,
+        steering: cfg.steering.clone(),
+    })?;
+    switch.attach(ports, dp, cfg.netns.clone());
+    Ok(Some(rx))
+}
+
+/// Run the switch until `stop` resolves (its value is logged as the
+/// reason); `ready` receives a [`Running`] once ports and listeners are up.
+/// Must run inside a tokio `LocalSet` on a current-thread runtime: the
+/// control side is single-threaded ([`run_blocking`] sets that up).
+pub async fn run(
+    cfg: SwitchConfig,
+    stop: impl std::future::Future<Output = std::io::Result<&'static str>>,
+    ready: Option<std::sync::mpsc::Sender<Running>>,
+) -> anyhow::Result<()> {
+    let mut switch = DatapathSwitch::new(cfg.dpid, cfg.tables);
+    if !cfg.flows.is_empty() {
+        install_flows(&mut switch, &cfg.flows)?;
+        info!(flows = cfg.flows.len(), "flows installed");
+    }
+    let ttl_wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let packet_ins = start_ports(&mut switch, &cfg, ttl_wanted.clone())?;
+    let (events, _) = broadcast::channel(EVENT_QUEUE);
+    let shared: SharedRc = Rc::new(RefCell::new(Shared {
+        switch,
+        roles: Roles::new(),
+        epoch: Instant::now(),
+        live: 0,
+        events,
+        active_controllers: 0,
+        negotiated: 0,
+        ttl_wanted,
+        fail_mode: cfg.fail_mode,
+        standalone: Standalone::default(),
+    }));
+    {
+        let mut s = shared.borrow_mut();
+        if s.fail_mode == FailMode::Standalone {
+            let now = s.now_ns();
+            let Shared {
+                switch, standalone, ..
+            } = &mut *s;
+            standalone.engage(switch, now);
+        }
+    }
+    // Bind every listener before anything else so a bad address fails the
+    // start, not some later moment.
+    let mut listeners = Vec::new();
+    for ep in &cfg.listen {
+        if let Endpoint::Passive(addr) = ep {
+            let l = TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("listening on {ep}"))?;
+            let local = l.local_addr().unwrap_or(*addr);
+            info!(%local, "listening for OpenFlow controllers");
+            listeners.push(l);
+        }
+    }
+    info!(
+        dpid = format_args!("{:#018x}", cfg.dpid),
+        tables = cfg.tables,
+        ports = cfg.ports.len(),
+        workers = if cfg.ports.is_empty() { 0 } else { cfg.workers },
+        fail_mode = ?cfg.fail_mode,
+        controllers = cfg.controllers.len(),
+        "offlow switch running"
+    );
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::task::spawn_local(expiry_loop(shared.clone(), stop_rx.clone()));
+    if let Some(rx) = packet_ins {
+        tokio::task::spawn_local(packet_in_loop(rx, shared.clone(), stop_rx.clone()));
+        tokio::task::spawn_local(link_loop(shared.clone(), stop_rx.clone()));
+    }
+    for l in listeners {
+        tokio::task::spawn_local(accept_loop(l, shared.clone(), stop_rx.clone()));
+    }
+    for ep in cfg.controllers {
+        if let Endpoint::Active { host, port } = ep {
+            tokio::task::spawn_local(active_loop(host, port, shared.clone(), stop_rx.clone()));
+        }
+    }
+    if let Some(r) = ready {
+        let stats = shared.borrow().switch.dataplane_stats_handle();
+        // The embedder may have given up waiting; the switch runs anyway.
+        let _ = r.send(Running { stats });
+    }
+    let why = stop.await.context("installing signal handlers")?;
+    info!(signal = why, "stopping");
+    // Receivers may all be gone (no endpoints); nothing to tell then.
+    let _ = stop_tx.send(true);
+    let deadline = Instant::now() + SHUTDOWN_GRACE;
+    while shared.borrow().live > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut s = shared.borrow_mut();
+    if s.live > 0 {
+        warn!(connections = s.live, "connections still open at exit");
+    }
+    if let Some(d) = s.switch.stop_dataplane() {
+        let w = d.worker;
+        info!(
+            packets = w.packets,
+            cache_hits = w.cache_hits,
+            pipeline_lookups = w.pipeline_lookups,
+            drop_table_miss = w.drop_table_miss,
+            drop_no_output = w.drop_no_output,
+            outputs = w.outputs,
+            packet_ins = d.packet_ins,
+            packet_in_dropped = d.packet_in_dropped,
+            csum_finished = d.csum_finished,
+            runts = d.runts,
+            oversize = d.oversize,
+            failed_ports = d.failed_ports,
+            reopened = d.reopened,
+            reopen_failed = d.reopen_failed,
+            drop_no_recv = d.drop_no_recv,
+            drop_no_fwd = d.drop_no_fwd,
+            "data plane stopped"
+        );
+    }
+    let po = s.switch.packet_out_stats();
+    info!(
+        flows = s.switch.pipeline().len(),
+        packet_outs = po.packets,
+        packet_outs_to_table = po.to_table,
+        drop_unknown_port = po.drop_unknown_port,
+        drop_to_controller = po.drop_to_controller,
+        "stopped"
+    );
+    Ok(())
+}
+
+/// Resolves once a stop is requested (or the sender is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|&s| s).await;
+}
+
+async fn accept_loop(l: TcpListener, shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            r = l.accept() => match r {
+                Ok((stream, peer)) => {
+                    tokio::task::spawn_local(serve(stream, peer, false, shared.clone(), stop.clone()));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(BACKOFF_MIN).await;
+                }
+            },
+            _ = stopped(&mut stop) => return,
+        }
+    }
+}
+
+async fn active_loop(host: String, port: u16, shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    let mut backoff = BACKOFF_MIN;
+    loop {
+        tokio::select! {
+            r = TcpStream::connect((host.as_str(), port)) => match r {
+                Ok(stream) => {
+                    backoff = BACKOFF_MIN;
+                    let peer = stream
+                        .peer_addr()
+                        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], port)));
+                    serve(stream, peer, true, shared.clone(), stop.clone()).await;
+                }
+                Err(e) => {
+                    // At most BACKOFF_MAX (8 s): the cast cannot truncate.
+                    let retry_ms = backoff.as_millis() as u64;
+                    debug!(controller = %format_args!("tcp:{host}:{port}"), error = %e,
+                        retry_ms, "connect failed");
+                }
+            },
+            _ = stopped(&mut stop) => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+/// How long a connection polls its socket after sending a reply (see
+/// `serve`). Bounded so an idle controller costs at most this much CPU per
+/// reply, and other connections wait at most this long.
+const SPIN_READ: Duration = Duration::from_micros(SPIN_US);
+const SPIN_US: u64 = 100;
+
+enum SpinRead {
+    Data(usize),
+    Closed,
+    Failed(std::io::Error),
+    Nothing,
+}
+
+/// Poll `fd` without blocking for up to `limit`. Reads the socket directly:
+/// tokio's readiness flag is not refreshed while we spin, and a later
+/// `read().await` that finds the socket empty just waits for the next edge.
+fn spin_read(fd: std::os::fd::RawFd, buf: &mut [u8], limit: Duration) -> SpinRead {
+    let start = Instant::now();
+    loop {
+        // SAFETY: `buf` is a live, writable buffer of the length passed;
+        // `fd` is the connection's socket, open for the call.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        match n {
+            0 => return SpinRead::Closed,
+            n if n > 0 => return SpinRead::Data(n as usize),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => {}
+                    _ => return SpinRead::Failed(e),
+                }
+            }
+        }
+        if start.elapsed() >= limit {
+            return SpinRead::Nothing;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Hand `n` received bytes (in `buf`) to the connection, take what else has
+/// already arrived, and publish the flow-mods they carried.
+fn on_bytes(
+    shared: &SharedRc,
+    conn: &mut Connection,
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut [u8],
+    n: usize,
+) {
+    let mut s = shared.borrow_mut();
+    let now = s.now_ns();
+    let Shared { switch, roles, .. } = &mut *s;
+    conn.receive(&buf[..n], now, switch, roles);
+    // Take what else has already arrived before replying: controllers like
+    // `ovs-ofctl add-flows` send a barrier after every flow-mod, and one
+    // reply write per message costs a syscall and a wakeup each. Bounded,
+    // so a peer that does not read its replies is still not read from.
+    let mut drained = 0;
+    while drained < DRAIN_READS && conn.transmit_len() < DRAIN_MAX_OUTBOX {
+        match rd.try_read(buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => conn.receive(&buf[..n], now, switch, roles),
+        }
+        drained += 1;
+    }
+    for fr in switch.take_flow_removed(now) {
+        let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+    }
+    for desc in s.switch.take_port_status() {
+        let _ = s.events.send(Arc::new(Body::PortStatus(PortStatus {
+            reason: OFPPR_MODIFY,
+            desc,
+        })));
+    }
+}
+
+/// Drive one controller connection until it closes.
+async fn serve(
+    stream: TcpStream,
+    peer: SocketAddr,
+    active: bool,
+    shared: SharedRc,
+    mut stop: watch::Receiver<bool>,
+) {
+    // OpenFlow is request/response with small messages: no Nagle delay.
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let mut events = shared.borrow().events.subscribe();
+    let mut conn = {
+        let mut s = shared.borrow_mut();
+        s.live += 1;
+        let id = s.roles.register();
+        Connection::new(ConnConfig::default(), id, s.now_ns())
+    };
+    info!(%peer, conn = conn.id(), "controller connected");
+    let mut buf = vec![0u8; READ_BUF];
+    let mut out = Vec::new();
+    let mut announced = false;
+    let reason: String = loop {
+        out.clear();
+        conn.poll_transmit(&mut out);
+        if !out.is_empty() {
+            if let Err(e) = wr.write_all(&out).await {
+                conn.close("write failed");
+                break format!("write failed: {e}");
+            }
+            // A request/response peer (`ovs-ofctl add-flows` waits for the
+            // barrier reply after every flow-mod) answers within tens of
+            // microseconds. Sleeping in epoll meanwhile lets this core go
+            // idle, and waking an idle (virtual) core costs more than the
+            // whole round trip; polling briefly keeps it awake.
+            if conn.close_reason().is_none() {
+                match spin_read(rd.as_ref().as_raw_fd(), &mut buf, SPIN_READ) {
+                    SpinRead::Data(n) => {
+                        on_bytes(&shared, &mut conn, &mut rd, &mut buf, n);
+                        continue;
+                    }
+                    SpinRead::Closed => break "closed by peer".to_string(),
+                    SpinRead::Failed(e) => break format!("read failed: {e}"),
+                    SpinRead::Nothing => {}
+                }
+            }
+        }
+        if !announced && conn.is_negotiated() {
+            announced = true;
+            info!(%peer, conn = conn.id(), version = "1.3 (0x04)", "OpenFlow version negotiated");
+            shared.borrow_mut().negotiated += 1;
+            if active {
+                controller_arrived(&shared);
+            }
+            update_ttl_wanted(&shared.borrow());
+        }
+        if let Some(r) = conn.close_reason() {
+            break format!("{r:?}");
+        }
+        let wait = {
+            let now = shared.borrow().now_ns();
+            // Open connections always have a deadline.
+            let deadline = conn.poll_timeout().unwrap_or(now);
+            Duration::from_nanos(deadline.saturating_sub(now))
+        };
+        tokio::select! {
+            r = rd.read(&mut buf) => match r {
+                Ok(0) => break "closed by peer".to_string(),
+                Ok(n) => on_bytes(&shared, &mut conn, &mut rd, &mut buf, n),
+                Err(e) => break format!("read failed: {e}"),
+            },
+            _ = tokio::time::sleep(wait) => {
+                let now = shared.borrow().now_ns();
+                conn.handle_timeout(now);
+            }
+            ev = events.recv() => match ev {
+                Ok(body) => {
+                    let s = shared.borrow();
+                    conn.send_async((*body).clone(), &s.roles);
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
+                }
+                // The sender lives in `Shared` as long as any connection.
+                Err(broadcast::error::RecvError::Closed) => {}
+            },
+            _ = stopped(&mut stop) => conn.close("switch stopping"),
+        }
+    };
+    if announced {
+        shared.borrow_mut().negotiated -= 1;
+        if active {
+            controller_left(&shared);
+        }
+        update_ttl_wanted(&shared.borrow());
+    }
+    let _ = wr.shutdown().await;
+    let stats = conn.stats();
+    {
+        let mut s = shared.borrow_mut();
+        s.roles.release(conn.id());
+        s.live = s.live.saturating_sub(1);
+    }
+    info!(
+        %peer,
+        conn = conn.id(),
+        reason = %reason,
+        rx_msgs = stats.rx_msgs,
+        tx_msgs = stats.tx_msgs,
+        tx_errors = stats.tx_errors,
+        "controller disconnected"
+    );
+}
+
+/// Invalid-TTL packet-ins are worth copying only when a connection may
+/// take them (standalone mode has no use for them).
+fn update_ttl_wanted(s: &Shared) {
+    let wanted = s.negotiated > 0 && !s.standalone.is_engaged();
+    s.ttl_wanted
+        .store(wanted, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// An active controller negotiated: standalone flows make way.
+fn controller_arrived(shared: &SharedRc) {
+    let mut s = shared.borrow_mut();
+    s.active_controllers += 1;
+    let now = s.now_ns();
+    let Shared {
+        switch, standalone, ..
+    } = &mut *s;
+    standalone.disengage(switch, now);
+}
+
+/// An active controller left: with none left, standalone mode takes over.
+fn controller_left(shared: &SharedRc) {
+    let mut s = shared.borrow_mut();
+    s.active_controllers = s.active_controllers.saturating_sub(1);
+    if s.active_controllers == 0 && s.fail_mode == FailMode::Standalone {
+        let now = s.now_ns();
+        let Shared {
+            switch, standalone, ..
+        } = &mut *s;
+        standalone.engage(switch, now);
+    }
+}
+
+/// Frames the workers sent to CONTROLLER: learning in standalone mode,
+/// PACKET_IN to the connections otherwise.
+async fn packet_in_loop(
+    mut rx: mpsc::Receiver<PacketInFrame>,
+    shared: SharedRc,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => return,
+            },
+            _ = stopped(&mut stop) => return,
+        };
+        let mut s = shared.borrow_mut();
+        let now = s.now_ns();
+        let Shared {
+            switch,
+            standalone,
+            events,
+            ..
+        } = &mut *s;
+        if standalone.is_engaged() {
+            if frame.invalid_ttl {
+                // Nobody to tell: the learning switch has no use for it.
+                continue;
+            }
+            standalone.learn(switch, frame.in_port, &frame.data, now);
+            // Take what else is queued before publishing the flows.
+            while let Ok(f) = rx.try_recv() {
+                if !f.invalid_ttl {
+                    standalone.learn(switch, f.in_port, &f.data, now);
+                }
+            }
+            switch.commit_pending();
+            continue;
+        }
+        if !frame.invalid_ttl && !switch.packet_in_allowed(frame.in_port, frame.origin.table_miss) {
+            // A table miss on a port configured no_packet_in (§7.2.1).
+            continue;
+        }
+        // §7.4.1: the table and cookie of the entry that sent it; a
+        // table-miss entry's packet-ins say OFPR_NO_MATCH.
+        let origin = frame.origin;
+        let reason = if frame.invalid_ttl {
+            OFPR_INVALID_TTL
+        } else if origin.table_miss {
+            OFPR_NO_MATCH
+        } else {
+            OFPR_ACTION
+        };
+        let mut m = Match::ANY;
+        m.set_exact(Field::InPort, u128::from(frame.in_port));
+        // Frames are at most a few KiB (the workers' buffers).
+        let total_len = frame.data.len().min(usize::from(u16::MAX)) as u16;
+        let (buffer_id, data) = if frame.invalid_ttl {
+            switch.packet_in_whole(frame.in_port, frame.data)
+        } else {
+            switch.packet_in_data(frame.in_port, frame.data, frame.max_len)
+        };
+        let body = Body::PacketIn(PacketIn {
+            buffer_id,
+            total_len,
+            reason,
+            table_id: origin.table_id,
+            cookie: origin.cookie,
+            matcher: OxmMatch::from_match(&m),
+            data,
+        });
+        // No receiver (no connection) is fine: nobody to tell.
+        let _ = events.send(Arc::new(body));
+    }
+}
+
+/// Re-read link states (re-opening ports whose interface came back);
+/// announce changes as PORT_STATUS.
+async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(LINK_POLL) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        let mut s = shared.borrow_mut();
+        for desc in s.switch.refresh_links() {
+            info!(port = desc.port_no, name = %desc.name.to_string_lossy(), state = desc.state, config = desc.config,
+                "port status changed");
+            let _ = s.events.send(Arc::new(Body::PortStatus(PortStatus {
+                reason: OFPPR_MODIFY,
+                desc,
+            })));
+        }
+    }
+}
+
+/// Remove timed-out flow entries; report those flagged SEND_FLOW_REM;
+/// compile the tables once their rules are quiet.
+async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(EXPIRY_EVERY) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        let mut s = shared.borrow_mut();
+        let now = s.now_ns();
+        let Shared {
+            switch, standalone, ..
+        } = &mut *s;
+        let removed = switch.expire(now);
+        standalone.expired(switch, &removed, now);
+        switch.maybe_compile(now);
+        for fr in s.switch.take_flow_removed(now) {
+            let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+        }
+    }
+}
