@@ -24,6 +24,15 @@
 //!   BARRIER_REPLY follows every reply to earlier requests (§6.2.1), and
 //!   since [`Switch::barrier`] returns only once earlier changes are in
 //!   force, it also follows their effect.
+//! - A request may have to wait for the switch (a [`Need`]: a barrier for
+//!   the data path to take every earlier change, a statistics request for
+//!   the counters to catch up, a flow-mod for the last publish to settle).
+//!   The switch starts that work and hands back a [`Ticket`]
+//!   ([`Switch::begin`]); until [`Switch::is_done`] says it is done, the
+//!   request and every later one stay unread in the connection
+//!   ([`Connection::is_waiting`]), so the order above holds, and the caller
+//!   is free to serve other connections meanwhile. It calls
+//!   [`Connection::resume`] to try again.
 //! - Nothing in the received bytes can make this module panic; a message that
 //!   fails to decode is answered with the `OFPT_ERROR` its [`DecodeError`]
 //!   names and the connection stays up, except where the stream cannot be
@@ -186,6 +195,24 @@ impl Roles {
     }
 }
 
+/// What a request needs from the switch before it can be answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Need {
+    /// BARRIER_REQUEST: every earlier change in force on the data path
+    /// (§6.2.1: the barrier reply follows their effect).
+    Commit,
+    /// FLOW, AGGREGATE, TABLE and PORT_STATS requests: the counters include
+    /// every packet the data path has processed.
+    Counters,
+    /// FLOW_MOD: the switch ready to take a change (an earlier publish
+    /// finished settling).
+    Write,
+}
+
+/// Names a piece of switch work a request waits for ([`Switch::begin`]).
+/// Its meaning is the switch's own.
+pub type Ticket = u64;
+
 /// The switch as the connection sees it. The daemon implements this over
 /// the datapath's control handle; tests implement it with a recorder.
 ///
@@ -201,8 +228,23 @@ pub trait Switch {
     fn flow_mod(&mut self, fm: &PFlowMod, now_ns: u64) -> Result<(), OfError>;
 
     /// Return once every earlier change is in force on the data path
-    /// (the datapath's `Control::commit`).
+    /// (the datapath's `Control::commit`). A switch that answered
+    /// [`Need::Commit`] through [`Switch::begin`] has nothing left to wait
+    /// for when this is called.
     fn barrier(&mut self);
+
+    /// Start what `need` asks for without waiting for it. `Some(ticket)`:
+    /// the request waits until [`Switch::is_done`] says so; `None`: answer
+    /// it now. Default: never wait (every call completes in place).
+    fn begin(&mut self, _need: Need, _now_ns: u64) -> Option<Ticket> {
+        None
+    }
+
+    /// Whether the work behind `ticket` is done at `now_ns`. Must become
+    /// true eventually (a switch bounds its waits). Default: done.
+    fn is_done(&mut self, _ticket: Ticket, _now_ns: u64) -> bool {
+        true
+    }
 
     /// Answer one multipart request with one reply body; the connection
     /// splits long lists into several messages. Group and meter requests
@@ -382,8 +424,14 @@ pub struct Connection {
     /// was used (a second use is `OFPBRC_BUFFER_EMPTY`, not UNKNOWN).
     issued_buffers: VecDeque<(u32, bool)>,
     // --- byte queues ---
-    /// Received bytes not yet forming a complete message.
+    /// Received bytes not yet handled: incomplete messages, or complete
+    /// ones held behind a request that waits for the switch.
     inbuf: Vec<u8>,
+    /// The switch work the first message of `inbuf` waits for.
+    waiting: Option<Ticket>,
+    /// The first message of `inbuf` has had its [`Need`] met: handle it
+    /// without asking again.
+    head_ready: bool,
     /// Encoded messages waiting for [`Connection::poll_transmit`].
     outbox: Vec<u8>,
     stats: ConnStats,
@@ -413,6 +461,8 @@ impl Connection {
             async_config: DEFAULT_ASYNC,
             issued_buffers: VecDeque::new(),
             inbuf: Vec::new(),
+            waiting: None,
+            head_ready: false,
             outbox: Vec::new(),
             stats: ConnStats::default(),
         };
@@ -551,6 +601,37 @@ impl Connection {
             self.echo_sent_ns = None;
         }
         self.inbuf.extend_from_slice(bytes);
+        self.handle_inbuf(now_ns, switch, roles);
+    }
+
+    /// Whether a request waits for the switch ([`Need`]): it and every
+    /// later request stay unanswered until [`Connection::resume`] finds the
+    /// switch's work done. The caller should call `resume` soon (the work
+    /// is short: a publish settling, workers crediting counters) and may
+    /// stop reading the socket meanwhile (received bytes are kept).
+    pub fn is_waiting(&self) -> bool {
+        self.waiting.is_some()
+    }
+
+    /// Ask the switch whether the work a waiting request needs is done;
+    /// if so, answer it and go on with the requests behind it (which may
+    /// wait in turn). Does nothing when not waiting.
+    pub fn resume<S: Switch + ?Sized>(&mut self, now_ns: u64, switch: &mut S, roles: &mut Roles) {
+        if self.waiting.is_some() && self.closed.is_none() {
+            self.handle_inbuf(now_ns, switch, roles);
+        }
+    }
+
+    /// Handle every complete message of `inbuf`, stopping at one that must
+    /// wait for the switch.
+    fn handle_inbuf<S: Switch + ?Sized>(&mut self, now_ns: u64, switch: &mut S, roles: &mut Roles) {
+        if let Some(t) = self.waiting {
+            if !switch.is_done(t, now_ns) {
+                return;
+            }
+            self.waiting = None;
+            self.head_ready = true;
+        }
         // Taken out so that handlers may borrow `self` mutably while reading
         // the frame; restored below (handlers never touch `inbuf`).
         let buf = std::mem::take(&mut self.inbuf);
@@ -559,8 +640,19 @@ impl Connection {
             let rest = &buf[pos..];
             match frame_len(rest) {
                 Ok(Some(n)) if n <= rest.len() => {
+                    let frame = &rest[..n];
+                    if !std::mem::take(&mut self.head_ready) && self.negotiated {
+                        if let Some(t) = need_of(frame).and_then(|need| switch.begin(need, now_ns))
+                        {
+                            if !switch.is_done(t, now_ns) {
+                                // The frame stays first in `inbuf`.
+                                self.waiting = Some(t);
+                                break;
+                            }
+                        }
+                    }
                     self.stats.rx_msgs += 1;
-                    self.handle_frame(&rest[..n], now_ns, switch, roles);
+                    self.handle_frame(frame, now_ns, switch, roles);
                     pos += n;
                 }
                 Ok(_) => break,
@@ -1103,6 +1195,25 @@ impl Connection {
                 return;
             }
         }
+    }
+}
+
+/// What a complete message (header checked by [`frame_len`]) needs from
+/// the switch before it is handled. Read from the header and the multipart
+/// type alone: a message that then fails to decode has waited for nothing
+/// worse than a short delay.
+fn need_of(frame: &[u8]) -> Option<Need> {
+    /// `OFPMP_FLOW`, `OFPMP_AGGREGATE`, `OFPMP_TABLE`, `OFPMP_PORT_STATS`
+    /// (§7.3.5): the replies that carry counters.
+    const COUNTED: [u16; 4] = [1, 2, 3, 4];
+    match frame[1] {
+        msg_type::BARRIER_REQUEST => Some(Need::Commit),
+        msg_type::FLOW_MOD => Some(Need::Write),
+        msg_type::MULTIPART_REQUEST => {
+            let ty = u16::from_be_bytes([*frame.get(8)?, *frame.get(9)?]);
+            COUNTED.contains(&ty).then_some(Need::Counters)
+        }
+        _ => None,
     }
 }
 

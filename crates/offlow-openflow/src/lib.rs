@@ -54,8 +54,8 @@ mod reader;
 
 pub use action::{Action, Instruction, OFLW_EXPERIMENTER, OFLW_SUBTYPE_WORKERS};
 pub use conn::{
-    AsyncOutcome, CloseReason, ConnConfig, ConnId, ConnStats, Connection, ControllerRole, Roles,
-    Switch, DEFAULT_ASYNC, DEFAULT_MISS_SEND_LEN,
+    AsyncOutcome, CloseReason, ConnConfig, ConnId, ConnStats, Connection, ControllerRole, Need,
+    Roles, Switch, Ticket, DEFAULT_ASYNC, DEFAULT_MISS_SEND_LEN,
 };
 pub use error::{
     error_for, error_reply, BadRequestCode, DecodeError, EncodeError, GroupModFailedCode,

@@ -18,6 +18,7 @@ enum Call {
     Multipart(QB),
     PacketOut(PacketOut),
     PortMod(PortMod),
+    Begin(Need),
 }
 
 /// A switch that records every call; refuses flow-mods to tables beyond
@@ -26,6 +27,11 @@ enum Call {
 struct TestSwitch {
     calls: Vec<Call>,
     n_flows: usize,
+    /// Answer every [`Need`] with a ticket that is done only once
+    /// `done_up_to` reaches it (tickets count from 1).
+    defer: bool,
+    tickets: u64,
+    done_up_to: u64,
 }
 
 const N_TABLES: u8 = 4;
@@ -112,6 +118,19 @@ impl Switch for TestSwitch {
     fn port_mod(&mut self, pm: &PortMod) -> Result<(), OfError> {
         self.calls.push(Call::PortMod(*pm));
         Ok(())
+    }
+
+    fn begin(&mut self, need: Need, _now_ns: u64) -> Option<Ticket> {
+        if !self.defer {
+            return None;
+        }
+        self.calls.push(Call::Begin(need));
+        self.tickets += 1;
+        Some(self.tickets)
+    }
+
+    fn is_done(&mut self, ticket: Ticket, _now_ns: u64) -> bool {
+        ticket <= self.done_up_to
     }
 }
 
@@ -605,6 +624,130 @@ fn barrier_replies_in_order() {
             })
             .collect();
     assert_eq!(shape, ["fm", "fm", "barrier", "barrier"]);
+}
+
+/// Requests that need the switch wait for it, in order: nothing behind a
+/// waiting request is answered (not even an echo), bytes that arrive
+/// meanwhile are kept, and each request asks the switch once.
+#[test]
+fn requests_wait_for_the_switch_in_order() {
+    let mut b = Bench::new();
+    let mut c = b.established();
+    b.sw.defer = true;
+    let mut script = Vec::new();
+    script.extend(enc(1, flow_mod(0)));
+    script.extend(enc(2, Body::EchoRequest(vec![2])));
+    script.extend(enc(3, Body::BarrierRequest));
+    script.extend(enc(4, Body::EchoRequest(vec![4])));
+    script.extend(enc(5, flow_stats_request()));
+    script.extend(enc(
+        6,
+        Body::MultipartRequest(MultipartRequest {
+            flags: 0,
+            body: QB::Desc,
+        }),
+    ));
+    b.feed(&mut c, &script);
+    assert!(
+        c.is_waiting(),
+        "the flow-mod waits for the switch to be writable"
+    );
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(b.sw.calls, vec![Call::Begin(Need::Write)]);
+
+    // Not done yet: resuming changes nothing and asks nothing new.
+    c.resume(b.now, &mut b.sw, &mut b.roles);
+    assert!(c.is_waiting());
+    assert!(drain(&mut c).is_empty());
+    assert_eq!(b.sw.calls.len(), 1);
+
+    b.sw.done_up_to = 1;
+    c.resume(b.now, &mut b.sw, &mut b.roles);
+    assert!(c.is_waiting(), "now the barrier waits for the commit");
+    let out = drain(&mut c);
+    assert_eq!(out.len(), 1);
+    assert_eq!(
+        (out[0].xid, out[0].body.msg_type()),
+        (2, msg_type::ECHO_REPLY)
+    );
+
+    // Bytes arriving while waiting are kept for later, unanswered.
+    b.feed(&mut c, &enc(7, Body::EchoRequest(vec![7])));
+    assert!(drain(&mut c).is_empty());
+
+    b.sw.done_up_to = 2;
+    c.resume(b.now, &mut b.sw, &mut b.roles);
+    assert!(c.is_waiting(), "now the flow stats wait for the counters");
+    let kinds: Vec<(u32, u8)> = drain(&mut c)
+        .iter()
+        .map(|m| (m.xid, m.body.msg_type()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![(3, msg_type::BARRIER_REPLY), (4, msg_type::ECHO_REPLY)]
+    );
+
+    b.sw.done_up_to = 3;
+    c.resume(b.now, &mut b.sw, &mut b.roles);
+    assert!(!c.is_waiting());
+    let kinds: Vec<(u32, u8)> = drain(&mut c)
+        .iter()
+        .map(|m| (m.xid, m.body.msg_type()))
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (5, msg_type::MULTIPART_REPLY),
+            (6, msg_type::MULTIPART_REPLY),
+            (7, msg_type::ECHO_REPLY)
+        ]
+    );
+    let shape: Vec<String> =
+        b.sw.calls
+            .iter()
+            .map(|c| match c {
+                Call::FlowMod(..) => "fm".to_string(),
+                Call::Barrier => "barrier".to_string(),
+                Call::Multipart(QB::Flow(_)) => "flow-stats".to_string(),
+                Call::Multipart(QB::Desc) => "desc".to_string(),
+                Call::Begin(n) => format!("{n:?}"),
+                other => format!("{other:?}"),
+            })
+            .collect();
+    assert_eq!(
+        shape,
+        [
+            "Write",
+            "fm",
+            "Commit",
+            "barrier",
+            "Counters",
+            "flow-stats",
+            "desc"
+        ],
+        "each need asked once, before its request is handled"
+    );
+    assert_eq!(
+        c.stats().rx_msgs,
+        1 + 7,
+        "the HELLO and seven requests, each counted once"
+    );
+}
+
+/// A ticket that is done at once costs nothing: the request is answered
+/// in the same call.
+#[test]
+fn tickets_done_at_once_do_not_wait() {
+    let mut b = Bench::new();
+    let mut c = b.established();
+    b.sw.defer = true;
+    b.sw.done_up_to = u64::MAX;
+    let out = b.ask(&mut c, 9, Body::BarrierRequest);
+    assert!(!c.is_waiting());
+    assert_eq!(
+        (out[0].xid, out[0].body.msg_type()),
+        (9, msg_type::BARRIER_REPLY)
+    );
 }
 
 // ---------- multipart ----------
