@@ -8,6 +8,14 @@
 //! the old copy, so both copies are equal again and the old one becomes the
 //! next inactive copy.
 //!
+//! A writer that must not wait (a control loop serving other clients)
+//! splits that in two: [`Versioned::publish_start`] swaps and notes which
+//! readers were inside a section; [`Versioned::try_settle`] checks, without
+//! waiting, whether each has since left, and replays once all have. Until
+//! then the pair is *settling*: the writer reads the new active copy
+//! ([`Versioned::writer_view`]), and the next [`Versioned::apply`] settles
+//! first (waiting if it must), since the old copy is the one it writes.
+//!
 //! Readers register once ([`Versioned::reader`]) and then call
 //! [`ReadHandle::enter`] per batch of packets: two atomic stores and one
 //! atomic load, no lock, no allocation, never a wait.
@@ -18,7 +26,8 @@
 //! - a read section sees exactly one copy: a published version, never a mix;
 //! - when `publish` returns, every read section that starts afterwards sees
 //!   the new version or a later one (the quiescent point has passed: no
-//!   reader can still observe the previous version).
+//!   reader can still observe the previous version); the same holds once
+//!   `try_settle` has returned true after a `publish_start`.
 //!
 //! Thread-safety: `Versioned` is the writer (`&mut self` methods; `Send`
 //! when `T` is). `ReadHandle` is `Send` but not `Sync`: one handle per
@@ -153,9 +162,16 @@ unsafe impl<T: Send + Sync> Send for Shared<T> {}
 /// The writer side: two copies, an oplog and the version counter.
 pub struct Versioned<T, Op> {
     shared: Arc<Shared<T>>,
+    /// Ops applied to the inactive copy since the last publish; while
+    /// settling, the ops the old copy still lacks.
     oplog: Vec<Op>,
     /// Version of the currently published copy.
     version: u64,
+    /// Settling after [`Versioned::publish_start`]: the readers that were
+    /// inside a section at the swap, each with the (odd) epoch it had. Empty
+    /// with `settling` true means only the replay is left.
+    inside: Vec<(Arc<ReaderSlot>, u64)>,
+    settling: bool,
 }
 
 impl<T: Apply<Op> + Clone, Op> Versioned<T, Op> {
@@ -177,6 +193,8 @@ impl<T: Apply<Op> + Clone, Op> Versioned<T, Op> {
             shared: Arc::new(shared),
             oplog: Vec::new(),
             version: 0,
+            inside: Vec::new(),
+            settling: false,
         }
     }
 }
@@ -199,19 +217,29 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
         1 - self.shared.active.0.load(Ordering::Relaxed)
     }
 
-    /// The writer's view: the inactive copy, with every applied operation
-    /// (published or not).
+    /// The writer's view: every applied operation (published or not). The
+    /// inactive copy; while settling, the active one (the inactive copy
+    /// still lacks the last publish's ops then).
     pub fn writer_view(&self) -> &T {
-        let i = self.inactive();
+        let i = if self.settling {
+            1 - self.inactive()
+        } else {
+            self.inactive()
+        };
         // SAFETY: only the writer (`self`, borrowed shared here, so no
-        // `&mut` method runs concurrently) mutates copies, and readers never
-        // touch the inactive copy, so a shared borrow is sound.
+        // `&mut` method runs concurrently) mutates copies. The inactive copy
+        // has no readers; the active one, read while settling, is not
+        // mutated until the next publish swaps it out, and readers only
+        // read it too. So a shared borrow is sound.
         unsafe { &(*self.shared.copies[i].get()).value }
     }
 
     /// Apply `op` to the inactive copy and record it for replay. Readers do
-    /// not see it until [`publish`](Self::publish).
+    /// not see it until [`publish`](Self::publish). Settles a pending
+    /// [`publish_start`](Self::publish_start) first, waiting for readers if
+    /// it must: check [`is_settling`](Self::is_settling) to avoid that.
     pub fn apply(&mut self, op: Op) {
+        self.settle();
         let i = self.inactive();
         // SAFETY: the inactive copy has no reader (every reader that could
         // hold it left before the last `publish` returned, and new readers
@@ -236,13 +264,27 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
     /// Make every applied operation visible, wait for the quiescent point,
     /// and bring the old copy up to date. Returns the new version. When it
     /// returns, no read section can observe an older version. A publish
-    /// with nothing pending does nothing.
+    /// with nothing pending does nothing (but finish settling).
     pub fn publish(&mut self) -> u64 {
-        if self.oplog.is_empty() {
+        let v = self.publish_start();
+        self.settle();
+        v
+    }
+
+    /// Make every applied operation visible without waiting: swap the
+    /// copies and note which readers were inside a section. Returns the new
+    /// version. The old copy is brought up to date by
+    /// [`try_settle`](Self::try_settle) (or [`settle`](Self::settle)) once
+    /// those readers have left; only then may the caller rely on no section
+    /// observing an older version. With nothing pending, returns the
+    /// current version and leaves a settle in progress as it is.
+    pub fn publish_start(&mut self) -> u64 {
+        // Ops are only applied once settled (`apply` settles first): while
+        // settling, the oplog holds the replay and nothing new is pending.
+        if self.settling || self.oplog.is_empty() {
             return self.version;
         }
         let new = self.inactive();
-        let old = 1 - new;
         self.version += 1;
         // SAFETY: `new` is still inactive (no readers), see `apply`.
         unsafe { (*self.shared.copies[new].get()).version = self.version };
@@ -252,37 +294,72 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
         // store and the epoch loads below are ordered against readers' epoch
         // stores and `active` loads in the single total order, the classic
         // Dekker pattern: either a reader's odd-epoch store precedes our
-        // epoch load (we see it and wait), or our store precedes its load of
-        // `active` (it reads the new copy)).
+        // epoch load (we see it and wait for it to change), or our store
+        // precedes its load of `active` (it reads the new copy)).
         self.shared.active.0.store(new, Ordering::SeqCst);
-
         {
             let readers = lock(&self.shared.readers);
-            for r in readers.iter() {
-                let e = r.load(Ordering::SeqCst);
-                if e & 1 == 0 {
-                    continue; // not inside: any later section sees `new`.
-                }
-                // Inside a section that may have loaded `old`: wait until it
-                // leaves. The Acquire load pairs with the Release store on
-                // guard drop, so its reads of `old` happen-before our replay.
-                let mut spins = 0u32;
-                while r.load(Ordering::Acquire) == e {
-                    spins += 1;
-                    if spins < 64 {
-                        std::hint::spin_loop();
-                    } else {
-                        std::thread::yield_now();
-                    }
-                }
-            }
+            self.inside.clear();
+            self.inside.extend(
+                readers
+                    .iter()
+                    .map(|r| (r.clone(), r.load(Ordering::SeqCst)))
+                    // Even: not inside, so any later section sees `new`.
+                    .filter(|&(_, e)| e & 1 == 1),
+            );
             // A reader registering after we release the lock synchronises
             // with our unlock, so it sees the new `active`.
         }
+        self.settling = true;
+        self.version
+    }
 
-        // SAFETY: `old` is now inactive and every reader that could hold a
-        // reference into it has left (waited above); `&mut self` excludes
-        // other writer access.
+    /// Whether a [`publish_start`](Self::publish_start) has not settled yet.
+    pub fn is_settling(&self) -> bool {
+        self.settling
+    }
+
+    /// Without waiting: if every reader noted by the last
+    /// [`publish_start`](Self::publish_start) has left the section it was
+    /// in, bring the old copy up to date and return true (also when
+    /// nothing was settling). When this returns true, no read section can
+    /// observe a version older than [`version`](Self::version).
+    pub fn try_settle(&mut self) -> bool {
+        if !self.settling {
+            return true;
+        }
+        // A reader whose epoch moved on has left that section; any section
+        // it began since loaded the new `active`. The Acquire load pairs
+        // with the Release store on guard drop, so its reads of the old copy
+        // happen-before our replay.
+        self.inside.retain(|(r, e)| r.load(Ordering::Acquire) == *e);
+        if !self.inside.is_empty() {
+            return false;
+        }
+        self.replay();
+        true
+    }
+
+    /// Wait until the last [`publish_start`](Self::publish_start) has
+    /// settled (spinning briefly, then yielding the thread).
+    pub fn settle(&mut self) {
+        let mut spins = 0u32;
+        while !self.try_settle() {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Replay the oplog onto the old (now inactive, reader-free) copy.
+    fn replay(&mut self) {
+        let old = self.inactive();
+        // SAFETY: `old` is inactive and every reader that could hold a
+        // reference into it has left (`try_settle` checked); `&mut self`
+        // excludes other writer access.
         let copy = unsafe { &mut *self.shared.copies[old].get() };
         // Drained, so each op moves into the copy (the log keeps its
         // allocation for the next round).
@@ -300,7 +377,7 @@ impl<T: Apply<Op>, Op> Versioned<T, Op> {
         }
         drop(ops);
         copy.version = self.version;
-        self.version
+        self.settling = false;
     }
 }
 
@@ -410,5 +487,62 @@ mod tests {
         assert_eq!(v.publish(), 2, "empty publish keeps the version");
         assert_eq!(r.enter().0, 6);
         assert_eq!(v.writer_view().0, 6);
+    }
+
+    /// A reader inside a section at `publish_start` holds the settle back
+    /// until it leaves; the writer reads the new copy meanwhile; `apply`
+    /// after settling goes to the old copy, now up to date.
+    #[test]
+    fn publish_start_settles_once_readers_leave() {
+        let mut v = Versioned::new(Counter(0));
+        let mut r = v.reader();
+        let mut idle = v.reader();
+        v.apply(5);
+        {
+            let g = r.enter();
+            assert_eq!(v.publish_start(), 1);
+            assert!(v.is_settling());
+            assert_eq!(v.writer_view().0, 5, "the writer reads the new copy");
+            assert!(!v.try_settle(), "a reader is still in the old copy");
+            assert_eq!((g.0, g.version()), (0, 0), "it keeps its version");
+            // A section begun after the swap reads the new copy and does
+            // not hold the settle back.
+            let fresh = idle.enter();
+            assert_eq!((fresh.0, fresh.version()), (5, 1));
+            assert!(!v.try_settle());
+            assert_eq!(v.publish_start(), 1, "nothing pending: same version");
+        }
+        assert!(v.try_settle());
+        assert!(!v.is_settling());
+        v.apply(1);
+        assert_eq!(v.writer_view().0, 6, "the old copy got the replay");
+        assert_eq!(v.publish(), 2);
+        assert_eq!(r.enter().0, 6);
+    }
+
+    /// `apply` while settling waits for the reader, then writes.
+    #[test]
+    fn apply_while_settling_waits_for_readers() {
+        let mut v = Versioned::new(Counter(0));
+        let mut r = v.reader();
+        v.apply(2);
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (leave_tx, leave_rx) = std::sync::mpsc::channel::<()>();
+        let reader = std::thread::spawn(move || {
+            let g = r.enter();
+            entered_tx.send(g.0).unwrap();
+            leave_rx.recv().unwrap();
+            drop(g);
+            r.enter().0
+        });
+        assert_eq!(entered_rx.recv().unwrap(), 0);
+        v.publish_start();
+        assert!(!v.try_settle());
+        leave_tx.send(()).unwrap();
+        v.apply(3); // settles first, waiting for the reader to leave
+        assert!(!v.is_settling());
+        assert_eq!(v.publish(), 2);
+        assert!(matches!(reader.join().unwrap(), 2 | 5));
+        assert_eq!(v.writer_view().0, 5);
     }
 }
