@@ -384,7 +384,7 @@ pub fn build_frame(h: &Header, frame_size: usize, out: &mut Vec<u8>) {
             seg[2..4].copy_from_slice(&h.dst_port.to_be_bytes());
             // RFC 9260 §6.8 / Appendix A: CRC32c over the packet with the
             // checksum field zero, stored least significant byte first.
-            let c = crc32c(seg);
+            let c = checksum::crc32c(seg);
             seg[8..12].copy_from_slice(&c.to_le_bytes());
         }
         1 => {
@@ -397,23 +397,6 @@ pub fn build_frame(h: &Header, frame_size: usize, out: &mut Vec<u8>) {
         }
         _ => {}
     }
-}
-
-/// CRC32c (Castagnoli, reflected polynomial 0x82F63B78), as SCTP uses it.
-/// Bitwise: frames are built once, before any timing.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = u32::MAX;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 // ----------------------------------------------------------------- flows --
@@ -612,6 +595,7 @@ mod tests {
     use crate::classbench::{self, parse_rules};
     use offlow_flow::{extract, present, ParseStats};
     use offlow_pipeline::{check_match_prerequisites, Outcome, PipelineOp};
+    use offlow_wire::checksum::crc32c;
     use proptest::prelude::*;
     use std::path::PathBuf;
 

@@ -70,7 +70,8 @@
 use crate::buf::PacketBuf;
 use offlow_flow::{Field, L3Kind, L4Kind, Layout, TunnelKind};
 use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
-use offlow_wire::checksum::{fold, update16, update_bytes};
+pub use offlow_wire::checksum::{crc32c, sctp_checksum};
+use offlow_wire::checksum::{sum_array, update16, update_bytes};
 use offlow_wire::ethernet::ethertype;
 use offlow_wire::icmpv6;
 
@@ -282,60 +283,6 @@ fn wr(f: &mut [u8], at: usize, v: &[u8]) -> bool {
 #[inline(always)]
 fn wr16(f: &mut [u8], at: usize, v: u16) -> bool {
     wr(f, at, &v.to_be_bytes())
-}
-
-// ---------------------------------------------------------------------------
-// CRC32c for SCTP.
-
-/// CRC32c (Castagnoli, reflected polynomial 0x82F63B78) lookup table, built
-/// at compile time.
-const CRC32C_TABLE: [u32; 256] = {
-    let mut t = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[i] = c;
-        i += 1;
-    }
-    t
-};
-
-/// Continue a CRC32c over `data` from register value `crc` (start with
-/// `!0`, finish with `!`).
-#[inline]
-fn crc32c_update(mut crc: u32, data: &[u8]) -> u32 {
-    // Byte-at-a-time table lookup: SCTP rewrites are rare, so the simpler
-    // form beats slicing-by-8 on code size.
-    for &b in data {
-        crc = CRC32C_TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
-    }
-    crc
-}
-
-/// CRC32c of `data` (RFC 3720 Appendix B.4 / RFC 9260 Appendix A).
-pub fn crc32c(data: &[u8]) -> u32 {
-    !crc32c_update(!0, data)
-}
-
-/// The SCTP checksum of `packet` (common header + chunks), computed with
-/// the checksum field (bytes 8..12) taken as zero. RFC 9260 Appendix A
-/// stores the CRC least-significant byte first: write it with
-/// `to_le_bytes`. `None` when `packet` is shorter than the common header.
-pub fn sctp_checksum(packet: &[u8]) -> Option<u32> {
-    let head = packet.get(..8)?;
-    let rest = packet.get(12..)?;
-    let c = crc32c_update(!0, head);
-    let c = crc32c_update(c, &[0; 4]);
-    Some(!crc32c_update(c, rest))
 }
 
 // ---------------------------------------------------------------------------
@@ -640,7 +587,7 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             let new = (v as u32).to_be_bytes();
             Some(match (rd::<4>(f, at), rd16(f, l3 + 10)) {
                 (Some(old), Some(hc)) if pseudo_update_ok(lay, f) => {
-                    let (o, n) = (sum_words(&old), sum_words(&new));
+                    let (o, n) = (sum_array(&old), sum_array(&new));
                     wr16(f, l3 + 10, update16(hc, o, n));
                     pseudo_update(lay, f, o, n);
                     wr(f, at, &new)
@@ -653,7 +600,7 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             let new = v.to_be_bytes();
             Some(match rd::<16>(f, at) {
                 Some(old) if pseudo_update_ok(lay, f) => {
-                    pseudo_update(lay, f, sum_words(&old), sum_words(&new));
+                    pseudo_update(lay, f, sum_array(&old), sum_array(&new));
                     wr(f, at, &new)
                 }
                 _ => false,
@@ -796,27 +743,13 @@ fn pseudo_update_ok(lay: Layout, f: &[u8]) -> bool {
 
 /// Fold an address change into the transport checksum; `old` and `new` are
 /// the folded one's-complement sums of the old and new address
-/// ([`sum_words`]), which is all RFC 1624 needs.
+/// ([`sum_array`]), which is all RFC 1624 needs.
 fn pseudo_update(lay: Layout, f: &mut [u8], old: u16, new: u16) {
     if let Some((at, udp)) = pseudo_csum(lay) {
         if let Some(c) = rd16(f, at) {
             csum_write(f, at, udp, update16(c, old, new));
         }
     }
-}
-
-/// Folded one's-complement sum of the 16-bit big-endian words of an
-/// address (4 or 16 bytes). Fixed-size arrays let the compiler unroll this
-/// into a few adds, where the general `checksum::sum` loops.
-#[inline(always)]
-fn sum_words<const N: usize>(a: &[u8; N]) -> u16 {
-    let mut acc = 0u32;
-    let mut i = 0;
-    while i + 1 < N {
-        acc += u16::from_be_bytes([a[i], a[i + 1]]) as u32;
-        i += 2;
-    }
-    fold(acc)
 }
 
 /// Write a transport checksum computed by update. UDP: a stored 0 means
