@@ -23,6 +23,7 @@
 mod builder;
 
 pub use builder::{Checksum, FrameBuilder};
+pub use offlow_wire::tcp::flags as tcp_flags;
 pub use offlow_wire::MacAddr;
 
 /// `02:00:00:00:00:01`, a locally administered source address.
