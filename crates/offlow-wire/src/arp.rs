@@ -24,6 +24,20 @@ pub mod field {
     pub const OPER: Range<usize> = 6..8;
     /// Start of SHA, SPA, THA, TPA (in this order).
     pub const ADDRS: usize = 8;
+
+    /// The addresses of the Ethernet / IPv4 form (hardware length 6,
+    /// protocol length 4), the only one OpenFlow matches on.
+    pub mod eth_ipv4 {
+        use core::ops::Range;
+        /// Sender hardware address.
+        pub const SHA: Range<usize> = 8..14;
+        /// Sender protocol address.
+        pub const SPA: Range<usize> = 14..18;
+        /// Target hardware address.
+        pub const THA: Range<usize> = 18..24;
+        /// Target protocol address.
+        pub const TPA: Range<usize> = 24..28;
+    }
 }
 
 /// Length of the fixed part.

@@ -11,6 +11,8 @@ pub mod field {
     pub const LSE: Range<usize> = 0..4;
     /// The TTL byte.
     pub const TTL: usize = 3;
+    /// The byte holding the bottom-of-stack bit (its lowest bit).
+    pub const BOS: usize = 2;
     /// Everything after the entry (the next entry or the payload).
     pub const PAYLOAD: RangeFrom<usize> = 4..;
 }

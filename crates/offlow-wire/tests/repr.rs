@@ -73,6 +73,8 @@ fn mpls_emit_parse() {
     let mut b = poisoned(r.buffer_len());
     r.emit(&mut mpls::Lse::new_unchecked(&mut b[..]));
     assert_clean("mpls", &b);
+    assert_eq!(b[mpls::field::BOS] & 1, 1, "BOS names the S bit's byte");
+    assert_eq!(b[mpls::field::TTL], 63);
     assert_eq!(
         mpls::Repr::parse(&mpls::Lse::new_checked(&b[..]).unwrap()),
         Ok(r)
@@ -238,6 +240,13 @@ fn arp_emit_parse() {
     let mut b = poisoned(r.buffer_len());
     r.emit(&mut arp::Packet::new_unchecked(&mut b[..]));
     assert_clean("arp", &b);
+    // The fixed ranges the executor writes through name the same bytes.
+    use arp::field::{eth_ipv4, OPER};
+    assert_eq!(b[OPER], [0, 2]);
+    assert_eq!(b[eth_ipv4::SHA], r.sha);
+    assert_eq!(b[eth_ipv4::SPA], r.spa);
+    assert_eq!(b[eth_ipv4::THA], r.tha);
+    assert_eq!(b[eth_ipv4::TPA], r.tpa);
     assert_eq!(
         arp::Repr::parse(&arp::Packet::new_checked(&b[..]).unwrap()),
         Ok(r)
