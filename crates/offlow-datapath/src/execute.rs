@@ -73,11 +73,18 @@ use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
 pub use offlow_wire::checksum::{crc32c, sctp_checksum};
 use offlow_wire::checksum::{sum_array, update16, update_bytes};
 use offlow_wire::ethernet::ethertype;
-use offlow_wire::{arp, ethernet, icmpv4, icmpv6, ipv4, ipv6, mpls, sctp, tcp, udp};
+use offlow_wire::{arp, ethernet, icmpv4, icmpv6, ipv4, ipv6, mpls, sctp, tcp, udp, vlan};
 
 /// The layout locates a VLAN tag at its TPID (the EtherType slot before
 /// it); the TCI follows, where `offlow_wire::vlan::Tag` starts.
 const TCI_IN_TAG: usize = 2;
+
+/// Where push-VLAN inserts a tag and pop-VLAN removes one: right after the
+/// MAC addresses, in the EtherType's place (§5.12).
+const TAG_AT: usize = ethernet::field::ETHERTYPE.start;
+
+/// Bytes of one VLAN tag (TPID and TCI).
+const TAG_LEN: usize = vlan::TAG_LEN;
 
 /// Whether a port takes part in FLOOD/ALL expansion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1035,30 +1042,30 @@ fn push_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf
         cx.stats.push_vlan_bad_tpid += 1;
         return;
     }
-    if buf.len() < 14 {
+    if buf.len() < ethernet::HEADER_LEN {
         cx.stats.push_vlan_runt += 1;
         return;
     }
     let tci = if cx.lay.vlan_count > 0 {
-        rd16(buf.frame(), cx.lay.vlan[0] as usize + 2).map_or(0, |t| t & 0xefff)
+        rd16(buf.frame(), cx.lay.vlan[0] as usize + TCI_IN_TAG).map_or(0, |t| t & 0xefff)
     } else {
         0
     };
-    if !buf.open_gap(12, 4) {
+    if !buf.open_gap(TAG_AT, TAG_LEN) {
         cx.stats.push_vlan_no_room += 1;
         return;
     }
     let f = buf.frame_mut();
     // In range: the gap at 12..16 was just opened in a frame of >= 18 bytes.
-    wr16(f, 12, tpid);
-    wr16(f, 14, tci);
+    wr16(f, TAG_AT, tpid);
+    wr16(f, TAG_AT + TCI_IN_TAG, tci);
     let lay = &mut *cx.lay;
-    shift_layout(lay, 12, 4);
+    shift_layout(lay, TAG_AT as u16, TAG_LEN as i32);
     let old0 = lay.vlan[0];
     lay.vlan = [
-        12,
+        TAG_AT as u16,
         if lay.vlan_count > 0 {
-            old0.saturating_add(4)
+            old0.saturating_add(TAG_LEN as u16)
         } else {
             0
         },
@@ -1074,11 +1081,11 @@ fn push_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf
 /// Remove the outer tag (the 4 bytes at 12).
 fn pop_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<S>) {
     let lay = &mut *cx.lay;
-    if lay.vlan_count == 0 || lay.vlan[0] != 12 || !buf.close_gap(12, 4) {
+    if lay.vlan_count == 0 || lay.vlan[0] != TAG_AT as u16 || !buf.close_gap(TAG_AT, TAG_LEN) {
         cx.stats.pop_vlan_no_tag += 1;
         return;
     }
-    shift_layout(lay, 16, -4);
+    shift_layout(lay, (TAG_AT + TAG_LEN) as u16, -(TAG_LEN as i32));
     // The tags left are the 4-byte slots between 12 and the EtherType
     // (a third tag the layout did not list may now be the second).
     let left = if lay.eth_type >= 12 {
@@ -1096,7 +1103,7 @@ fn pop_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<
     // parsed behind it) is now the second: record it as the parser would.
     if lay.vlan_count == 1 && lay.eth_type == 16 {
         if let Some(t) = rd16(buf.frame(), 16) {
-            if offlow_wire::vlan::is_tpid(t) && buf.len() >= 20 {
+            if vlan::is_tpid(t) && buf.len() >= 20 {
                 lay.vlan = [12, 16];
                 lay.vlan_count = 2;
                 lay.eth_type = 20;
