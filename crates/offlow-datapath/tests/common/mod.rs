@@ -93,45 +93,6 @@ fn l4_csum(lay: &Layout) -> Option<(usize, u8)> {
     }
 }
 
-/// Fill every checksum of `frame` from scratch. `udp_zero`: leave a UDP
-/// checksum at 0 ("none", IPv4 only).
-pub fn fill_checksums(frame: &mut [u8], udp_zero: bool) {
-    let p = parse(frame);
-    let lay = p.layout;
-    if lay.l3_kind == L3Kind::Ipv4 {
-        let l3 = lay.l3 as usize;
-        let hl = lay.ip_header_len as usize;
-        frame[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
-        let c = checksum(&frame[l3..l3 + hl]);
-        frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    }
-    let Some((at, proto)) = l4_csum(&lay) else {
-        return;
-    };
-    if proto == 17 && udp_zero {
-        return;
-    }
-    let (l4, end, ps) = segment(frame, &lay, proto).unwrap();
-    frame[at..at + 2].copy_from_slice(&[0, 0]);
-    match proto {
-        132 => {
-            let c = sctp_checksum(&frame[l4..end]).unwrap();
-            frame[at..at + 4].copy_from_slice(&c.to_le_bytes());
-        }
-        1 => {
-            let c = checksum(&frame[l4..end]);
-            frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
-        }
-        _ => {
-            let mut c = !fold(sum(&frame[l4..end], ps));
-            if proto == 17 && c == 0 {
-                c = 0xffff;
-            }
-            frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
-        }
-    }
-}
-
 /// Verify every checksum of `frame` from scratch.
 pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
     let p = parse(frame);
