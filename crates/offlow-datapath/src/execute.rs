@@ -70,9 +70,21 @@
 use crate::buf::PacketBuf;
 use offlow_flow::{Field, L3Kind, L4Kind, Layout, TunnelKind};
 use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
-use offlow_wire::checksum::{fold, update16, update_bytes};
+pub use offlow_wire::checksum::{crc32c, sctp_checksum};
+use offlow_wire::checksum::{sum_array, update16, update_bytes};
 use offlow_wire::ethernet::ethertype;
-use offlow_wire::icmpv6;
+use offlow_wire::{arp, ethernet, icmpv4, icmpv6, ipv4, ipv6, mpls, sctp, tcp, udp, vlan};
+
+/// The layout locates a VLAN tag at its TPID (the EtherType slot before
+/// it); the TCI follows, where `offlow_wire::vlan::Tag` starts.
+const TCI_IN_TAG: usize = 2;
+
+/// Where push-VLAN inserts a tag and pop-VLAN removes one: right after the
+/// MAC addresses, in the EtherType's place (§5.12).
+const TAG_AT: usize = ethernet::field::ETHERTYPE.start;
+
+/// Bytes of one VLAN tag (TPID and TCI).
+const TAG_LEN: usize = vlan::TAG_LEN;
 
 /// Whether a port takes part in FLOOD/ALL expansion.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -282,60 +294,6 @@ fn wr(f: &mut [u8], at: usize, v: &[u8]) -> bool {
 #[inline(always)]
 fn wr16(f: &mut [u8], at: usize, v: u16) -> bool {
     wr(f, at, &v.to_be_bytes())
-}
-
-// ---------------------------------------------------------------------------
-// CRC32c for SCTP.
-
-/// CRC32c (Castagnoli, reflected polynomial 0x82F63B78) lookup table, built
-/// at compile time.
-const CRC32C_TABLE: [u32; 256] = {
-    let mut t = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                (c >> 1) ^ 0x82F6_3B78
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        t[i] = c;
-        i += 1;
-    }
-    t
-};
-
-/// Continue a CRC32c over `data` from register value `crc` (start with
-/// `!0`, finish with `!`).
-#[inline]
-fn crc32c_update(mut crc: u32, data: &[u8]) -> u32 {
-    // Byte-at-a-time table lookup: SCTP rewrites are rare, so the simpler
-    // form beats slicing-by-8 on code size.
-    for &b in data {
-        crc = CRC32C_TABLE[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
-    }
-    crc
-}
-
-/// CRC32c of `data` (RFC 3720 Appendix B.4 / RFC 9260 Appendix A).
-pub fn crc32c(data: &[u8]) -> u32 {
-    !crc32c_update(!0, data)
-}
-
-/// The SCTP checksum of `packet` (common header + chunks), computed with
-/// the checksum field (bytes 8..12) taken as zero. RFC 9260 Appendix A
-/// stores the CRC least-significant byte first: write it with
-/// `to_le_bytes`. `None` when `packet` is shorter than the common header.
-pub fn sctp_checksum(packet: &[u8]) -> Option<u32> {
-    let head = packet.get(..8)?;
-    let rest = packet.get(12..)?;
-    let c = crc32c_update(!0, head);
-    let c = crc32c_update(c, &[0; 4]);
-    Some(!crc32c_update(c, rest))
 }
 
 // ---------------------------------------------------------------------------
@@ -594,14 +552,14 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
     let l3 = lay.l3 as usize;
     let l4 = lay.l4 as usize;
     let ok = match field {
-        Field::EthDst => Some(wr(f, 0, &mac_bytes(v))),
-        Field::EthSrc => Some(wr(f, 6, &mac_bytes(v))),
+        Field::EthDst => Some(wr(f, ethernet::field::DESTINATION.start, &mac_bytes(v))),
+        Field::EthSrc => Some(wr(f, ethernet::field::SOURCE.start, &mac_bytes(v))),
         Field::VlanVid | Field::VlanPcp => {
             if lay.vlan_count == 0 || lay.vlan[0] == 0 {
                 cx.stats.set_vlan_no_tag += 1;
                 return;
             }
-            let at = lay.vlan[0] as usize + 2;
+            let at = lay.vlan[0] as usize + TCI_IN_TAG;
             Some(match rd16(f, at) {
                 Some(tci) => {
                     let tci = if field == Field::VlanVid {
@@ -619,7 +577,8 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
         Field::IpDscp | Field::IpEcn => set_tos(lay, f, field, v as u8),
         Field::IpProto => match lay.l3_kind {
             L3Kind::Ipv4 => {
-                let r = ipv4_word(f, l3, 8, |w| (w & 0xff00) | v as u16);
+                // The protocol shares its checksummed word with the TTL.
+                let r = ipv4_word(f, l3, ipv4::field::TTL, |w| (w & 0xff00) | v as u16);
                 if r == Some(true) {
                     // The bytes at l4 are no longer the header l4_kind names.
                     cx.lay.l4 = 0;
@@ -636,12 +595,18 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             _ => None,
         },
         Field::Ipv4Src | Field::Ipv4Dst if lay.l3_kind == L3Kind::Ipv4 => {
-            let at = l3 + if field == Field::Ipv4Src { 12 } else { 16 };
+            let at = l3
+                + if field == Field::Ipv4Src {
+                    ipv4::field::SRC_ADDR.start
+                } else {
+                    ipv4::field::DST_ADDR.start
+                };
             let new = (v as u32).to_be_bytes();
-            Some(match (rd::<4>(f, at), rd16(f, l3 + 10)) {
+            let csum = l3 + ipv4::field::CHECKSUM.start;
+            Some(match (rd::<4>(f, at), rd16(f, csum)) {
                 (Some(old), Some(hc)) if pseudo_update_ok(lay, f) => {
-                    let (o, n) = (sum_words(&old), sum_words(&new));
-                    wr16(f, l3 + 10, update16(hc, o, n));
+                    let (o, n) = (sum_array(&old), sum_array(&new));
+                    wr16(f, csum, update16(hc, o, n));
                     pseudo_update(lay, f, o, n);
                     wr(f, at, &new)
                 }
@@ -649,41 +614,86 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             })
         }
         Field::Ipv6Src | Field::Ipv6Dst if lay.l3_kind == L3Kind::Ipv6 => {
-            let at = l3 + if field == Field::Ipv6Src { 8 } else { 24 };
+            let at = l3
+                + if field == Field::Ipv6Src {
+                    ipv6::field::SRC_ADDR.start
+                } else {
+                    ipv6::field::DST_ADDR.start
+                };
             let new = v.to_be_bytes();
             Some(match rd::<16>(f, at) {
                 Some(old) if pseudo_update_ok(lay, f) => {
-                    pseudo_update(lay, f, sum_words(&old), sum_words(&new));
+                    pseudo_update(lay, f, sum_array(&old), sum_array(&new));
                     wr(f, at, &new)
                 }
                 _ => false,
             })
         }
-        Field::Ipv6Flabel if lay.l3_kind == L3Kind::Ipv6 => Some(match rd::<4>(f, l3) {
-            Some(w) => {
-                let w = (u32::from_be_bytes(w) & 0xfff0_0000) | v as u32;
-                wr(f, l3, &w.to_be_bytes())
-            }
-            None => false,
-        }),
+        Field::Ipv6Flabel if lay.l3_kind == L3Kind::Ipv6 => {
+            let at = l3 + ipv6::field::VER_TC_FLOW.start;
+            Some(match rd::<4>(f, at) {
+                Some(w) => {
+                    let w = (u32::from_be_bytes(w) & 0xfff0_0000) | v as u32;
+                    wr(f, at, &w.to_be_bytes())
+                }
+                None => false,
+            })
+        }
         Field::TcpSrc | Field::TcpDst if lay.l4_kind == L4Kind::Tcp => {
-            let at = l4 + if field == Field::TcpSrc { 0 } else { 2 };
-            Some(l4_word(f, at, Some(l4 + 16), false, v as u16))
+            let at = l4
+                + if field == Field::TcpSrc {
+                    tcp::field::SRC_PORT.start
+                } else {
+                    tcp::field::DST_PORT.start
+                };
+            Some(l4_word(
+                f,
+                at,
+                Some(l4 + tcp::field::CHECKSUM.start),
+                false,
+                v as u16,
+            ))
         }
         Field::UdpSrc | Field::UdpDst if lay.l4_kind == L4Kind::Udp => {
-            let at = l4 + if field == Field::UdpSrc { 0 } else { 2 };
-            Some(l4_word(f, at, Some(l4 + 6), true, v as u16))
+            let at = l4
+                + if field == Field::UdpSrc {
+                    udp::field::SRC_PORT.start
+                } else {
+                    udp::field::DST_PORT.start
+                };
+            Some(l4_word(
+                f,
+                at,
+                Some(l4 + udp::field::CHECKSUM.start),
+                true,
+                v as u16,
+            ))
         }
         Field::SctpSrc | Field::SctpDst if lay.l4_kind == L4Kind::Sctp => {
-            let at = l4 + if field == Field::SctpSrc { 0 } else { 2 };
+            let at = l4
+                + if field == Field::SctpSrc {
+                    sctp::field::SRC_PORT.start
+                } else {
+                    sctp::field::DST_PORT.start
+                };
             Some(wr16(f, at, v as u16) && sctp_refresh(lay, f))
         }
         Field::Icmpv4Type | Field::Icmpv4Code if lay.l4_kind == L4Kind::Icmpv4 => {
-            let at = l4 + if field == Field::Icmpv4Type { 0 } else { 1 };
+            let at = l4
+                + if field == Field::Icmpv4Type {
+                    icmpv4::field::TYPE
+                } else {
+                    icmpv4::field::CODE
+                };
             Some(icmp_byte(f, l4, at, v as u8))
         }
         Field::Icmpv6Type | Field::Icmpv6Code if lay.l4_kind == L4Kind::Icmpv6 => {
-            let at = l4 + if field == Field::Icmpv6Type { 0 } else { 1 };
+            let at = l4
+                + if field == Field::Icmpv6Type {
+                    icmpv6::field::TYPE
+                } else {
+                    icmpv6::field::CODE
+                };
             Some(icmp_byte(f, l4, at, v as u8))
         }
         Field::Ipv6NdTarget | Field::Ipv6NdSll | Field::Ipv6NdTll
@@ -694,19 +704,21 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
         Field::ArpOp | Field::ArpSpa | Field::ArpTpa | Field::ArpSha | Field::ArpTha
             if lay.l3_kind == L3Kind::Arp =>
         {
-            // Ethernet/IPv4 ARP (RFC 826): oper 6..8, sha 8..14, spa 14..18,
-            // tha 18..24, tpa 24..28. ARP has no checksum.
+            // Ethernet/IPv4 ARP (RFC 826), the form the parser accepts. ARP
+            // has no checksum.
+            use arp::field::{eth_ipv4, OPER};
             Some(match field {
-                Field::ArpOp => wr16(f, l3 + 6, v as u16),
-                Field::ArpSha => wr(f, l3 + 8, &mac_bytes(v)),
-                Field::ArpSpa => wr(f, l3 + 14, &(v as u32).to_be_bytes()),
-                Field::ArpTha => wr(f, l3 + 18, &mac_bytes(v)),
-                _ => wr(f, l3 + 24, &(v as u32).to_be_bytes()),
+                Field::ArpOp => wr16(f, l3 + OPER.start, v as u16),
+                Field::ArpSha => wr(f, l3 + eth_ipv4::SHA.start, &mac_bytes(v)),
+                Field::ArpSpa => wr(f, l3 + eth_ipv4::SPA.start, &(v as u32).to_be_bytes()),
+                Field::ArpTha => wr(f, l3 + eth_ipv4::THA.start, &mac_bytes(v)),
+                _ => wr(f, l3 + eth_ipv4::TPA.start, &(v as u32).to_be_bytes()),
             })
         }
         Field::MplsLabel | Field::MplsTc | Field::MplsBos if lay.l3_kind == L3Kind::Mpls => {
             // LSE: label (20) | TC (3) | S (1) | TTL (8), RFC 3032 §2.1.
-            Some(match rd::<4>(f, l3) {
+            let at = l3 + mpls::field::LSE.start;
+            Some(match rd::<4>(f, at) {
                 Some(w) => {
                     let w = u32::from_be_bytes(w);
                     let v = v as u32;
@@ -715,7 +727,7 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
                         Field::MplsTc => (w & !0x0000_0e00) | (v << 9),
                         _ => (w & !0x0000_0100) | (v << 8),
                     };
-                    wr(f, l3, &w.to_be_bytes())
+                    wr(f, at, &w.to_be_bytes())
                 }
                 None => false,
             })
@@ -745,10 +757,11 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
 /// Rewrite one 16-bit word of the IPv4 header at `l3 + at` (even) through
 /// `map`, updating the header checksum. `Some(false)` when out of range.
 fn ipv4_word(f: &mut [u8], l3: usize, at: usize, map: impl FnOnce(u16) -> u16) -> Option<bool> {
-    Some(match (rd16(f, l3 + at), rd16(f, l3 + 10)) {
+    let csum = l3 + ipv4::field::CHECKSUM.start;
+    Some(match (rd16(f, l3 + at), rd16(f, csum)) {
         (Some(old), Some(hc)) => {
             let new = map(old);
-            wr16(f, l3 + 10, update16(hc, old, new)) && wr16(f, l3 + at, new)
+            wr16(f, csum, update16(hc, old, new)) && wr16(f, l3 + at, new)
         }
         _ => false,
     })
@@ -764,11 +777,18 @@ fn set_tos(lay: Layout, f: &mut [u8], field: Field, v: u8) -> Option<bool> {
     };
     let l3 = lay.l3 as usize;
     match lay.l3_kind {
-        L3Kind::Ipv4 => ipv4_word(f, l3, 0, |w| (w & 0xff00) | ((w as u8 & keep) | put) as u16),
-        L3Kind::Ipv6 => Some(match rd16(f, l3) {
+        // The TOS byte shares its checksummed word with version / IHL.
+        L3Kind::Ipv4 => ipv4_word(f, l3, ipv4::field::VER_IHL, |w| {
+            (w & 0xff00) | ((w as u8 & keep) | put) as u16
+        }),
+        L3Kind::Ipv6 => Some(match rd16(f, l3 + ipv6::field::VER_TC_FLOW.start) {
             Some(w) => {
                 let tc = ((w >> 4) as u8 & keep) | put;
-                wr16(f, l3, (w & 0xf00f) | ((tc as u16) << 4))
+                wr16(
+                    f,
+                    l3 + ipv6::field::VER_TC_FLOW.start,
+                    (w & 0xf00f) | ((tc as u16) << 4),
+                )
             }
             None => false,
         }),
@@ -781,9 +801,11 @@ fn set_tos(lay: Layout, f: &mut [u8], field: Field, v: u8) -> Option<bool> {
 fn pseudo_csum(lay: Layout) -> Option<(usize, bool)> {
     let l4 = lay.l4 as usize;
     match lay.l4_kind {
-        L4Kind::Tcp if lay.l4 != 0 => Some((l4 + 16, false)),
-        L4Kind::Udp if lay.l4 != 0 => Some((l4 + 6, true)),
-        L4Kind::Icmpv6 if lay.l4 != 0 && lay.l3_kind == L3Kind::Ipv6 => Some((l4 + 2, false)),
+        L4Kind::Tcp if lay.l4 != 0 => Some((l4 + tcp::field::CHECKSUM.start, false)),
+        L4Kind::Udp if lay.l4 != 0 => Some((l4 + udp::field::CHECKSUM.start, true)),
+        L4Kind::Icmpv6 if lay.l4 != 0 && lay.l3_kind == L3Kind::Ipv6 => {
+            Some((l4 + icmpv6::field::CHECKSUM.start, false))
+        }
         _ => None,
     }
 }
@@ -796,27 +818,13 @@ fn pseudo_update_ok(lay: Layout, f: &[u8]) -> bool {
 
 /// Fold an address change into the transport checksum; `old` and `new` are
 /// the folded one's-complement sums of the old and new address
-/// ([`sum_words`]), which is all RFC 1624 needs.
+/// ([`sum_array`]), which is all RFC 1624 needs.
 fn pseudo_update(lay: Layout, f: &mut [u8], old: u16, new: u16) {
     if let Some((at, udp)) = pseudo_csum(lay) {
         if let Some(c) = rd16(f, at) {
             csum_write(f, at, udp, update16(c, old, new));
         }
     }
-}
-
-/// Folded one's-complement sum of the 16-bit big-endian words of an
-/// address (4 or 16 bytes). Fixed-size arrays let the compiler unroll this
-/// into a few adds, where the general `checksum::sum` loops.
-#[inline(always)]
-fn sum_words<const N: usize>(a: &[u8; N]) -> u16 {
-    let mut acc = 0u32;
-    let mut i = 0;
-    while i + 1 < N {
-        acc += u16::from_be_bytes([a[i], a[i + 1]]) as u32;
-        i += 2;
-    }
-    fold(acc)
 }
 
 /// Write a transport checksum computed by update. UDP: a stored 0 means
@@ -846,23 +854,27 @@ fn l4_word(f: &mut [u8], at: usize, csum: Option<usize>, udp: bool, new: u16) ->
 /// Set the ICMP type or code byte at `at` (ICMPv4 and ICMPv6 keep both in
 /// the word at `l4`, checksum at `l4 + 2`).
 fn icmp_byte(f: &mut [u8], l4: usize, at: usize, v: u8) -> bool {
-    let (Some(old), Some(c)) = (rd16(f, l4), rd16(f, l4 + 2)) else {
+    // ICMPv6 has the same layout (icmpv6::field).
+    let (word, csum) = (l4 + icmpv4::field::TYPE, l4 + icmpv4::field::CHECKSUM.start);
+    let (Some(old), Some(c)) = (rd16(f, word), rd16(f, csum)) else {
         return false;
     };
-    let new = if at == l4 {
+    let new = if at == word {
         (old & 0x00ff) | ((v as u16) << 8)
     } else {
         (old & 0xff00) | v as u16
     };
-    wr16(f, l4 + 2, update16(c, old, new)) && wr16(f, l4, new)
+    wr16(f, csum, update16(c, old, new)) && wr16(f, word, new)
 }
 
 /// End of the IP packet: `l3` + its length field, clamped to the frame.
 fn ip_end(lay: Layout, f: &[u8]) -> usize {
     let l3 = lay.l3 as usize;
     let end = match lay.l3_kind {
-        L3Kind::Ipv4 => rd16(f, l3 + 2).map(|n| l3 + n as usize),
-        L3Kind::Ipv6 => rd16(f, l3 + 4).map(|n| l3 + 40 + n as usize),
+        L3Kind::Ipv4 => rd16(f, l3 + ipv4::field::LENGTH.start).map(|n| l3 + n as usize),
+        L3Kind::Ipv6 => {
+            rd16(f, l3 + ipv6::field::LENGTH.start).map(|n| l3 + ipv6::HEADER_LEN + n as usize)
+        }
         _ => None,
     };
     end.unwrap_or(f.len()).min(f.len())
@@ -873,7 +885,8 @@ fn sctp_refresh(lay: Layout, f: &mut [u8]) -> bool {
     let l4 = lay.l4 as usize;
     let end = ip_end(lay, f);
     match f.get(l4..end).and_then(sctp_checksum) {
-        Some(c) => wr(f, l4 + 8, &c.to_le_bytes()),
+        // RFC 9260 Appendix A: least significant byte first.
+        Some(c) => wr(f, l4 + sctp::field::CHECKSUM.start, &c.to_le_bytes()),
         None => false,
     }
 }
@@ -882,7 +895,10 @@ fn sctp_refresh(lay: Layout, f: &mut [u8]) -> bool {
 /// frame has no such field.
 fn set_nd(lay: Layout, f: &mut [u8], field: Field, v: u128) -> Option<bool> {
     let l4 = lay.l4 as usize;
-    let (t, code) = (rd8(f, l4)?, rd8(f, l4 + 1)?);
+    let (t, code) = (
+        rd8(f, l4 + icmpv6::field::TYPE)?,
+        rd8(f, l4 + icmpv6::field::CODE)?,
+    );
     let is_ns = t == icmpv6::TYPE_NEIGHBOR_SOLICIT;
     let is_na = t == icmpv6::TYPE_NEIGHBOR_ADVERT;
     if code != 0 || !(is_ns || is_na) {
@@ -894,7 +910,7 @@ fn set_nd(lay: Layout, f: &mut [u8], field: Field, v: u128) -> Option<bool> {
             if l4 + icmpv6::ND_LEN > end {
                 return None;
             }
-            l4 + 8
+            l4 + icmpv6::field::ND_TARGET.start
         }
         _ => {
             let want = match (field, is_ns) {
@@ -917,11 +933,12 @@ fn set_nd(lay: Layout, f: &mut [u8], field: Field, v: u128) -> Option<bool> {
     // `at - l4` is even (8, or 24 + 8k + 2), as update_bytes needs.
     let mut old_buf = [0u8; 16];
     old_buf[..new.len()].copy_from_slice(old);
-    let Some(c) = rd16(f, l4 + 2) else {
+    let csum = l4 + icmpv6::field::CHECKSUM.start;
+    let Some(c) = rd16(f, csum) else {
         return Some(false);
     };
     let c = update_bytes(c, &old_buf[..new.len()], new);
-    Some(wr16(f, l4 + 2, c) && wr(f, at, new))
+    Some(wr16(f, csum, c) && wr(f, at, new))
 }
 
 /// Offset of the first ND option of type `want` with room for a 6-byte
@@ -953,16 +970,18 @@ fn set_nw_ttl(cx: &mut Ctx<'_>, f: &mut [u8], map: impl FnOnce(u8) -> Option<u8>
     let lay = *cx.lay;
     let l3 = lay.l3 as usize;
     let r = match lay.l3_kind {
-        L3Kind::Ipv4 => match rd16(f, l3 + 8) {
+        L3Kind::Ipv4 => match rd16(f, l3 + ipv4::field::TTL) {
             Some(w) => match map((w >> 8) as u8) {
-                Some(ttl) => ipv4_word(f, l3, 8, |w| (w & 0x00ff) | ((ttl as u16) << 8)),
+                Some(ttl) => ipv4_word(f, l3, ipv4::field::TTL, |w| {
+                    (w & 0x00ff) | ((ttl as u16) << 8)
+                }),
                 None => return false,
             },
             None => Some(false),
         },
-        L3Kind::Ipv6 => match rd8(f, l3 + 7) {
+        L3Kind::Ipv6 => match rd8(f, l3 + ipv6::field::HOP_LIMIT) {
             Some(h) => match map(h) {
-                Some(h) => Some(wr(f, l3 + 7, &[h])),
+                Some(h) => Some(wr(f, l3 + ipv6::field::HOP_LIMIT, &[h])),
                 None => return false,
             },
             None => Some(false),
@@ -983,7 +1002,7 @@ fn mpls_ttl(cx: &mut Ctx<'_>, f: &mut [u8], map: impl FnOnce(u8) -> Option<u8>) 
         cx.stats.mpls_ttl_no_label += 1;
         return true;
     }
-    let at = cx.lay.l3 as usize + 3;
+    let at = cx.lay.l3 as usize + mpls::field::TTL;
     match rd8(f, at) {
         Some(t) => match map(t) {
             Some(t) => {
@@ -1023,30 +1042,30 @@ fn push_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf
         cx.stats.push_vlan_bad_tpid += 1;
         return;
     }
-    if buf.len() < 14 {
+    if buf.len() < ethernet::HEADER_LEN {
         cx.stats.push_vlan_runt += 1;
         return;
     }
     let tci = if cx.lay.vlan_count > 0 {
-        rd16(buf.frame(), cx.lay.vlan[0] as usize + 2).map_or(0, |t| t & 0xefff)
+        rd16(buf.frame(), cx.lay.vlan[0] as usize + TCI_IN_TAG).map_or(0, |t| t & 0xefff)
     } else {
         0
     };
-    if !buf.open_gap(12, 4) {
+    if !buf.open_gap(TAG_AT, TAG_LEN) {
         cx.stats.push_vlan_no_room += 1;
         return;
     }
     let f = buf.frame_mut();
     // In range: the gap at 12..16 was just opened in a frame of >= 18 bytes.
-    wr16(f, 12, tpid);
-    wr16(f, 14, tci);
+    wr16(f, TAG_AT, tpid);
+    wr16(f, TAG_AT + TCI_IN_TAG, tci);
     let lay = &mut *cx.lay;
-    shift_layout(lay, 12, 4);
+    shift_layout(lay, TAG_AT as u16, TAG_LEN as i32);
     let old0 = lay.vlan[0];
     lay.vlan = [
-        12,
+        TAG_AT as u16,
         if lay.vlan_count > 0 {
-            old0.saturating_add(4)
+            old0.saturating_add(TAG_LEN as u16)
         } else {
             0
         },
@@ -1062,11 +1081,11 @@ fn push_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf
 /// Remove the outer tag (the 4 bytes at 12).
 fn pop_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<S>) {
     let lay = &mut *cx.lay;
-    if lay.vlan_count == 0 || lay.vlan[0] != 12 || !buf.close_gap(12, 4) {
+    if lay.vlan_count == 0 || lay.vlan[0] != TAG_AT as u16 || !buf.close_gap(TAG_AT, TAG_LEN) {
         cx.stats.pop_vlan_no_tag += 1;
         return;
     }
-    shift_layout(lay, 16, -4);
+    shift_layout(lay, (TAG_AT + TAG_LEN) as u16, -(TAG_LEN as i32));
     // The tags left are the 4-byte slots between 12 and the EtherType
     // (a third tag the layout did not list may now be the second).
     let left = if lay.eth_type >= 12 {
@@ -1084,7 +1103,7 @@ fn pop_vlan<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<
     // parsed behind it) is now the second: record it as the parser would.
     if lay.vlan_count == 1 && lay.eth_type == 16 {
         if let Some(t) = rd16(buf.frame(), 16) {
-            if offlow_wire::vlan::is_tpid(t) && buf.len() >= 20 {
+            if vlan::is_tpid(t) && buf.len() >= 20 {
                 lay.vlan = [12, 16];
                 lay.vlan_count = 2;
                 lay.eth_type = 20;
@@ -1112,20 +1131,22 @@ fn inner_ttl(lay: &Layout, f: &[u8]) -> Option<(usize, InnerTtl)> {
         return None;
     }
     let l3 = lay.l3 as usize;
-    let bos = rd8(f, l3 + 2)? & 1 != 0;
-    let below = l3 + 4;
+    let bos = rd8(f, l3 + mpls::field::BOS)? & 1 != 0;
+    let below = l3 + mpls::HEADER_LEN;
     let inner = if !bos {
-        InnerTtl::Mpls(below + 3)
+        InnerTtl::Mpls(below + mpls::field::TTL)
     } else {
         // RFC 3032 §2.2: what follows the bottom of the stack is not
         // typed; the IP version nibble is what every LSR looks at.
         match rd8(f, below)? >> 4 {
-            4 if f.len() >= below + 20 => InnerTtl::Ipv4(below),
-            6 if f.len() >= below + 40 => InnerTtl::Ipv6(below + 7),
+            4 if f.len() >= below + ipv4::MIN_HEADER_LEN => InnerTtl::Ipv4(below),
+            6 if f.len() >= below + ipv6::HEADER_LEN => {
+                InnerTtl::Ipv6(below + ipv6::field::HOP_LIMIT)
+            }
             _ => return None,
         }
     };
-    Some((l3 + 3, inner))
+    Some((l3 + mpls::field::TTL, inner))
 }
 
 /// Copy the TTL inwards (top label → the header below) or outwards.
@@ -1146,12 +1167,14 @@ fn copy_ttl(cx: &mut Ctx<'_>, f: &mut [u8], inwards: bool) {
             if inwards {
                 match rd8(f, top) {
                     Some(t) => {
-                        ipv4_word(f, ip, 8, |w| (w & 0x00ff) | ((t as u16) << 8)) == Some(true)
+                        ipv4_word(f, ip, ipv4::field::TTL, |w| {
+                            (w & 0x00ff) | ((t as u16) << 8)
+                        }) == Some(true)
                     }
                     None => false,
                 }
             } else {
-                match rd8(f, ip + 8) {
+                match rd8(f, ip + ipv4::field::TTL) {
                     Some(t) => wr(f, top, &[t]),
                     None => false,
                 }
@@ -1178,9 +1201,11 @@ fn push_mpls<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf
     let f = buf.frame();
     let l3 = lay.l3 as usize;
     let lse = match lay.l3_kind {
-        L3Kind::Mpls => rd::<4>(f, l3).map(|w| u32::from_be_bytes(w) & !0x100),
-        L3Kind::Ipv4 => rd8(f, l3 + 8).map(|t| 0x100 | t as u32),
-        L3Kind::Ipv6 => rd8(f, l3 + 7).map(|t| 0x100 | t as u32),
+        L3Kind::Mpls => {
+            rd::<4>(f, l3 + mpls::field::LSE.start).map(|w| u32::from_be_bytes(w) & !0x100)
+        }
+        L3Kind::Ipv4 => rd8(f, l3 + ipv4::field::TTL).map(|t| 0x100 | t as u32),
+        L3Kind::Ipv6 => rd8(f, l3 + ipv6::field::HOP_LIMIT).map(|t| 0x100 | t as u32),
         _ => Some(0x100),
     };
     let at = et_at + 2;

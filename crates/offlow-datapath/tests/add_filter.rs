@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{dst_match, eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
+use common::{dst_match, frame4, small_domain_match, RecSink};
 use offlow_datapath::{execute, Control, ExecStats, PacketBuf, Worker, WorkerConfig, MAX_FILTERS};
 use offlow_flow::{extract, Field, Match, ParseStats};
 use offlow_pipeline::*;
@@ -16,20 +16,11 @@ use proptest::prelude::*;
 
 /// A UDP frame to 10.0.0.`dst`, port 50 + `dport`, from MAC ..:`src`.
 fn frame(src: u8, dst: u8, dport: u8) -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 0, 0, 1],
-            [10, 0, 0, dst],
-            17,
-            64,
-            0,
-            &udp(1000, 50 + u16::from(dport), b"payload"),
-        ),
-    );
-    f[11] = src;
-    fill_checksums(&mut f, false);
+    let mut f = frame4([10, 0, 0, 1], [10, 0, 0, dst], 64, 0)
+        .udp(1000, 50 + u16::from(dport))
+        .payload(b"payload")
+        .build();
+    f[11] = src; // eth_src last byte: no checksum covers it
     f
 }
 

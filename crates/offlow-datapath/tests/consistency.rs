@@ -20,7 +20,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::{eth, fill_checksums, ipv4, udp};
+use common::frame4;
 use offlow_datapath::{Control, CountingSink, PacketBuf, WorkerConfig};
 use offlow_flow::{Field, Match};
 use offlow_pipeline::*;
@@ -55,20 +55,10 @@ fn h_match() -> Match {
 }
 
 fn frame(dport: u16, src_last: u8) -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 0, 0, src_last],
-            [10, 0, 0, 2],
-            17,
-            64,
-            0,
-            &udp(7, dport, b"x"),
-        ),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame4([10, 0, 0, src_last], [10, 0, 0, 2], 64, 0)
+        .udp(7, dport)
+        .payload(b"x")
+        .build()
 }
 
 fn out(port: u32) -> Vec<Instruction> {
@@ -241,13 +231,10 @@ fn many_decisions_defer_the_flush_and_a_sync_stays_exact() {
     control.commit();
     let frames: Vec<Vec<u8>> = (0..flows)
         .map(|i| {
-            let mut f = eth(
-                &[],
-                0x0800,
-                &ipv4([10, 0, 0, 1], dst(i), 17, 64, 0, &udp(7, 9, b"x")),
-            );
-            fill_checksums(&mut f, false);
-            f
+            frame4([10, 0, 0, 1], dst(i), 64, 0)
+                .udp(7, 9)
+                .payload(b"x")
+                .build()
         })
         .collect();
     let worker = std::cell::RefCell::new(control.worker(WorkerConfig::default()));

@@ -41,137 +41,95 @@ fn run(frame: &[u8], actions: &[Action]) -> Run {
 }
 
 fn ipv4_tcp() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 0, 0, 1],
-            [10, 0, 0, 2],
-            6,
-            64,
-            0x2e,
-            &tcp(1234, 80, b"hello"),
-        ),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame4([10, 0, 0, 1], [10, 0, 0, 2], 64, 0x2e)
+        .tcp(1234, 80)
+        .tcp_flags(PSH_ACK)
+        .payload(b"hello")
+        .build()
 }
 fn ipv4_udp(zero: bool) -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [192, 168, 1, 1],
-            [8, 8, 8, 8],
-            17,
-            5,
-            0,
-            &udp(5353, 53, b"query!"),
-        ),
-    );
-    fill_checksums(&mut f, zero);
-    f
+    let csum = if zero {
+        Checksum::Zero
+    } else {
+        Checksum::Valid
+    };
+    frame4([192, 168, 1, 1], [8, 8, 8, 8], 5, 0)
+        .udp(5353, 53)
+        .payload(b"query!")
+        .l4_checksum(csum)
+        .build()
 }
 fn ipv4_sctp() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4([10, 1, 1, 1], [10, 2, 2, 2], 132, 64, 0, &sctp(36412, 2905)),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame4([10, 1, 1, 1], [10, 2, 2, 2], 64, 0)
+        .sctp(36412, 2905)
+        .sctp_tag(SCTP_TAG)
+        .payload(&SCTP_DATA)
+        .build()
 }
 fn ipv4_icmp() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 1, 1, 1],
-            [10, 2, 2, 2],
-            1,
-            64,
-            0,
-            &icmp(8, 0, [0, 1, 0, 2], b"ping"),
-        ),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame4([10, 1, 1, 1], [10, 2, 2, 2], 64, 0)
+        .icmpv4(8, 0, 0x0001_0002)
+        .payload(b"ping")
+        .build()
 }
 fn ipv6_tcp() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x86dd,
-        &ipv6(v6(1), v6(2), 6, 64, 0xb8, 0x12345, &tcp(40000, 443, b"abc")),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame6(v6(1), v6(2), 64, 0xb8, 0x12345)
+        .tcp(40000, 443)
+        .tcp_flags(PSH_ACK)
+        .payload(b"abc")
+        .build()
 }
 fn ipv6_udp() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x86dd,
-        &ipv6(v6(3), v6(4), 17, 64, 0, 0, &udp(1000, 2000, b"xyz")),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame6(v6(3), v6(4), 64, 0, 0)
+        .udp(1000, 2000)
+        .payload(b"xyz")
+        .build()
 }
 fn ipv6_echo() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x86dd,
-        &ipv6(
-            v6(3),
-            v6(4),
-            58,
-            64,
-            0,
-            0,
-            &icmp(128, 0, [0, 7, 0, 1], b"echo"),
-        ),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame6(v6(3), v6(4), 64, 0, 0)
+        .icmpv6(128, 0)
+        .payload(b"\x00\x07\x00\x01echo")
+        .build()
 }
 fn ipv6_ns() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x86dd,
-        &ipv6(v6(5), v6(6), 58, 255, 0, 0, &nd(135, v6(9), 1, MAC_A)),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame6(v6(5), v6(6), 255, 0, 0)
+        .icmpv6(135, 0)
+        .payload(&nd_body(v6(9), 1, MAC_A))
+        .build()
 }
 fn ipv6_na() -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x86dd,
-        &ipv6(v6(6), v6(5), 58, 255, 0, 0, &nd(136, v6(9), 2, MAC_B)),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame6(v6(6), v6(5), 255, 0, 0)
+        .icmpv6(136, 0)
+        .payload(&nd_body(v6(9), 2, MAC_B))
+        .build()
 }
 fn arp_frame() -> Vec<u8> {
-    eth(
-        &[],
-        0x0806,
-        &arp(1, MAC_A, [10, 0, 0, 1], [0; 6], [10, 0, 0, 2]),
-    )
+    frame()
+        .arp(1, MAC_A, [10, 0, 0, 1], [0; 6], [10, 0, 0, 2])
+        .build()
 }
 fn vlan_ipv4_tcp() -> Vec<u8> {
-    let mut f = eth(
-        &[(0x8100, (5 << 13) | 100)],
-        0x0800,
-        &ipv4([10, 0, 0, 1], [10, 0, 0, 2], 6, 64, 0, &tcp(1, 2, b"")),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame()
+        .vlan(100, 5)
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+        .ident(0x1234)
+        .dont_frag()
+        .tcp(1, 2)
+        .tcp_flags(PSH_ACK)
+        .build()
 }
 fn mpls_frame() -> Vec<u8> {
-    // label 1000, tc 3, bos 1, ttl 10, then an IPv4 header.
-    let lse: u32 = (1000 << 12) | (3 << 9) | (1 << 8) | 10;
-    let mut p = lse.to_be_bytes().to_vec();
-    p.extend_from_slice(&ipv4([1, 1, 1, 1], [2, 2, 2, 2], 17, 9, 0, &udp(1, 2, b"")));
-    eth(&[], 0x8847, &p)
+    // label 1000, tc 3, bos 1, ttl 10, then an IPv4 header; the UDP
+    // checksum is left 0.
+    frame()
+        .mpls(1000, 3, 10)
+        .ipv4([1, 1, 1, 1], [2, 2, 2, 2])
+        .ttl(9)
+        .ident(0x1234)
+        .dont_frag()
+        .udp(1, 2)
+        .l4_checksum(Checksum::Zero)
+        .build()
 }
 
 /// Set one field; the re-parsed key must equal the original key with that

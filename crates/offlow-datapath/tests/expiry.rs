@@ -10,7 +10,7 @@ mod common;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::{dst_match, eth, fill_checksums, ipv4, udp};
+use common::{dst_match, frame4};
 use offlow_datapath::{Control, CountingSink, PacketBuf, WorkerConfig, WorkerStats};
 use offlow_pipeline::*;
 
@@ -18,20 +18,10 @@ const S: u64 = 1_000_000_000;
 const SYNC: Duration = Duration::from_secs(10);
 
 fn frame(dst_last: u8) -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 0, 0, 1],
-            [10, 0, 0, dst_last],
-            17,
-            64,
-            0,
-            &udp(7, 9, b"payload"),
-        ),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame4([10, 0, 0, 1], [10, 0, 0, dst_last], 64, 0)
+        .udp(7, 9)
+        .payload(b"payload")
+        .build()
 }
 
 fn add(dst_last: u8, port: u32, idle: u16, hard: u16) -> FlowMod {

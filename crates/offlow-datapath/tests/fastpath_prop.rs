@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{eth, fill_checksums, ipv4, small_domain_match, udp, RecSink};
+use common::{frame4, small_domain_match, RecSink};
 use offlow_datapath::{execute_prepared, Control, ExecStats, PacketBuf, Prepared, WorkerConfig};
 use offlow_flow::{extract, Field, Match, ParseStats};
 use offlow_pipeline::*;
@@ -20,20 +20,11 @@ const N_TABLES: u8 = 3;
 type Pkt = (u32, u8, u8, u8);
 
 fn frame(p: &Pkt) -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 0, 0, 1],
-            [10, 0, 0, p.2],
-            17,
-            64,
-            0,
-            &udp(1000, 50 + u16::from(p.3), b"payload"),
-        ),
-    );
-    f[11] = p.1; // eth_src last byte
-    fill_checksums(&mut f, false);
+    let mut f = frame4([10, 0, 0, 1], [10, 0, 0, p.2], 64, 0)
+        .udp(1000, 50 + u16::from(p.3))
+        .payload(b"payload")
+        .build();
+    f[11] = p.1; // eth_src last byte: no checksum covers it
     f
 }
 

@@ -238,19 +238,23 @@ fn hash_spreads_extended_keys_over_buckets() {
 #[test]
 fn common_frames_use_only_the_core_words() {
     use offlow_datapath::microflow::REST_WORDS;
-    let l4s: [(u8, Vec<u8>); 3] = [
-        (6, common::tcp(1000, 80, b"x")),
-        (17, common::udp(1000, 53, b"x")),
-        (1, common::icmp(8, 0, [0, 1, 0, 1], b"x")),
+    type L4 = fn(common::FrameBuilder) -> common::FrameBuilder;
+    let l4s: [(u8, L4); 3] = [
+        (6, |b| b.tcp(1000, 80).tcp_flags(common::PSH_ACK)),
+        (17, |b| b.udp(1000, 53)),
+        (1, |b| b.icmpv4(8, 0, 0x0001_0001)),
     ];
     for (proto, l4) in l4s {
         for tags in [&[][..], &[(0x8100, 10)][..]] {
-            let mut f = common::eth(
-                tags,
-                0x0800,
-                &common::ipv4([10, 0, 0, 1], [10, 0, 0, 2], proto, 64, 0, &l4),
-            );
-            common::fill_checksums(&mut f, false);
+            let mut b = common::frame();
+            for &(tpid, tci) in tags {
+                b = b.tag(tpid, tci);
+            }
+            let b = b
+                .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+                .ident(0x1234)
+                .dont_frag();
+            let f = l4(b).payload(b"x").build();
             let key = common::parse(&f).key;
             for w in REST_WORDS {
                 assert_eq!(key.words[w], 0, "proto {proto}, tags {tags:?}: word {w}");

@@ -29,34 +29,26 @@ struct FrameSpec {
 
 impl FrameSpec {
     fn build(&self) -> Vec<u8> {
-        let proto = if self.tcp { 6 } else { 17 };
-        let l4 = if self.tcp {
-            tcp(self.ports[0], self.ports[1], &self.payload)
+        let mut b = frame();
+        for &(tpid, tci) in &self.tags {
+            b = b.tag(tpid, tci);
+        }
+        let b = if self.v6 {
+            b.ipv6(self.a6[0].to_be_bytes(), self.a6[1].to_be_bytes())
+                .flow_label(self.flabel)
         } else {
-            udp(self.ports[0], self.ports[1], &self.payload)
+            b.ipv4(self.a4[0], self.a4[1]).ident(0x1234).dont_frag()
         };
-        let (et, l3) = if self.v6 {
-            (
-                0x86dd,
-                ipv6(
-                    self.a6[0].to_be_bytes(),
-                    self.a6[1].to_be_bytes(),
-                    proto,
-                    self.ttl,
-                    self.tos,
-                    self.flabel,
-                    &l4,
-                ),
-            )
+        let b = b.ttl(self.ttl).tos(self.tos);
+        let b = if self.tcp {
+            b.tcp(self.ports[0], self.ports[1]).tcp_flags(PSH_ACK)
+        } else if self.udp_zero && !self.v6 {
+            b.udp(self.ports[0], self.ports[1])
+                .l4_checksum(Checksum::Zero)
         } else {
-            (
-                0x0800,
-                ipv4(self.a4[0], self.a4[1], proto, self.ttl, self.tos, &l4),
-            )
+            b.udp(self.ports[0], self.ports[1])
         };
-        let mut f = eth(&self.tags, et, &l3);
-        fill_checksums(&mut f, self.udp_zero && !self.v6);
-        f
+        b.payload(&self.payload).build()
     }
 }
 

@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{dst_match, eth, fill_checksums, ipv4, udp};
+use common::{dst_match, frame4};
 use offlow_datapath::{
     Control, OutputMeta, OutputSink, PacketBuf, PortInfo, SteerRule, SteeringTable, Worker,
     WorkerConfig,
@@ -22,20 +22,10 @@ const IN_PORT: u32 = 7;
 
 /// A UDP frame to 10.0.0.`dst` from source port `sport`.
 fn frame(dst: u8, sport: u16) -> Vec<u8> {
-    let mut f = eth(
-        &[],
-        0x0800,
-        &ipv4(
-            [10, 0, 0, 1],
-            [10, 0, 0, dst],
-            17,
-            64,
-            0,
-            &udp(sport, 53, b"steer me"),
-        ),
-    );
-    fill_checksums(&mut f, false);
-    f
+    frame4([10, 0, 0, 1], [10, 0, 0, dst], 64, 0)
+        .udp(sport, 53)
+        .payload(b"steer me")
+        .build()
 }
 
 /// Records outputs and steering offers; `take` says whether `steer` takes

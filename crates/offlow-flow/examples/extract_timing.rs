@@ -8,14 +8,14 @@
 //! cargo run --release -p offlow-flow --example extract_timing [ITERATIONS]
 //! ```
 use offlow_flow::{extract_to, extract_to_general, FlowKey, Layout, ParseStats};
+use offlow_testkit::{tcp_flags, FrameBuilder};
 use std::hint::black_box;
 use std::time::Instant;
 
-fn frame(ethertype: u16, l3: &[u8]) -> Vec<u8> {
-    let mut f = vec![0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2];
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(l3);
-    f
+/// A frame 02:00:00:00:00:02 -> 02:00:00:00:00:01 (headers and checksums
+/// by `offlow_testkit`; the parsers read neither checksum).
+fn frame() -> FrameBuilder {
+    FrameBuilder::eth([0x02, 0, 0, 0, 0, 1], [0x02, 0, 0, 0, 0, 2])
 }
 
 fn main() {
@@ -24,32 +24,35 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000_000);
     // 64-byte IPv4/UDP frame (14 + 20 + 8 + 22 bytes of data).
-    let mut ip4 = vec![
-        0x45, 0, 0, 50, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-    ];
-    ip4.extend_from_slice(&[0x30, 0x39, 0x00, 0x35, 0, 30, 0, 0]);
-    ip4.extend_from_slice(&[0u8; 22]);
-    let udp64 = frame(0x0800, &ip4);
+    let (a1, a2) = ([10, 0, 0, 1], [10, 0, 0, 2]);
+    let udp64 = frame()
+        .ipv4(a1, a2)
+        .dont_frag()
+        .udp(12345, 53)
+        .frame_len(64)
+        .build();
     assert_eq!(udp64.len(), 64);
     // 802.1Q-tagged IPv4/TCP.
-    let mut tagged = vec![
-        0x02, 0, 0, 0, 0, 1, 0x02, 0, 0, 0, 0, 2, 0x81, 0, 0, 100, 8, 0,
-    ];
-    let mut ip4t = vec![
-        0x45, 0, 0, 40, 0, 0, 0x40, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-    ];
-    ip4t.extend_from_slice(&[
-        0x30, 0x39, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 2, 0xff, 0xff, 0, 0, 0, 0,
-    ]);
-    tagged.extend_from_slice(&ip4t);
+    let tagged = frame()
+        .vlan(100, 0)
+        .ipv4(a1, a2)
+        .dont_frag()
+        .tcp(12345, 80)
+        .tcp_flags(tcp_flags::SYN)
+        .build();
     // IPv6/TCP.
-    let mut ip6 = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
-    ip6.extend_from_slice(&[0x20, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
-    ip6.extend_from_slice(&[0x20, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
-    ip6.extend_from_slice(&[
-        0x30, 0x39, 0, 80, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 2, 0xff, 0xff, 0, 0, 0, 0,
-    ]);
-    let tcp6 = frame(0x86dd, &ip6);
+    let v6 = |last: u8| {
+        let mut a = [0u8; 16];
+        a[0] = 0x20;
+        a[1] = 0x01;
+        a[15] = last;
+        a
+    };
+    let tcp6 = frame()
+        .ipv6(v6(1), v6(2))
+        .tcp(12345, 80)
+        .tcp_flags(tcp_flags::SYN)
+        .build();
 
     // The acl bench's shape: 60 bytes, IPv4 total length 46 (the padding
     // counts as payload), DF; the protocol drawn as in the distinct flows of
@@ -72,17 +75,19 @@ fn main() {
                 94..99 => 1,
                 _ => 17,
             };
-            let mut ip = vec![0x45, 0, 0, 46, 0, 0, 0x40, 0, 64, proto, 0, 0];
-            ip.extend_from_slice(&next().to_be_bytes());
-            ip.extend_from_slice(&next().to_be_bytes());
-            ip.extend_from_slice(&next().to_be_bytes()); // ports
-            match proto {
-                6 => ip.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x10, 0xff, 0xff]),
-                17 => ip.extend_from_slice(&[0, 26, 0, 0]),
-                _ => {}
-            }
-            ip.resize(46, 0);
-            frame(0x0800, &ip)
+            let b = frame()
+                .ipv4(next().to_be_bytes(), next().to_be_bytes())
+                .dont_frag();
+            let ports = next();
+            let (sport, dport) = ((ports >> 16) as u16, ports as u16);
+            let b = match proto {
+                6 => b.tcp(sport, dport),
+                17 => b.udp(sport, dport),
+                // ICMP and the rest: the port bytes first, as the bench's
+                // frames of these protocols carry something there too.
+                p => b.ip_payload(p).payload(&ports.to_be_bytes()),
+            };
+            b.frame_len(60).build()
         })
         .collect();
     assert!(mix.iter().all(|f| f.len() == 60));

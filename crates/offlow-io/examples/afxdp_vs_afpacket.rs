@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use offlow_io::netns::in_netns;
 use offlow_io::{AfPacketConfig, AfPacketPort, AfXdpConfig, AfXdpPort, Port, PortStats, XdpAttach};
+use offlow_testkit::{FrameBuilder, MAC_SRC};
 
 struct Netns(String);
 
@@ -41,11 +42,14 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Frame `i`: broadcast, experimental EtherType 0x88b5, the index, padded
+/// with 0x5a to 60 bytes.
 fn frame(i: u8) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1, 0x88, 0xb5, i]);
-    f.resize(60, 0x5a);
-    f
+    FrameBuilder::eth([0xff; 6], MAC_SRC)
+        .ethertype(0x88b5)
+        .payload(&[i])
+        .pad_to_with(60, 0x5a)
+        .build()
 }
 
 /// Run the sender for the life of the measurement; returns the receiver's

@@ -113,6 +113,7 @@ pub fn finish_partial(frame: &mut [u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use offlow_testkit::{Checksum, FrameBuilder};
     use proptest::prelude::*;
 
     /// Reference: the RFC 1071 sum, 16 bits at a time, no shortcuts.
@@ -129,20 +130,17 @@ mod tests {
         !(acc as u16)
     }
 
+    /// Ethernet/IPv4/UDP 10.0.0.1:12345 -> 10.0.0.2:53 with `partial` in
+    /// the checksum field (what is there must not matter).
     fn udp4(payload: &[u8], partial: u16) -> Vec<u8> {
-        let mut f = vec![0u8; 14];
-        f[12] = 0x08;
-        let total = (20 + 8 + payload.len()) as u16;
-        let mut ip = vec![
-            0x45, 0, 0, 0, 0, 1, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2,
-        ];
-        ip[2..4].copy_from_slice(&total.to_be_bytes());
-        f.extend_from_slice(&ip);
-        let ulen = (8 + payload.len()) as u16;
-        f.extend_from_slice(&[0x30, 0x39, 0x00, 0x35]);
-        f.extend_from_slice(&ulen.to_be_bytes());
-        f.extend_from_slice(&partial.to_be_bytes());
-        f.extend_from_slice(payload);
+        let mut f = FrameBuilder::default()
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+            .ident(1)
+            .dont_frag()
+            .udp(12345, 53)
+            .payload(payload)
+            .build();
+        f[40..42].copy_from_slice(&partial.to_be_bytes());
         f
     }
 
@@ -174,23 +172,13 @@ mod tests {
 
     #[test]
     fn tcp_over_ipv6_verifies() {
-        let mut f = vec![0u8; 14];
-        f[12] = 0x86;
-        f[13] = 0xdd;
         let payload = b"hello, switch";
-        let plen = (20 + payload.len()) as u16;
-        let mut ip = vec![0x60, 0, 0, 0];
-        ip.extend_from_slice(&plen.to_be_bytes());
-        ip.extend_from_slice(&[6, 64]);
-        ip.extend_from_slice(&[0xfd; 16]);
-        ip.extend_from_slice(&[0xfe; 16]);
-        f.extend_from_slice(&ip);
-        let mut tcp = vec![0u8; 20];
-        tcp[12] = 5 << 4;
-        tcp[16] = 0x12;
-        tcp[17] = 0x34;
-        f.extend_from_slice(&tcp);
-        f.extend_from_slice(payload);
+        let mut f = FrameBuilder::default()
+            .ipv6([0xfd; 16], [0xfe; 16])
+            .tcp(0, 0)
+            .payload(payload)
+            .l4_checksum(Checksum::Partial)
+            .build();
         assert!(finish_partial(&mut f));
         let seg = &f[54..];
         let mut pseudo = vec![0xfd; 16];

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use common::{hex, samples, unhex};
 use offlow_openflow::{decode, encode_to_vec};
+use offlow_testkit::{tcp_flags, FrameBuilder};
 
 fn golden_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
@@ -104,29 +105,18 @@ fn ovs_ofctl_prints_golden_vectors_cleanly() {
     );
 }
 
-/// One Ethernet/IPv4/TCP frame carrying `payload` from `sport` to 16653.
-/// The IPv4 checksum is valid; the TCP checksum is left zero (tshark is told
-/// not to check it).
+/// One Ethernet/IPv4/TCP frame carrying `payload` from `sport` to 16653
+/// over loopback addresses (seq 1, ack 1, PSH|ACK).
 fn tcp_frame(sport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = vec![2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00];
-    let total = (20 + 20 + payload.len()) as u16;
-    let mut ip = vec![0x45, 0];
-    ip.extend_from_slice(&total.to_be_bytes());
-    ip.extend_from_slice(&[0, 1, 0x40, 0, 64, 6, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1]);
-    let sum = ip
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum::<u32>();
-    let sum = (sum & 0xffff) + (sum >> 16);
-    let sum = !((sum & 0xffff) + (sum >> 16)) as u16;
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&sport.to_be_bytes());
-    f.extend_from_slice(&16653u16.to_be_bytes());
-    // seq 1, ack 1, data offset 5, flags PSH|ACK, window 65535.
-    f.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    f.extend_from_slice(payload);
-    f
+    FrameBuilder::eth([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1])
+        .ipv4([127, 0, 0, 1], [127, 0, 0, 1])
+        .ident(1)
+        .dont_frag()
+        .tcp(sport, 16653)
+        .tcp_seq_ack(1, 1)
+        .tcp_flags(tcp_flags::PSH | tcp_flags::ACK)
+        .payload(payload)
+        .build()
 }
 
 /// A classic pcap file (microsecond, Ethernet) holding `frames`.

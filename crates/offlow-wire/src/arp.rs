@@ -7,7 +7,7 @@
 //! (the only one OpenFlow's ARP fields describe) is present.
 
 use crate::bytes::{be16, put16};
-use crate::{view_common, wire_enum, Error, Result};
+use crate::{view_common, wire_enum, Error, MacAddr, Result};
 
 /// Byte ranges of the fixed part; the addresses follow at [`ADDRS`](field::ADDRS).
 pub mod field {
@@ -24,6 +24,20 @@ pub mod field {
     pub const OPER: Range<usize> = 6..8;
     /// Start of SHA, SPA, THA, TPA (in this order).
     pub const ADDRS: usize = 8;
+
+    /// The addresses of the Ethernet / IPv4 form (hardware length 6,
+    /// protocol length 4), the only one OpenFlow matches on.
+    pub mod eth_ipv4 {
+        use core::ops::Range;
+        /// Sender hardware address.
+        pub const SHA: Range<usize> = 8..14;
+        /// Sender protocol address.
+        pub const SPA: Range<usize> = 14..18;
+        /// Target hardware address.
+        pub const THA: Range<usize> = 18..24;
+        /// Target protocol address.
+        pub const TPA: Range<usize> = 24..28;
+    }
 }
 
 /// Length of the fixed part.
@@ -163,6 +177,17 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the hardware and protocol types and address lengths (the fixed
+    /// part before the operation).
+    #[inline]
+    pub fn set_format(&mut self, htype: u16, ptype: u16, hlen: u8, plen: u8) {
+        let b = self.buffer.as_mut();
+        put16(b, field::HTYPE.start, htype);
+        put16(b, field::PTYPE.start, ptype);
+        b[field::HLEN] = hlen;
+        b[field::PLEN] = plen;
+    }
+
     /// Set the operation.
     #[inline]
     pub fn set_oper(&mut self, op: Operation) {
@@ -204,6 +229,66 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     pub fn tpa_mut(&mut self) -> &mut [u8] {
         self.addr_mut(3)
+    }
+}
+
+/// A parsed ARP packet in its Ethernet / IPv4 form (RFC 826), the only one
+/// OpenFlow matches on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Operation.
+    pub oper: Operation,
+    /// Sender hardware address.
+    pub sha: MacAddr,
+    /// Sender protocol address.
+    pub spa: [u8; 4],
+    /// Target hardware address.
+    pub tha: MacAddr,
+    /// Target protocol address.
+    pub tpa: [u8; 4],
+}
+
+impl Repr {
+    /// Read `packet`: [`Error::Unsupported`] unless it is the Ethernet /
+    /// IPv4 form.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        if !packet.is_ethernet_ipv4() {
+            return Err(Error::Unsupported);
+        }
+        let arr = |s: &[u8]| -> [u8; 4] { [s[0], s[1], s[2], s[3]] };
+        let mac = |s: &[u8]| -> MacAddr { [s[0], s[1], s[2], s[3], s[4], s[5]] };
+        Ok(Repr {
+            oper: packet.oper(),
+            sha: mac(packet.sha()),
+            spa: arr(packet.spa()),
+            tha: mac(packet.tha()),
+            tpa: arr(packet.tpa()),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        ETHERNET_IPV4_LEN
+    }
+
+    /// Bytes the packet needs.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        ETHERNET_IPV4_LEN
+    }
+
+    /// Write the packet into `packet` (at least [`ETHERNET_IPV4_LEN`]
+    /// bytes).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        // The lengths go first: the address accessors are placed by them.
+        packet.set_format(HTYPE_ETHERNET, crate::ethernet::ethertype::IPV4, 6, 4);
+        packet.set_oper(self.oper);
+        packet.sha_mut().copy_from_slice(&self.sha);
+        packet.spa_mut().copy_from_slice(&self.spa);
+        packet.tha_mut().copy_from_slice(&self.tha);
+        packet.tpa_mut().copy_from_slice(&self.tpa);
     }
 }
 

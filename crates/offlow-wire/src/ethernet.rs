@@ -159,6 +159,48 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     }
 }
 
+/// A parsed Ethernet II header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Destination address.
+    pub dst_addr: MacAddr,
+    /// Source address.
+    pub src_addr: MacAddr,
+    /// EtherType of what follows (a VLAN TPID when a tag follows).
+    pub ethertype: EtherType,
+}
+
+impl Repr {
+    /// Read the header of `frame`.
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr> {
+        frame.check_len()?;
+        Ok(Repr {
+            dst_addr: frame.dst_addr(),
+            src_addr: frame.src_addr(),
+            ethertype: frame.ethertype(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes the header needs (the payload is the caller's).
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write every header field into `frame` (at least [`HEADER_LEN`] bytes).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
+        frame.set_dst_addr(self.dst_addr);
+        frame.set_src_addr(self.src_addr);
+        frame.set_ethertype(self.ethertype);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

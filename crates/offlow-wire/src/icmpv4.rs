@@ -1,7 +1,7 @@
 //! ICMP for IPv4 (RFC 792): type, code, checksum and the 4-byte
 //! type-specific word that every ICMPv4 message carries.
 
-use crate::bytes::{be16, put16};
+use crate::bytes::{be16, be32, put16, put32};
 use crate::{view_common, wire_enum, Error, Result};
 
 /// Byte ranges of the header.
@@ -53,6 +53,18 @@ pub struct Packet<T: AsRef<[u8]>> {
 view_common!(Packet);
 
 impl<T: AsRef<[u8]>> Packet<T> {
+    /// The type-specific word after the checksum.
+    #[inline]
+    pub fn rest(&self) -> u32 {
+        be32(self.buffer.as_ref(), field::REST.start)
+    }
+
+    /// Does the checksum over the whole buffer verify?
+    #[inline]
+    pub fn verify_checksum(&self) -> bool {
+        crate::checksum::checksum(self.buffer.as_ref()) == 0
+    }
+
     /// The buffer must hold the 8-byte header.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
@@ -107,6 +119,21 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the type-specific word (echo: identifier << 16 | sequence).
+    #[inline]
+    pub fn set_rest(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::REST.start, v);
+    }
+
+    /// Compute the checksum over the whole buffer (RFC 792: the message,
+    /// no pseudo-header) and store it.
+    #[inline]
+    pub fn fill_checksum(&mut self) {
+        self.set_checksum(0);
+        let c = crate::checksum::checksum(self.buffer.as_ref());
+        self.set_checksum(c);
+    }
+
     /// Set the type.
     #[inline]
     pub fn set_msg_type(&mut self, t: Message) {
@@ -123,6 +150,59 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     pub fn set_checksum(&mut self, c: u16) {
         put16(self.buffer.as_mut(), field::CHECKSUM.start, c);
+    }
+}
+
+/// A parsed ICMPv4 header (the 8 bytes before the message body).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Type.
+    pub msg_type: Message,
+    /// Code.
+    pub code: u8,
+    /// The type-specific word (echo: identifier << 16 | sequence number).
+    pub rest: u32,
+}
+
+impl Repr {
+    /// An echo request with identifier `ident` and sequence number `seq`.
+    pub const fn echo_request(ident: u16, seq: u16) -> Repr {
+        Repr {
+            msg_type: Message::EchoRequest,
+            code: 0,
+            rest: ((ident as u32) << 16) | seq as u32,
+        }
+    }
+
+    /// Read the header of `packet`; the checksum is not verified.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            msg_type: packet.msg_type(),
+            code: packet.msg_code(),
+            rest: packet.rest(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes the header needs (the body is the caller's).
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write the header with checksum 0; once the body is in place,
+    /// [`Packet::fill_checksum`] computes it.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.set_msg_type(self.msg_type);
+        packet.set_msg_code(self.code);
+        packet.set_checksum(0);
+        packet.set_rest(self.rest);
     }
 }
 

@@ -122,6 +122,28 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the type.
+    #[inline]
+    pub fn set_msg_type(&mut self, t: Message) {
+        self.buffer.as_mut()[field::TYPE] = t.into();
+    }
+
+    /// Set the code.
+    #[inline]
+    pub fn set_msg_code(&mut self, c: u8) {
+        self.buffer.as_mut()[field::CODE] = c;
+    }
+
+    /// Compute the checksum over the whole buffer from pseudo-header sum
+    /// `pseudo` (RFC 4443 §2.3) and store it.
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u32) {
+        use crate::checksum::{fold, sum};
+        self.set_checksum(0);
+        let c = !fold(sum(self.buffer.as_ref(), pseudo));
+        self.set_checksum(c);
+    }
+
     /// Set the checksum.
     #[inline]
     pub fn set_checksum(&mut self, c: u16) {
@@ -241,6 +263,47 @@ impl<'a> Iterator for NdOptions<'a> {
         let (opt, tail) = rest.split_at(len);
         self.rest = tail;
         Some(Ok(NdOption { kind, bytes: opt }))
+    }
+}
+
+/// A parsed ICMPv6 header (type, code; the body, ND included, is the
+/// caller's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Type.
+    pub msg_type: Message,
+    /// Code.
+    pub code: u8,
+}
+
+impl Repr {
+    /// Read the header of `packet`; the checksum is not verified.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            msg_type: packet.msg_type(),
+            code: packet.msg_code(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes the header needs.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write the header with checksum 0; once the body is in place,
+    /// [`Packet::fill_checksum`] computes it.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.set_msg_type(self.msg_type);
+        packet.set_msg_code(self.code);
+        packet.set_checksum(0);
     }
 }
 

@@ -214,6 +214,38 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set version 4 and the IHL for a header of `len` bytes (a multiple of
+    /// 4, 20..=60).
+    #[inline]
+    pub fn set_header_len(&mut self, len: usize) {
+        debug_assert!(len % 4 == 0 && (MIN_HEADER_LEN..=60).contains(&len));
+        self.buffer.as_mut()[field::VER_IHL] = 0x40 | ((len / 4) as u8 & 0x0f);
+    }
+
+    /// Set the total length (header + payload).
+    #[inline]
+    pub fn set_total_len(&mut self, len: u16) {
+        put16(self.buffer.as_mut(), field::LENGTH.start, len);
+    }
+
+    /// Set the identification.
+    #[inline]
+    pub fn set_ident(&mut self, id: u16) {
+        put16(self.buffer.as_mut(), field::IDENT.start, id);
+    }
+
+    /// Set the flags and fragment offset word.
+    #[inline]
+    pub fn set_flags_frag(&mut self, v: u16) {
+        put16(self.buffer.as_mut(), field::FLG_OFF.start, v);
+    }
+
+    /// Set the protocol.
+    #[inline]
+    pub fn set_protocol(&mut self, p: Protocol) {
+        self.buffer.as_mut()[field::PROTOCOL] = p.into();
+    }
+
     /// Set the TOS byte (DSCP and ECN).
     #[inline]
     pub fn set_tos(&mut self, tos: u8) {
@@ -259,6 +291,97 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
         let hl = self.header_len();
         let end = (self.total_len() as usize).min(self.buffer.as_ref().len());
         &mut self.buffer.as_mut()[hl..end]
+    }
+}
+
+/// A parsed IPv4 header. Options are not kept: [`Repr::emit`] writes a
+/// 20-byte header, [`Repr::emit_with_options`] one that carries the given
+/// option bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Source address.
+    pub src_addr: [u8; 4],
+    /// Destination address.
+    pub dst_addr: [u8; 4],
+    /// Protocol of the payload.
+    pub protocol: Protocol,
+    /// Payload length (total length minus header length).
+    pub payload_len: usize,
+    /// Time to live.
+    pub ttl: u8,
+    /// TOS byte (DSCP << 2 | ECN).
+    pub tos: u8,
+    /// Identification.
+    pub ident: u16,
+    /// Flags and fragment offset, as on the wire ([`FLAG_DF`], [`FLAG_MF`],
+    /// [`FRAG_OFFSET_MASK`]); kept raw so the reserved bit round-trips.
+    pub flags_frag: u16,
+}
+
+impl Repr {
+    /// Read the header of `packet`. The checksum is not verified (the
+    /// switch forwards frames whatever their checksum; ask
+    /// [`Packet::verify_checksum`]), and a total length past the buffer is
+    /// accepted as the view accepts it.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            src_addr: packet.src_addr(),
+            dst_addr: packet.dst_addr(),
+            protocol: packet.protocol(),
+            // check_len: total_len >= header_len.
+            payload_len: packet.total_len() as usize - packet.header_len(),
+            ttl: packet.ttl(),
+            tos: packet.tos(),
+            ident: packet.ident(),
+            flags_frag: packet.flags_frag(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        MIN_HEADER_LEN
+    }
+
+    /// Bytes of the whole packet (header and payload).
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        MIN_HEADER_LEN + self.payload_len
+    }
+
+    /// Sum of the pseudo-header a transport checksum over this packet's
+    /// payload starts from (see [`crate::checksum::pseudo_ipv4`]).
+    #[inline]
+    pub fn pseudo_sum(&self) -> u32 {
+        let len = u16::try_from(self.payload_len).unwrap_or(u16::MAX);
+        crate::checksum::pseudo_ipv4(self.src_addr, self.dst_addr, self.protocol.into(), len)
+    }
+
+    /// Write a 20-byte header with a valid checksum into `packet`.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        self.emit_with_options(packet, &[]);
+    }
+
+    /// Write a header carrying `options` (a multiple of 4 bytes, at most
+    /// 40), with a valid checksum. The total length saturates at 65535.
+    pub fn emit_with_options<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        options: &[u8],
+    ) {
+        let hl = MIN_HEADER_LEN + options.len();
+        packet.set_header_len(hl);
+        packet.set_tos(self.tos);
+        packet.set_total_len(u16::try_from(hl + self.payload_len).unwrap_or(u16::MAX));
+        packet.set_ident(self.ident);
+        packet.set_flags_frag(self.flags_frag);
+        packet.set_ttl(self.ttl);
+        packet.set_protocol(self.protocol);
+        packet.set_src_addr(self.src_addr);
+        packet.set_dst_addr(self.dst_addr);
+        packet.buffer.as_mut()[MIN_HEADER_LEN..hl].copy_from_slice(options);
+        packet.fill_checksum();
     }
 }
 

@@ -6,7 +6,7 @@
 //! zero (a jumbogram, RFC 2675, whose real length is in a hop-by-hop option)
 //! makes the payload extend to the end of the buffer.
 
-use crate::bytes::{array, be16, be32, put32};
+use crate::bytes::{array, be16, be32, put16, put32};
 use crate::ip::Protocol;
 use crate::{view_common, Error, Result};
 
@@ -146,6 +146,18 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the payload length.
+    #[inline]
+    pub fn set_payload_len(&mut self, len: u16) {
+        put16(self.buffer.as_mut(), field::LENGTH.start, len);
+    }
+
+    /// Set the next header.
+    #[inline]
+    pub fn set_next_header(&mut self, p: Protocol) {
+        self.buffer.as_mut()[field::NXT_HDR] = p.into();
+    }
+
     #[inline]
     fn set_first_word(&mut self, w: u32) {
         put32(self.buffer.as_mut(), field::VER_TC_FLOW.start, w);
@@ -188,6 +200,76 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     pub fn payload_mut(&mut self) -> &mut [u8] {
         let end = self.payload_end();
         &mut self.buffer.as_mut()[HEADER_LEN..end]
+    }
+}
+
+/// A parsed IPv6 fixed header (extension headers are payload here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Source address.
+    pub src_addr: [u8; 16],
+    /// Destination address.
+    pub dst_addr: [u8; 16],
+    /// Next header.
+    pub next_header: Protocol,
+    /// Payload length.
+    pub payload_len: usize,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class (DSCP << 2 | ECN).
+    pub traffic_class: u8,
+    /// Flow label (20 bits).
+    pub flow_label: u32,
+}
+
+impl Repr {
+    /// Read the fixed header of `packet`.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            src_addr: packet.src_addr(),
+            dst_addr: packet.dst_addr(),
+            next_header: packet.next_header(),
+            payload_len: packet.payload_len() as usize,
+            hop_limit: packet.hop_limit(),
+            traffic_class: packet.traffic_class(),
+            flow_label: packet.flow_label(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes of the whole packet.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.payload_len
+    }
+
+    /// Sum of the pseudo-header (RFC 8200 §8.1) a transport checksum over
+    /// this packet's payload starts from. With extension headers, the
+    /// transport's own length and protocol are what count: use
+    /// [`crate::checksum::pseudo_ipv6`] directly.
+    #[inline]
+    pub fn pseudo_sum(&self) -> u32 {
+        let len = u32::try_from(self.payload_len).unwrap_or(u32::MAX);
+        crate::checksum::pseudo_ipv6(self.src_addr, self.dst_addr, self.next_header.into(), len)
+    }
+
+    /// Write the fixed header into `packet`. The payload length saturates
+    /// at 65535.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.set_first_word(
+            (6 << 28) | ((self.traffic_class as u32) << 20) | (self.flow_label & 0x000f_ffff),
+        );
+        packet.set_payload_len(u16::try_from(self.payload_len).unwrap_or(u16::MAX));
+        packet.set_next_header(self.next_header);
+        packet.set_hop_limit(self.hop_limit);
+        packet.set_src_addr(self.src_addr);
+        packet.set_dst_addr(self.dst_addr);
     }
 }
 

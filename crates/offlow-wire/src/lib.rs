@@ -1,9 +1,11 @@
-//! offlow-wire: zero-copy views over packet headers and Internet checksums.
+//! offlow-wire: zero-copy views over packet headers, parsed header values,
+//! and every checksum the switch computes.
 //!
 //! What: one module per protocol (Ethernet II, 802.1Q/802.1ad VLAN tags,
 //! MPLS, PBB I-TAG, ARP, IPv4, IPv6 and its extension headers, TCP, UDP,
 //! SCTP, ICMPv4, ICMPv6 with neighbour discovery, GRE, VXLAN), in the style of
-//! smoltcp's `wire` module, plus RFC 1071 / RFC 1624 checksums.
+//! smoltcp's `wire` module, plus RFC 1071 / RFC 1624 checksums and SCTP's
+//! CRC32c ([`checksum`]: the one implementation in the workspace).
 //!
 //! Every view is a thin wrapper `Packet<T: AsRef<[u8]>>` over a buffer:
 //! - `new_checked` validates the length (and any field the length of the
@@ -19,6 +21,15 @@
 //! - Setters exist for the fields that OpenFlow actions rewrite in place
 //!   (addresses, ports, TTL/hop limit, TOS/traffic class, VLAN TCI, MPLS
 //!   LSE, checksums); they are available when `T: AsMut<[u8]>`.
+//! - A parsed value `Repr` (smoltcp's habit) exists for the headers we
+//!   build (Ethernet, VLAN tag, MPLS, ARP, IPv4, IPv6, TCP, UDP, SCTP,
+//!   ICMPv4, ICMPv6): `Repr::parse(&view)` reads it, `Repr::emit(&mut view)`
+//!   writes every field of the header (tests emit into a poisoned buffer to
+//!   prove it), `header_len` / `buffer_len` size the buffer. Transport
+//!   checksums need the payload in place first: `emit` writes zero and the
+//!   view's `fill_checksum` finishes; IPv4's header checksum is filled by
+//!   `emit`. `parse` never verifies a checksum (the switch forwards frames
+//!   whatever their checksums); the views' `verify_checksum` do.
 //!
 //! Invariants: no view reads outside the buffer it was built over; no
 //! allocation anywhere in this crate.

@@ -11,6 +11,8 @@ pub mod field {
     pub const LSE: Range<usize> = 0..4;
     /// The TTL byte.
     pub const TTL: usize = 3;
+    /// The byte holding the bottom-of-stack bit (its lowest bit).
+    pub const BOS: usize = 2;
     /// Everything after the entry (the next entry or the payload).
     pub const PAYLOAD: RangeFrom<usize> = 4..;
 }
@@ -99,6 +101,58 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Lse<T> {
     #[inline]
     pub fn set_ttl(&mut self, ttl: u8) {
         self.buffer.as_mut()[field::TTL] = ttl;
+    }
+}
+
+/// A parsed label stack entry (RFC 3032 §2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Label (20 bits).
+    pub label: u32,
+    /// Traffic class (3 bits).
+    pub tc: u8,
+    /// Bottom of stack.
+    pub bos: bool,
+    /// Time to live.
+    pub ttl: u8,
+}
+
+impl Repr {
+    /// Read `lse`.
+    pub fn parse<T: AsRef<[u8]>>(lse: &Lse<T>) -> Result<Repr> {
+        lse.check_len()?;
+        Ok(Repr {
+            label: lse.label(),
+            tc: lse.tc(),
+            bos: lse.bos(),
+            ttl: lse.ttl(),
+        })
+    }
+
+    /// The 32-bit entry (`label` and `tc` masked to their widths).
+    #[inline]
+    pub const fn raw(&self) -> u32 {
+        ((self.label & 0xf_ffff) << 12)
+            | ((self.tc as u32 & 7) << 9)
+            | ((self.bos as u32) << 8)
+            | self.ttl as u32
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes the entry needs.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write the entry into `lse` (at least [`HEADER_LEN`] bytes).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, lse: &mut Lse<T>) {
+        lse.set_raw(self.raw());
     }
 }
 

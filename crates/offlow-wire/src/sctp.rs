@@ -28,6 +28,13 @@ pub struct Packet<T: AsRef<[u8]>> {
 view_common!(Packet);
 
 impl<T: AsRef<[u8]>> Packet<T> {
+    /// Does the CRC32c over the whole buffer verify?
+    #[inline]
+    pub fn verify_checksum(&self) -> bool {
+        let b = self.buffer.as_ref();
+        crate::checksum::sctp_checksum(b).is_some_and(|c| b[field::CHECKSUM] == c.to_le_bytes()[..])
+    }
+
     /// The buffer must hold the 12-byte common header.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
@@ -70,6 +77,22 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the verification tag.
+    #[inline]
+    pub fn set_verification_tag(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::VERIFICATION_TAG.start, v);
+    }
+
+    /// Compute the CRC32c over the whole buffer (common header and chunks)
+    /// and store it (RFC 9260 §6.8, Appendix A: least significant byte
+    /// first).
+    #[inline]
+    pub fn fill_checksum(&mut self) {
+        // The buffer holds the common header (check_len or the caller).
+        let c = crate::checksum::sctp_checksum(self.buffer.as_ref()).unwrap_or(0);
+        self.buffer.as_mut()[field::CHECKSUM].copy_from_slice(&c.to_le_bytes());
+    }
+
     /// Set the source port.
     #[inline]
     pub fn set_src_port(&mut self, p: u16) {
@@ -86,6 +109,50 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     pub fn set_checksum(&mut self, c: u32) {
         put32(self.buffer.as_mut(), field::CHECKSUM.start, c);
+    }
+}
+
+/// A parsed SCTP common header (RFC 9260 §3.1); chunks are the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Verification tag.
+    pub verification_tag: u32,
+}
+
+impl Repr {
+    /// Read the common header of `packet`; the checksum is not verified.
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            src_port: packet.src_port(),
+            dst_port: packet.dst_port(),
+            verification_tag: packet.verification_tag(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes the header needs.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write the common header with checksum 0; once the chunks are in
+    /// place, [`Packet::fill_checksum`] computes the CRC32c.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.set_src_port(self.src_port);
+        packet.set_dst_port(self.dst_port);
+        packet.set_verification_tag(self.verification_tag);
+        packet.set_checksum(0);
     }
 }
 

@@ -6,7 +6,8 @@
 //! and [`Packet::payload`] are clamped and [`Packet::options_truncated`]
 //! reports it. Ports, flags and the checksum are always in the fixed part.
 
-use crate::bytes::{be16, be32, put16};
+use crate::bytes::{be16, be32, put16, put32};
+use crate::checksum::{fold, sum};
 use crate::{view_common, Error, Result};
 
 /// Byte ranges of the fixed header.
@@ -64,6 +65,13 @@ pub struct Packet<T: AsRef<[u8]>> {
 view_common!(Packet);
 
 impl<T: AsRef<[u8]>> Packet<T> {
+    /// Does the checksum over the whole buffer verify against pseudo-header
+    /// sum `pseudo`?
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u32) -> bool {
+        fold(sum(self.buffer.as_ref(), pseudo)) == 0xffff
+    }
+
     /// Validate the fixed header and the data offset's minimum.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
@@ -155,6 +163,49 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the sequence number.
+    #[inline]
+    pub fn set_seq_number(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::SEQ_NUM.start, v);
+    }
+
+    /// Set the acknowledgement number.
+    #[inline]
+    pub fn set_ack_number(&mut self, v: u32) {
+        put32(self.buffer.as_mut(), field::ACK_NUM.start, v);
+    }
+
+    /// Set the data offset (header length `len` in bytes, a multiple of 4,
+    /// 20..=60) and the 9 flag bits, which share one word.
+    #[inline]
+    pub fn set_header_len_flags(&mut self, len: usize, flags: u16) {
+        debug_assert!(len % 4 == 0 && (MIN_HEADER_LEN..=60).contains(&len));
+        let w = (((len / 4) as u16 & 0xf) << 12) | (flags & 0x01ff);
+        put16(self.buffer.as_mut(), field::FLAGS.start, w);
+    }
+
+    /// Set the window size.
+    #[inline]
+    pub fn set_window(&mut self, v: u16) {
+        put16(self.buffer.as_mut(), field::WIN_SIZE.start, v);
+    }
+
+    /// Set the urgent pointer.
+    #[inline]
+    pub fn set_urgent(&mut self, v: u16) {
+        put16(self.buffer.as_mut(), field::URGENT.start, v);
+    }
+
+    /// Compute the checksum over the whole buffer (TCP has no length field:
+    /// the segment is the buffer) from pseudo-header sum `pseudo`, and store
+    /// it.
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u32) {
+        self.set_checksum(0);
+        let c = !fold(sum(self.buffer.as_ref(), pseudo));
+        self.set_checksum(c);
+    }
+
     /// Set the source port.
     #[inline]
     pub fn set_src_port(&mut self, p: u16) {
@@ -171,6 +222,80 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     pub fn set_checksum(&mut self, c: u16) {
         put16(self.buffer.as_mut(), field::CHECKSUM.start, c);
+    }
+}
+
+/// A parsed TCP header. Options are not kept: [`Repr::emit`] writes a
+/// 20-byte header, [`Repr::emit_with_options`] one carrying option bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Sequence number.
+    pub seq_number: u32,
+    /// Acknowledgement number.
+    pub ack_number: u32,
+    /// The 9 flag bits (see [`flags`]).
+    pub flags: u16,
+    /// Window size.
+    pub window: u16,
+    /// Urgent pointer.
+    pub urgent: u16,
+}
+
+impl Repr {
+    /// Read the header of `packet`; the checksum is not verified (see
+    /// [`Packet::verify_checksum`]).
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            src_port: packet.src_port(),
+            dst_port: packet.dst_port(),
+            seq_number: packet.seq_number(),
+            ack_number: packet.ack_number(),
+            flags: packet.flags(),
+            window: packet.window(),
+            urgent: packet.urgent(),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        MIN_HEADER_LEN
+    }
+
+    /// Bytes the header needs (the payload is the caller's).
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        MIN_HEADER_LEN
+    }
+
+    /// Write a 20-byte header with checksum 0; once the payload is in
+    /// place, [`Packet::fill_checksum`] computes it.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        self.emit_with_options(packet, &[]);
+    }
+
+    /// Write a header carrying `options` (a multiple of 4 bytes, at most
+    /// 40), checksum 0.
+    pub fn emit_with_options<T: AsRef<[u8]> + AsMut<[u8]>>(
+        &self,
+        packet: &mut Packet<T>,
+        options: &[u8],
+    ) {
+        let hl = MIN_HEADER_LEN + options.len();
+        packet.set_src_port(self.src_port);
+        packet.set_dst_port(self.dst_port);
+        packet.set_seq_number(self.seq_number);
+        packet.set_ack_number(self.ack_number);
+        packet.set_header_len_flags(hl, self.flags);
+        packet.set_window(self.window);
+        packet.set_checksum(0);
+        packet.set_urgent(self.urgent);
+        packet.buffer.as_mut()[MIN_HEADER_LEN..hl].copy_from_slice(options);
     }
 }
 

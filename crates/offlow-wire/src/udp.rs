@@ -5,6 +5,7 @@
 //! buffer, or to the end of the buffer when `length` is below 8.
 
 use crate::bytes::{be16, put16};
+use crate::checksum::{fold, sum};
 use crate::{view_common, Error, Result};
 
 /// Byte ranges of the header.
@@ -32,6 +33,20 @@ pub struct Packet<T: AsRef<[u8]>> {
 view_common!(Packet);
 
 impl<T: AsRef<[u8]>> Packet<T> {
+    /// Header and payload (what the checksum covers).
+    #[inline]
+    fn datagram(&self) -> &[u8] {
+        let end = HEADER_LEN + self.payload().len();
+        &self.buffer.as_ref()[..end]
+    }
+
+    /// Does the checksum verify against pseudo-header sum `pseudo`? A zero
+    /// checksum (none sent) verifies.
+    #[inline]
+    pub fn verify_checksum(&self, pseudo: u32) -> bool {
+        self.checksum() == 0 || fold(sum(self.datagram(), pseudo)) == 0xffff
+    }
+
     /// The buffer must hold the 8-byte header.
     #[inline]
     pub fn check_len(&self) -> Result<()> {
@@ -87,6 +102,26 @@ impl<T: AsRef<[u8]>> Packet<T> {
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
+    /// Set the length field.
+    #[inline]
+    pub fn set_len(&mut self, len: u16) {
+        put16(self.buffer.as_mut(), field::LENGTH.start, len);
+    }
+
+    /// Compute the checksum over the datagram (bounded by the length field
+    /// as [`Packet::payload`] is) starting from the pseudo-header sum
+    /// `pseudo`, and store it. RFC 768: a computed 0 is sent as 0xffff, as
+    /// 0 means "no checksum".
+    #[inline]
+    pub fn fill_checksum(&mut self, pseudo: u32) {
+        self.set_checksum(0);
+        let c = match !fold(sum(self.datagram(), pseudo)) {
+            0 => 0xffff,
+            c => c,
+        };
+        self.set_checksum(c);
+    }
+
     /// Set the source port.
     #[inline]
     pub fn set_src_port(&mut self, p: u16) {
@@ -103,6 +138,53 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Packet<T> {
     #[inline]
     pub fn set_checksum(&mut self, c: u16) {
         put16(self.buffer.as_mut(), field::CHECKSUM.start, c);
+    }
+}
+
+/// A parsed UDP header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Source port.
+    pub src_port: u16,
+    /// Destination port.
+    pub dst_port: u16,
+    /// Payload length (length field minus the header).
+    pub payload_len: usize,
+}
+
+impl Repr {
+    /// Read the header of `packet`. A length field below 8 reads as an
+    /// empty payload; the checksum is not verified (see
+    /// [`Packet::verify_checksum`]).
+    pub fn parse<T: AsRef<[u8]>>(packet: &Packet<T>) -> Result<Repr> {
+        packet.check_len()?;
+        Ok(Repr {
+            src_port: packet.src_port(),
+            dst_port: packet.dst_port(),
+            payload_len: (packet.len() as usize).saturating_sub(HEADER_LEN),
+        })
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes of the whole datagram.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN + self.payload_len
+    }
+
+    /// Write the header with checksum 0 ("none"); once the payload is in
+    /// place, [`Packet::fill_checksum`] computes it. The length saturates at
+    /// 65535.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, packet: &mut Packet<T>) {
+        packet.set_src_port(self.src_port);
+        packet.set_dst_port(self.dst_port);
+        packet.set_len(u16::try_from(HEADER_LEN + self.payload_len).unwrap_or(u16::MAX));
+        packet.set_checksum(0);
     }
 }
 

@@ -126,6 +126,57 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Tag<T> {
     }
 }
 
+/// A parsed 802.1Q / 802.1ad tag: the TCI and the EtherType after it (the
+/// TPID is the EtherType of the header before).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Repr {
+    /// Priority code point (3 bits).
+    pub pcp: u8,
+    /// Drop eligible indicator.
+    pub dei: bool,
+    /// VLAN identifier (12 bits).
+    pub vid: u16,
+    /// EtherType following the tag.
+    pub ethertype: EtherType,
+}
+
+impl Repr {
+    /// Read `tag`.
+    pub fn parse<T: AsRef<[u8]>>(tag: &Tag<T>) -> Result<Repr> {
+        tag.check_len()?;
+        Ok(Repr {
+            pcp: tag.pcp(),
+            dei: tag.dei(),
+            vid: tag.vid(),
+            ethertype: tag.ethertype(),
+        })
+    }
+
+    /// The TCI these fields make (`pcp` and `vid` are masked to their widths).
+    #[inline]
+    pub const fn tci(&self) -> u16 {
+        ((self.pcp as u16 & 7) << 13) | ((self.dei as u16) << 12) | (self.vid & 0x0fff)
+    }
+
+    /// Bytes [`Repr::emit`] writes.
+    #[inline]
+    pub const fn header_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Bytes the tag needs.
+    #[inline]
+    pub const fn buffer_len(&self) -> usize {
+        HEADER_LEN
+    }
+
+    /// Write the tag into `tag` (at least [`HEADER_LEN`] bytes).
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, tag: &mut Tag<T>) {
+        tag.set_tci(self.tci());
+        tag.set_ethertype(self.ethertype);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

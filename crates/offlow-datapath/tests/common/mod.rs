@@ -1,9 +1,14 @@
-//! Frame builders and a from-scratch checksum checker shared by the tests.
+//! Frame presets (on `offlow_testkit`'s builder) and a from-scratch
+//! checksum checker shared by the tests.
 #![allow(dead_code)]
 
 use offlow_datapath::{sctp_checksum, OutputMeta, OutputSink, PortInfo};
 use offlow_flow::{extract, Field, L3Kind, L4Kind, Layout, Match, ParseStats, Parsed};
+// Not every test crate including this module uses every name.
+#[allow(unused_imports)]
+pub use offlow_testkit::{v6, Checksum, FrameBuilder};
 use offlow_wire::checksum::{checksum, fold, pseudo_ipv4, pseudo_ipv6, sum};
+use offlow_wire::tcp;
 
 pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
 pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
@@ -12,122 +17,44 @@ pub fn parse(frame: &[u8]) -> Parsed {
     extract(frame, 1, &mut ParseStats::default())
 }
 
-/// Ethernet header with the given (tpid, tci) tags, then `ethertype`.
-pub fn eth(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut f = Vec::new();
-    f.extend_from_slice(&MAC_B);
-    f.extend_from_slice(&MAC_A);
-    for &(tpid, tci) in tags {
-        f.extend_from_slice(&tpid.to_be_bytes());
-        f.extend_from_slice(&tci.to_be_bytes());
-    }
-    f.extend_from_slice(&ethertype.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
+/// A frame from [`MAC_A`] to [`MAC_B`] (the builder is `offlow_testkit`'s).
+pub fn frame() -> FrameBuilder {
+    FrameBuilder::eth(MAC_B, MAC_A)
 }
 
-/// IPv4 header (no options) + `l4`; header checksum filled, L4 checksum
-/// left for [`fill_checksums`].
-pub fn ipv4(src: [u8; 4], dst: [u8; 4], proto: u8, ttl: u8, tos: u8, l4: &[u8]) -> Vec<u8> {
-    let total = (20 + l4.len()) as u16;
-    let mut h = vec![0x45, tos];
-    h.extend_from_slice(&total.to_be_bytes());
-    h.extend_from_slice(&[0x12, 0x34, 0x40, 0x00, ttl, proto, 0, 0]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    let c = checksum(&h);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
-    h.extend_from_slice(l4);
-    h
+/// [`frame`] with IPv4 as these tests send it: identification 0x1234, DF.
+pub fn frame4(src: [u8; 4], dst: [u8; 4], ttl: u8, tos: u8) -> FrameBuilder {
+    frame()
+        .ipv4(src, dst)
+        .ttl(ttl)
+        .tos(tos)
+        .ident(0x1234)
+        .dont_frag()
 }
 
-pub fn ipv6(
-    src: [u8; 16],
-    dst: [u8; 16],
-    nh: u8,
-    hop: u8,
-    tc: u8,
-    flabel: u32,
-    l4: &[u8],
-) -> Vec<u8> {
-    let w = (6u32 << 28) | ((tc as u32) << 20) | (flabel & 0xfffff);
-    let mut h = w.to_be_bytes().to_vec();
-    h.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-    h.push(nh);
-    h.push(hop);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    h.extend_from_slice(l4);
-    h
+/// [`frame`] with IPv6.
+pub fn frame6(src: [u8; 16], dst: [u8; 16], hop: u8, tc: u8, flabel: u32) -> FrameBuilder {
+    frame().ipv6(src, dst).ttl(hop).tos(tc).flow_label(flabel)
 }
 
-pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut t = Vec::new();
-    t.extend_from_slice(&sport.to_be_bytes());
-    t.extend_from_slice(&dport.to_be_bytes());
-    t.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x18, 0xff, 0xff, 0, 0, 0, 0]);
-    t.extend_from_slice(payload);
-    t
-}
+/// The TCP flags these tests' segments carry.
+pub const PSH_ACK: u16 = tcp::flags::PSH | tcp::flags::ACK;
 
-/// UDP with checksum 0 (filled later unless kept as "no checksum").
-pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut u = Vec::new();
-    u.extend_from_slice(&sport.to_be_bytes());
-    u.extend_from_slice(&dport.to_be_bytes());
-    u.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    u.extend_from_slice(&[0, 0]);
-    u.extend_from_slice(payload);
-    u
-}
+/// An SCTP packet's verification tag and chunks, as these tests send it.
+pub const SCTP_TAG: u32 = 0xdead_beef;
+/// One DATA chunk header with 4 bytes of data.
+pub const SCTP_DATA: [u8; 20] = [0, 3, 0, 20, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4];
 
-pub fn sctp(sport: u16, dport: u16) -> Vec<u8> {
-    let mut s = Vec::new();
-    s.extend_from_slice(&sport.to_be_bytes());
-    s.extend_from_slice(&dport.to_be_bytes());
-    s.extend_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0]);
-    // One DATA chunk header with 4 bytes of data.
-    s.extend_from_slice(&[0, 3, 0, 20, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]);
-    s
-}
-
-/// ICMP (v4 or v6) header: type, code, checksum 0, 4 bytes rest, payload.
-pub fn icmp(t: u8, code: u8, rest: [u8; 4], payload: &[u8]) -> Vec<u8> {
-    let mut i = vec![t, code, 0, 0];
-    i.extend_from_slice(&rest);
-    i.extend_from_slice(payload);
-    i
-}
-
-/// NS or NA with one link-layer option of `opt_kind`.
-pub fn nd(t: u8, target: [u8; 16], opt_kind: u8, mac: [u8; 6]) -> Vec<u8> {
-    let mut i = vec![t, 0, 0, 0, 0, 0, 0, 0];
+/// The body of an NS or NA (after type, code, checksum) with one
+/// link-layer option of `opt_kind`.
+pub fn nd_body(target: [u8; 16], opt_kind: u8, mac: [u8; 6]) -> Vec<u8> {
+    let mut i = vec![0, 0, 0, 0];
     i.extend_from_slice(&target);
     // A nonce-like unrelated option first (type 14, 8 bytes), then ours.
     i.extend_from_slice(&[14, 1, 1, 2, 3, 4, 5, 6]);
     i.extend_from_slice(&[opt_kind, 1]);
     i.extend_from_slice(&mac);
     i
-}
-
-pub fn arp(op: u16, sha: [u8; 6], spa: [u8; 4], tha: [u8; 6], tpa: [u8; 4]) -> Vec<u8> {
-    let mut a = vec![0, 1, 8, 0, 6, 4];
-    a.extend_from_slice(&op.to_be_bytes());
-    a.extend_from_slice(&sha);
-    a.extend_from_slice(&spa);
-    a.extend_from_slice(&tha);
-    a.extend_from_slice(&tpa);
-    a
-}
-
-pub fn v6(last: u8) -> [u8; 16] {
-    let mut a = [0u8; 16];
-    a[0] = 0x20;
-    a[1] = 0x01;
-    a[2] = 0x0d;
-    a[3] = 0xb8;
-    a[15] = last;
-    a
 }
 
 /// The transport segment `l4 .. end of IP packet` and the pseudo-header sum.
@@ -163,45 +90,6 @@ fn l4_csum(lay: &Layout) -> Option<(usize, u8)> {
         L4Kind::Icmpv4 => Some((l4 + 2, 1)),
         L4Kind::Sctp => Some((l4 + 8, 132)),
         _ => None,
-    }
-}
-
-/// Fill every checksum of `frame` from scratch. `udp_zero`: leave a UDP
-/// checksum at 0 ("none", IPv4 only).
-pub fn fill_checksums(frame: &mut [u8], udp_zero: bool) {
-    let p = parse(frame);
-    let lay = p.layout;
-    if lay.l3_kind == L3Kind::Ipv4 {
-        let l3 = lay.l3 as usize;
-        let hl = lay.ip_header_len as usize;
-        frame[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
-        let c = checksum(&frame[l3..l3 + hl]);
-        frame[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
-    }
-    let Some((at, proto)) = l4_csum(&lay) else {
-        return;
-    };
-    if proto == 17 && udp_zero {
-        return;
-    }
-    let (l4, end, ps) = segment(frame, &lay, proto).unwrap();
-    frame[at..at + 2].copy_from_slice(&[0, 0]);
-    match proto {
-        132 => {
-            let c = sctp_checksum(&frame[l4..end]).unwrap();
-            frame[at..at + 4].copy_from_slice(&c.to_le_bytes());
-        }
-        1 => {
-            let c = checksum(&frame[l4..end]);
-            frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
-        }
-        _ => {
-            let mut c = !fold(sum(&frame[l4..end], ps));
-            if proto == 17 && c == 0 {
-                c = 0xffff;
-            }
-            frame[at..at + 2].copy_from_slice(&c.to_be_bytes());
-        }
     }
 }
 

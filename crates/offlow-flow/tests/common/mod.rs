@@ -1,6 +1,15 @@
-//! Hand-built frames for the extract tests: tiny builders that write each
-//! header field by field (no parsing code shared with the crate under test).
+//! Frames for the extract tests. Headers are written by `offlow_testkit`'s
+//! builder and `offlow_wire`'s `Repr::emit` (proven field by field against
+//! poisoned buffers and real bytes in wire's tests), never by the parser
+//! under test; the bytes after a header (extension-header chains, ND
+//! bodies, malformed transports) are spelled out raw where the tests need
+//! them so.
 #![allow(dead_code)]
+
+use offlow_testkit::FrameBuilder;
+use offlow_wire::{ethernet, tcp, udp};
+
+const ETH_LEN: usize = ethernet::HEADER_LEN;
 
 pub const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
 pub const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
@@ -9,25 +18,33 @@ pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.iter().flat_map(|p| p.iter().copied()).collect()
 }
 
-/// Ethernet II header + payload.
+/// The tests' frame start: [`SRC`] → [`DST`].
+pub fn frame() -> FrameBuilder {
+    FrameBuilder::eth(DST, SRC)
+}
+
+/// Ethernet II header + raw `payload` under `ethertype`.
 pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    cat(&[&DST, &SRC, &ethertype.to_be_bytes(), payload])
+    frame().ethertype(ethertype).payload(payload).build()
 }
 
 /// Ethernet with VLAN tags `(tpid, tci)`, outer first, then `ethertype`.
 pub fn eth_tagged(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
-    let mut v = cat(&[&DST, &SRC]);
+    let mut b = frame();
     for &(tpid, tci) in tags {
-        v.extend_from_slice(&tpid.to_be_bytes());
-        v.extend_from_slice(&tci.to_be_bytes());
+        b = b.tag(tpid, tci);
     }
-    v.extend_from_slice(&ethertype.to_be_bytes());
-    v.extend_from_slice(payload);
-    v
+    b.ethertype(ethertype).payload(payload).build()
 }
 
-/// IPv4 header (with `options`, a multiple of 4 bytes) + payload. `frag` is
-/// the raw flags/offset word; TOS 0xb9 (DSCP 46, ECN 1).
+/// The IP packet of a builder's frame (after the 14-byte Ethernet header).
+fn ip_packet(b: FrameBuilder) -> Vec<u8> {
+    b.build().split_off(ETH_LEN)
+}
+
+/// IPv4 header (with `options`, a multiple of 4 bytes) + raw `payload` as
+/// protocol `proto`. `frag` is the raw flags/offset word; TOS 0xb9 (DSCP
+/// 46, ECN 1), identification 0x1234, TTL 64, valid header checksum.
 pub fn ipv4(
     proto: u8,
     src: [u8; 4],
@@ -36,32 +53,29 @@ pub fn ipv4(
     frag: u16,
     payload: &[u8],
 ) -> Vec<u8> {
-    assert_eq!(options.len() % 4, 0);
-    let hl = 20 + options.len();
-    let total = (hl + payload.len()) as u16;
-    let mut h = vec![0x40 | (hl / 4) as u8, 0xb9];
-    h.extend_from_slice(&total.to_be_bytes());
-    h.extend_from_slice(&[0x12, 0x34]);
-    h.extend_from_slice(&frag.to_be_bytes());
-    h.extend_from_slice(&[64, proto, 0, 0]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    h.extend_from_slice(options);
-    let c = offlow_wire::checksum::checksum(&h);
-    h[10..12].copy_from_slice(&c.to_be_bytes());
-    h.extend_from_slice(payload);
-    h
+    ip_packet(
+        frame()
+            .ipv4(src, dst)
+            .tos(0xb9)
+            .ident(0x1234)
+            .flags_frag(frag)
+            .ip_options(options)
+            .ip_payload(proto)
+            .payload(payload),
+    )
 }
 
-/// IPv6 header (TC 0xb9, flow label 0x12345) + payload.
+/// IPv6 header (TC 0xb9, flow label 0x12345, hop limit 64) + raw `payload`
+/// under next header `next`.
 pub fn ipv6(next: u8, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> Vec<u8> {
-    let mut h = vec![0x6b, 0x91, 0x23, 0x45];
-    h.extend_from_slice(&(payload.len() as u16).to_be_bytes());
-    h.extend_from_slice(&[next, 64]);
-    h.extend_from_slice(&src);
-    h.extend_from_slice(&dst);
-    h.extend_from_slice(payload);
-    h
+    ip_packet(
+        frame()
+            .ipv6(src, dst)
+            .tos(0xb9)
+            .flow_label(0x12345)
+            .ip_payload(next)
+            .payload(payload),
+    )
 }
 
 /// Generic IPv6 extension header of `units` 8-byte units (>= 1).
@@ -81,23 +95,34 @@ pub fn frag6(next: u8, offset_units: u16, more: bool) -> Vec<u8> {
     h
 }
 
-/// TCP header (20 bytes, data offset 5, SYN).
+/// TCP segment (20-byte header, sequence 1, SYN, window 65535) + payload,
+/// written by `offlow_wire`'s `tcp::Repr`. Checksum 0: the segment is built
+/// without its IP header, and the parser never reads it.
 pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut h = Vec::new();
-    h.extend_from_slice(&sport.to_be_bytes());
-    h.extend_from_slice(&dport.to_be_bytes());
-    h.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+    let r = tcp::Repr {
+        src_port: sport,
+        dst_port: dport,
+        seq_number: 1,
+        ack_number: 0,
+        flags: tcp::flags::SYN,
+        window: u16::MAX,
+        urgent: 0,
+    };
+    let mut h = vec![0; r.header_len()];
+    r.emit(&mut tcp::Packet::new_unchecked(&mut h[..]));
     h.extend_from_slice(payload);
     h
 }
 
-/// UDP header with a correct length field.
+/// UDP datagram with a correct length field (checksum 0, "none").
 pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
-    let mut h = Vec::new();
-    h.extend_from_slice(&sport.to_be_bytes());
-    h.extend_from_slice(&dport.to_be_bytes());
-    h.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
-    h.extend_from_slice(&[0, 0]);
+    let r = udp::Repr {
+        src_port: sport,
+        dst_port: dport,
+        payload_len: payload.len(),
+    };
+    let mut h = vec![0; r.header_len()];
+    r.emit(&mut udp::Packet::new_unchecked(&mut h[..]));
     h.extend_from_slice(payload);
     h
 }

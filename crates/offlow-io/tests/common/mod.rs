@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use offlow_io::netns::in_netns;
 use offlow_io::{Port, RxMeta};
+use offlow_testkit::{FrameBuilder, MAC_SRC};
 
 /// Makes namespace names unique within this process.
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -113,18 +114,17 @@ impl Drop for Netns {
 /// ethertype 0x88b5 (optionally behind an 802.1Q tag, VLAN 42), the index,
 /// `extra` bytes of a pattern depending on `i`, padded to 60 bytes.
 pub fn test_frame(i: u16, tagged: bool, extra: usize) -> Vec<u8> {
-    let mut f = vec![0xff; 6];
-    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+    let mut b = FrameBuilder::eth([0xff; 6], MAC_SRC);
     if tagged {
-        f.extend_from_slice(&[0x81, 0x00, 0x00, 0x2a]);
+        b = b.vlan(42, 0);
     }
-    f.extend_from_slice(&[0x88, 0xb5]);
-    f.extend_from_slice(&i.to_be_bytes());
-    f.extend((0..extra).map(|k| (k as u8) ^ (i as u8)));
-    f.resize(f.len().max(60), 0x5a);
-    f
+    let mut payload = i.to_be_bytes().to_vec();
+    payload.extend((0..extra).map(|k| (k as u8) ^ (i as u8)));
+    b.ethertype(0x88b5)
+        .payload(&payload)
+        .pad_to_with(60, 0x5a)
+        .build()
 }
-
 /// Whether `f` is a test frame (ethertype 0x88b5, tagged or not).
 pub fn is_test(f: &[u8]) -> bool {
     let et = |at: usize| f.get(at..at + 2).map(|b| [b[0], b[1]]);

@@ -6,6 +6,7 @@ use offlow_flow::Field;
 use offlow_openflow::multipart::{mp_type, MultipartReplyBody as RB, MultipartRequestBody as QB};
 use offlow_openflow::oxm::oxm_maskable;
 use offlow_openflow::*;
+use offlow_testkit::{tcp_flags, Checksum, FrameBuilder};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::strategy::BoxedStrategy;
@@ -667,16 +668,19 @@ pub fn arb_message() -> BoxedStrategy<Message> {
         .boxed()
 }
 
-/// A small Ethernet/IPv4/TCP frame for packet-in / packet-out samples.
+/// A small Ethernet/IPv4/TCP frame for packet-in / packet-out samples: a
+/// SYN 10.0.0.1:80 -> 10.0.0.2:8080. Both checksums are left zero, as the
+/// golden vectors carrying this frame were made with them so.
 pub fn sample_frame() -> Vec<u8> {
-    let mut f = vec![
-        0x02, 0, 0, 0, 0, 2, 0x02, 0, 0, 0, 0, 1, 0x08, 0x00, // Ethernet
-        0x45, 0, 0, 40, 0, 1, 0, 0, 64, 6, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // IPv4
-    ];
-    f.extend_from_slice(&[
-        0, 80, 0x1f, 0x90, 0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0x20, 0, 0, 0, 0, 0,
-    ]);
-    f
+    FrameBuilder::eth([0x02, 0, 0, 0, 0, 2], [0x02, 0, 0, 0, 0, 1])
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+        .ident(1)
+        .ip_checksum(Checksum::Zero)
+        .tcp(80, 8080)
+        .tcp_flags(tcp_flags::SYN)
+        .tcp_window(0x2000)
+        .l4_checksum(Checksum::Zero)
+        .build()
 }
 
 fn sample_match() -> OxmMatch {
