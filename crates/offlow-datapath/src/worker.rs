@@ -406,25 +406,39 @@ impl Control {
     /// end of their sleep. Waking before the request could let a worker
     /// look, find nothing, and sleep again.
     pub fn sync_counters_waking(&self, timeout: Duration, wake: impl FnOnce()) -> bool {
-        let epoch = self.sync.requested.0.fetch_add(1, Ordering::AcqRel) + 1;
-        wake();
+        let sync = self.sync_start(wake);
         let deadline = Instant::now() + timeout;
-        let acks: Vec<Arc<AckSlot>> = {
-            let mut list = lock(&self.sync.acks);
-            list.retain(|w| w.strong_count() > 0);
-            list.iter().filter_map(Weak::upgrade).collect()
-        };
-        for ack in acks {
-            // Acquire pairs with the worker's Release store after its
-            // flush: its credits happen-before our return.
-            while ack.0.load(Ordering::Acquire) < epoch {
-                if Instant::now() >= deadline {
-                    return false;
-                }
-                std::thread::yield_now();
+        while !self.sync_done(sync) {
+            if Instant::now() >= deadline {
+                return false;
             }
+            std::thread::yield_now();
         }
         true
+    }
+
+    /// Ask every worker to credit its pending counts without waiting;
+    /// `wake` is called once the request is posted (as in
+    /// [`sync_counters_waking`](Self::sync_counters_waking)). Returns the
+    /// request's number, for [`sync_done`](Self::sync_done).
+    pub fn sync_start(&self, wake: impl FnOnce()) -> u64 {
+        let epoch = self.sync.requested.0.fetch_add(1, Ordering::AcqRel) + 1;
+        wake();
+        epoch
+    }
+
+    /// Whether every live worker has acknowledged counter-sync request
+    /// `epoch` (or a later one): the rule and table counters then include
+    /// every packet those workers had finished processing when it was
+    /// posted. Never waits.
+    pub fn sync_done(&self, epoch: u64) -> bool {
+        let mut list = lock(&self.sync.acks);
+        list.retain(|w| w.strong_count() > 0);
+        // Acquire pairs with the worker's Release store after its flush:
+        // its credits happen-before our reading the counters.
+        list.iter()
+            .filter_map(Weak::upgrade)
+            .all(|ack| ack.0.load(Ordering::Acquire) >= epoch)
     }
 
     /// The writer's pipeline: every flow-mod applied so far, committed or
@@ -556,6 +570,17 @@ impl Control {
     /// processed with an action those changes modified or removed (the
     /// barrier reply may be sent). Returns the new version.
     pub fn commit(&mut self) -> u64 {
+        let version = self.commit_start();
+        self.state.settle();
+        version
+    }
+
+    /// [`commit`](Self::commit) without the wait: publish every change
+    /// since the last commit and return the new version at once. The
+    /// barrier guarantee holds once [`try_settle`](Self::try_settle)
+    /// returns true. A [`flow_mod`](Self::flow_mod) before then waits for
+    /// the settle itself ([`is_settling`](Self::is_settling) tells).
+    pub fn commit_start(&mut self) -> u64 {
         if !self.pending.is_empty()
             || !self.pending_modified.is_empty()
             || !self.pending_adds.is_empty()
@@ -575,7 +600,20 @@ impl Control {
                 adds: adds.into(),
             });
         }
-        self.state.publish()
+        self.state.publish_start()
+    }
+
+    /// Whether the last [`commit_start`](Self::commit_start) is still
+    /// waiting for workers to leave the read sections they were in.
+    pub fn is_settling(&self) -> bool {
+        self.state.is_settling()
+    }
+
+    /// Without waiting: true once every worker has passed a quiescent point
+    /// since the last [`commit_start`](Self::commit_start) (the guarantee
+    /// of [`commit`](Self::commit) then holds for everything committed).
+    pub fn try_settle(&mut self) -> bool {
+        self.state.try_settle()
     }
 }
 

@@ -86,8 +86,8 @@ use offlow_openflow::port::{
     OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN, OFPPS_LINK_DOWN,
 };
 use offlow_openflow::{
-    BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, PacketOut, PortMod,
-    PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode,
+    BadRequestCode, FixedStr, Instruction, Need, OfError, OxmMatch, PacketOut, PortMod,
+    PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode, Ticket,
 };
 use offlow_pipeline::{
     BadActionCode, FlowFilter, FlowMatch, FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow,
@@ -303,7 +303,18 @@ pub struct DatapathSwitch {
     last_compile: Duration,
     /// A compile building on its own thread, if one is.
     compile_job: Option<CompileJob>,
+    /// When the counter-sync request the last [`Need::Counters`] ticket
+    /// names stops being waited for (a worker that misses it is counted at
+    /// its next flush).
+    sync_deadline: std::time::Instant,
+    /// A counter sync has just completed for the request being handled:
+    /// its statistics need not sync again.
+    counters_fresh: bool,
 }
+
+/// Marks a [`Ticket`] that names a counter-sync request (the rest of the
+/// bits are its number); other tickets name a committed version.
+const COUNTERS_TICKET: Ticket = 1 << 63;
 
 /// A compile running on its own thread ([`DatapathSwitch::maybe_compile`]).
 struct CompileJob {
@@ -333,6 +344,8 @@ impl DatapathSwitch {
             exec: ExecStats::default(),
             packet_out: PacketOutStats::default(),
             buffers: PacketBuffers::default(),
+            sync_deadline: std::time::Instant::now(),
+            counters_fresh: false,
             port_status: Vec::new(),
             compiled_at: 0,
             quiet_since: (0, 0),
@@ -506,12 +519,35 @@ impl DatapathSwitch {
     }
 
     /// Publish flow-mods applied since the last commit (after each batch of
-    /// received messages, so changes take effect without a barrier).
+    /// received messages, so changes take effect without a barrier). Does
+    /// not wait for the workers: a barrier, or the next flow-mod, waits for
+    /// the publish to settle ([`Need::Commit`], [`Need::Write`]).
     pub fn commit_pending(&mut self) {
         if self.dirty {
-            self.control.commit();
+            self.control.commit_start();
             self.dirty = false;
         }
+    }
+
+    /// Start a counter sync for the expiry scan, if it has timed entries
+    /// to check and workers to ask: the ticket to wait for (through
+    /// [`offlow_openflow::Switch::is_done`]) before calling
+    /// [`Self::expire`], which then does not wait itself.
+    pub fn begin_expiry_sync(&mut self) -> Option<Ticket> {
+        if self.control.pipeline().timed_len() == 0 {
+            return None;
+        }
+        self.begin_counter_sync()
+    }
+
+    /// Post a counter-sync request to the workers (woken from their idle
+    /// sleep), returning its ticket; `None` without workers.
+    fn begin_counter_sync(&mut self) -> Option<Ticket> {
+        let dataplane = self.dataplane.as_ref()?;
+        self.counters_fresh = false;
+        let epoch = self.control.sync_start(|| dataplane.wake_all());
+        self.sync_deadline = std::time::Instant::now() + SYNC_TIMEOUT;
+        Some(COUNTERS_TICKET | epoch)
     }
 
     /// Remove the entries whose idle or hard timeout has passed (§5.5);
@@ -538,10 +574,17 @@ impl DatapathSwitch {
     /// counters after, so a worker cannot credit the entries afterwards:
     /// their counts in the message are final.
     pub fn take_flow_removed(&mut self, now_ns: u64) -> Vec<offlow_openflow::FlowRemoved> {
-        self.commit_pending();
         if self.removed.is_empty() {
+            self.commit_pending();
             return Vec::new();
         }
+        // The removal must be in force (every worker past a quiescent
+        // point, having credited the entries' last packets) before the
+        // final counts are read. Blocking, but only when an entry flagged
+        // SEND_FLOW_REM went away.
+        self.control.commit();
+        self.dirty = false;
+        self.counters_fresh = false;
         self.sync_counters();
         self.removed
             .drain(..)
@@ -643,8 +686,12 @@ impl DatapathSwitch {
     }
 
     /// Make the rule and table counters include every packet the workers
-    /// have processed (bounded wait, see [`SYNC_TIMEOUT`]).
-    fn sync_counters(&self) {
+    /// have processed (bounded wait, see [`SYNC_TIMEOUT`]); at once when a
+    /// [`Need::Counters`] ticket just completed for this request.
+    fn sync_counters(&mut self) {
+        if std::mem::take(&mut self.counters_fresh) {
+            return;
+        }
         let Some(dataplane) = &self.dataplane else {
             return;
         };
@@ -886,42 +933,10 @@ fn feature_props() -> Vec<TableFeatureProp> {
     ]
 }
 
-impl offlow_openflow::Switch for DatapathSwitch {
-    fn features(&self) -> SwitchFeatures {
-        SwitchFeatures {
-            datapath_id: self.dpid,
-            n_buffers: crate::buffers::N_BUFFERS,
-            // MAX_TABLES is 255.
-            n_tables: self.n_tables().min(255) as u8,
-            auxiliary_id: 0,
-            capabilities: CAPABILITIES,
-            reserved: 0,
-        }
-    }
-
-    fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
-        let effect = self
-            .control
-            .flow_mod(fm, now_ns)
-            .map_err(|e| OfError::from(e.of_error()))?;
-        self.dirty = true;
-        if !effect.removed.is_empty() {
-            self.removed.extend(
-                RemovedFlow::deleted_by(&effect)
-                    .into_iter()
-                    .filter(RemovedFlow::send_flow_rem),
-            );
-        }
-        Ok(())
-    }
-
-    fn barrier(&mut self) {
-        // Commit even when clean: a no-op publish returns at once.
-        self.control.commit();
-        self.dirty = false;
-    }
-
-    fn multipart(
+impl DatapathSwitch {
+    /// The reply to a multipart request (see the module docs for what each
+    /// kind answers).
+    fn multipart_reply(
         &mut self,
         req: &MultipartRequestBody,
         now_ns: u64,
@@ -981,6 +996,86 @@ impl offlow_openflow::Switch for DatapathSwitch {
                 return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
             }
         })
+    }
+}
+
+impl offlow_openflow::Switch for DatapathSwitch {
+    fn features(&self) -> SwitchFeatures {
+        SwitchFeatures {
+            datapath_id: self.dpid,
+            n_buffers: crate::buffers::N_BUFFERS,
+            // MAX_TABLES is 255.
+            n_tables: self.n_tables().min(255) as u8,
+            auxiliary_id: 0,
+            capabilities: CAPABILITIES,
+            reserved: 0,
+        }
+    }
+
+    fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
+        let effect = self
+            .control
+            .flow_mod(fm, now_ns)
+            .map_err(|e| OfError::from(e.of_error()))?;
+        self.dirty = true;
+        if !effect.removed.is_empty() {
+            self.removed.extend(
+                RemovedFlow::deleted_by(&effect)
+                    .into_iter()
+                    .filter(RemovedFlow::send_flow_rem),
+            );
+        }
+        Ok(())
+    }
+
+    fn barrier(&mut self) {
+        // Commit even when clean: a no-op publish returns at once, and so
+        // does one whose `Need::Commit` ticket has completed.
+        self.control.commit();
+        self.dirty = false;
+    }
+
+    fn begin(&mut self, need: Need, _now_ns: u64) -> Option<Ticket> {
+        match need {
+            // The ticket is the version; `is_done` settles it.
+            Need::Commit => {
+                let version = self.control.commit_start();
+                self.dirty = false;
+                Some(version)
+            }
+            Need::Write => self.control.is_settling().then(|| self.control.version()),
+            Need::Counters => self.begin_counter_sync(),
+        }
+    }
+
+    fn is_done(&mut self, ticket: Ticket, _now_ns: u64) -> bool {
+        if ticket & COUNTERS_TICKET == 0 {
+            return self.control.try_settle();
+        }
+        let epoch = ticket & !COUNTERS_TICKET;
+        if self.control.sync_done(epoch) {
+            self.counters_fresh = true;
+            return true;
+        }
+        if std::time::Instant::now() >= self.sync_deadline {
+            tracing::debug!("a packet worker missed the counter sync");
+            // As the blocking sync does after its timeout: answer with
+            // what has been credited.
+            self.counters_fresh = true;
+            return true;
+        }
+        false
+    }
+
+    fn multipart(
+        &mut self,
+        req: &MultipartRequestBody,
+        now_ns: u64,
+    ) -> Result<MultipartReplyBody, OfError> {
+        let reply = self.multipart_reply(req, now_ns);
+        // A sync done for this request is not fresh for the next one.
+        self.counters_fresh = false;
+        reply
     }
 
     /// §7.3.3: the port must exist and `hw_addr` be its address; only the

@@ -21,10 +21,24 @@
 //! called. When the embedder's stop future resolves (the binary: SIGINT or
 //! SIGTERM), every connection is closed (flushing) and the switch stops.
 //!
+//! Nothing here waits for the packet workers while other connections
+//! could be served. Flow-mods are published at the end of each read
+//! ([`DatapathSwitch::commit_pending`] returns at once); a request that
+//! needs the workers (a barrier: every worker past a quiescent point; a
+//! statistics request: their counters credited; a flow-mod while the last
+//! publish settles) makes its connection wait ([`Connection::is_waiting`]):
+//! that connection stops reading and re-checks ([`Connection::resume`]) at
+//! every turn of the event loop for [`WAIT_SPIN`], then every
+//! millisecond, while the others go on. The expiry scan's counter sync
+//! waits the same way. Blocking waits remain where they are rare: a
+//! removal of flows flagged SEND_FLOW_REM (their final counts) and the
+//! install of compiled tables.
+//!
 //! Invariants: the switch and the roles live in one `RefCell`, borrowed
 //! only between awaits, never across one; so each controller message is
 //! handled to completion before any other connection's (the ordering the
-//! connection module documents for barriers holds switch-wide).
+//! connection module documents for barriers holds switch-wide: a barrier
+//! reply is sent only once the switch reports its commit settled).
 //!
 //! Data ports ([`crate::dataplane`]): with ports configured, packet worker
 //! threads move frames between the interfaces and the datapath; frames
@@ -475,14 +489,29 @@ fn on_bytes(
     // reply write per message costs a syscall and a wakeup each. Bounded,
     // so a peer that does not read its replies is still not read from.
     let mut drained = 0;
-    while drained < DRAIN_READS && conn.transmit_len() < DRAIN_MAX_OUTBOX {
+    while drained < DRAIN_READS && conn.transmit_len() < DRAIN_MAX_OUTBOX && !conn.is_waiting() {
         match rd.try_read(buf) {
             Ok(0) | Err(_) => break,
             Ok(n) => conn.receive(&buf[..n], now, switch, roles),
         }
         drained += 1;
     }
-    for fr in switch.take_flow_removed(now) {
+    announce(&mut s, now);
+}
+
+/// A waiting request's switch work may be done: let the connection try.
+fn on_resume(shared: &SharedRc, conn: &mut Connection) {
+    let mut s = shared.borrow_mut();
+    let now = s.now_ns();
+    let Shared { switch, roles, .. } = &mut *s;
+    conn.resume(now, switch, roles);
+    announce(&mut s, now);
+}
+
+/// Publish what the messages just handled changed (without waiting for
+/// the workers) and announce what they removed or reconfigured.
+fn announce(s: &mut Shared, now: u64) {
+    for fr in s.switch.take_flow_removed(now) {
         let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
     }
     for desc in s.switch.take_port_status() {
@@ -490,6 +519,49 @@ fn on_bytes(
             reason: OFPPR_MODIFY,
             desc,
         })));
+    }
+}
+
+/// How long a waiting connection re-checks at every turn of the event
+/// loop before it falls back to the timer: the switch work it waits for
+/// (workers leaving a batch, crediting counters) usually takes
+/// microseconds, and the timer's granularity is a millisecond.
+const WAIT_SPIN: Duration = Duration::from_micros(200);
+/// The re-check period after that (tokio rounds it up to its 1 ms tick).
+const WAIT_TICK: Duration = Duration::from_micros(500);
+
+/// Let the other tasks run, then return: at once (a yield) during the
+/// first [`WAIT_SPIN`] of a wait, after [`WAIT_TICK`] later on.
+async fn pause(since: &mut Option<Instant>) {
+    let start = *since.get_or_insert_with(Instant::now);
+    if start.elapsed() < WAIT_SPIN {
+        // The thread too: on a machine with few cores the worker we wait
+        // for may be queued behind this one.
+        std::thread::yield_now();
+        tokio::task::yield_now().await;
+    } else {
+        tokio::time::sleep(WAIT_TICK).await;
+    }
+}
+
+/// Wait, letting the other tasks run, until the switch says `ticket` is
+/// done; then run `then` on the switch in the same borrow.
+async fn when_done<R>(
+    shared: &SharedRc,
+    ticket: offlow_openflow::Ticket,
+    then: impl FnOnce(&mut Shared, u64) -> R,
+) -> R {
+    use offlow_openflow::Switch;
+    let mut since = None;
+    loop {
+        {
+            let mut s = shared.borrow_mut();
+            let now = s.now_ns();
+            if s.switch.is_done(ticket, now) {
+                return then(&mut s, now);
+            }
+        }
+        pause(&mut since).await;
     }
 }
 
@@ -515,6 +587,7 @@ async fn serve(
     let mut buf = vec![0u8; READ_BUF];
     let mut out = Vec::new();
     let mut announced = false;
+    let mut wait_since: Option<Instant> = None;
     let reason: String = loop {
         out.clear();
         conn.poll_transmit(&mut out);
@@ -528,7 +601,7 @@ async fn serve(
             // microseconds. Sleeping in epoll meanwhile lets this core go
             // idle, and waking an idle (virtual) core costs more than the
             // whole round trip; polling briefly keeps it awake.
-            if conn.close_reason().is_none() {
+            if conn.close_reason().is_none() && !conn.is_waiting() {
                 match spin_read(rd.as_ref().as_raw_fd(), &mut buf, SPIN_READ) {
                     SpinRead::Data(n) => {
                         on_bytes(&shared, &mut conn, &mut rd, &mut buf, n);
@@ -558,12 +631,21 @@ async fn serve(
             let deadline = conn.poll_timeout().unwrap_or(now);
             Duration::from_nanos(deadline.saturating_sub(now))
         };
+        // A request waiting for the switch (a barrier for the workers to
+        // pass a quiescent point, statistics for their counters) holds the
+        // rest of this connection's input: stop reading until it is done,
+        // and look again soon, while the other connections are served.
+        let waiting = conn.is_waiting();
+        if !waiting {
+            wait_since = None;
+        }
         tokio::select! {
-            r = rd.read(&mut buf) => match r {
+            r = rd.read(&mut buf), if !waiting => match r {
                 Ok(0) => break "closed by peer".to_string(),
                 Ok(n) => on_bytes(&shared, &mut conn, &mut rd, &mut buf, n),
                 Err(e) => break format!("read failed: {e}"),
             },
+            _ = pause(&mut wait_since), if waiting => on_resume(&shared, &mut conn),
             _ = tokio::time::sleep(wait) => {
                 let now = shared.borrow().now_ns();
                 conn.handle_timeout(now);
@@ -742,16 +824,27 @@ async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
             _ = tokio::time::sleep(EXPIRY_EVERY) => {}
             _ = stopped(&mut stop) => return,
         }
-        let mut s = shared.borrow_mut();
-        let now = s.now_ns();
-        let Shared {
-            switch, standalone, ..
-        } = &mut *s;
-        let removed = switch.expire(now);
-        standalone.expired(switch, &removed, now);
-        switch.maybe_compile(now);
-        for fr in s.switch.take_flow_removed(now) {
-            let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+        // Idle timeouts read the counters: have the workers credit them
+        // first, without holding up the connections meanwhile.
+        let sync = shared.borrow_mut().switch.begin_expiry_sync();
+        let expire = |s: &mut Shared, now: u64| {
+            let Shared {
+                switch, standalone, ..
+            } = s;
+            let removed = switch.expire(now);
+            standalone.expired(switch, &removed, now);
+            switch.maybe_compile(now);
+            for fr in s.switch.take_flow_removed(now) {
+                let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+            }
+        };
+        match sync {
+            Some(ticket) => when_done(&shared, ticket, expire).await,
+            None => {
+                let mut s = shared.borrow_mut();
+                let now = s.now_ns();
+                expire(&mut s, now);
+            }
         }
     }
 }
