@@ -15,7 +15,7 @@
 //! every DPDK algorithm's answers; any mismatch makes the command fail.
 //! `--updates` measures the update rate with a concurrent reader (see
 //! [`measure_updates`]): the classifier is wrapped in
-//! [`offlow_classifier::Versioned`]; a reader thread on CPU 1 looks the trace
+//! [`offlow_sync::Versioned`]; a reader thread on CPU 1 looks the trace
 //! up in read sections of one batch each while the writer, on CPU 0, first
 //! idles (idle lookup rate) and then removes and re-inserts rules in a seeded
 //! random order, publishing every `--publish-every` operations (updates/s and
@@ -39,9 +39,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use offlow_classifier::{
-    CachePadded, Classifier, ClassifierOp, Classify, Compiled, FlowKey, LinearClassifier, Rule,
-    RuleId, TupleMerge, Versioned,
+    Classifier, ClassifierOp, Classify, Compiled, FlowKey, LinearClassifier, Rule, RuleId,
+    TupleMerge,
 };
+use offlow_sync::{Apply, CachePadded, Versioned};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use serde_json::json;
@@ -140,6 +141,18 @@ impl AnyClassifier {
             AnyClassifier::Auto(c) => Some(c.compile()),
             _ => None,
         }
+    }
+}
+
+// Not a blanket impl in offlow-classifier: `Apply` is offlow-sync's trait
+// (the orphan rule); see `offlow_classifier::ClassifierOp`.
+impl Apply<ClassifierOp> for AnyClassifier {
+    fn apply(&mut self, op: &ClassifierOp) {
+        op.apply_to(self);
+    }
+
+    fn apply_owned(&mut self, op: ClassifierOp) {
+        op.apply_owned_to(self);
     }
 }
 
@@ -678,7 +691,7 @@ pub fn pin_to_cpu(cpu: usize) -> bool {
 /// until `stop`, publishing the running lookup count in `count`. Returns
 /// whether it got pinned.
 fn reader_loop(
-    mut h: offlow_classifier::ReadHandle<AnyClassifier>,
+    mut h: offlow_sync::ReadHandle<AnyClassifier>,
     keys: &[FlowKey],
     batch: usize,
     stop: &AtomicBool,

@@ -19,7 +19,7 @@ use std::hint::spin_loop;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::CachePadded;
+use offlow_sync::CachePadded;
 
 use crate::classify::pin_to_cpu;
 

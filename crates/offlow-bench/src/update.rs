@@ -34,11 +34,11 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::CachePadded;
 use offlow_datapath::{ActionTableStats, Control, WorkerConfig, WorkerStats};
 use offlow_pipeline::{
     Action, FlowMod, FlowModCommand, FlowModEffect, Instruction, PipelineError, PortNo,
 };
+use offlow_sync::CachePadded;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -223,7 +223,7 @@ impl Stream {
         let fm: *const FlowMod = &self.adds[after.0];
         for line in (0..std::mem::size_of::<FlowMod>()).step_by(64) {
             // In bounds: `line` is within the flow-mod.
-            offlow_classifier::prefetch(fm.cast::<u8>().wrapping_add(line));
+            offlow_sync::prefetch(fm.cast::<u8>().wrapping_add(line));
         }
         self.upcoming = Some(after);
         let fm = &mut self.adds[i];

@@ -16,7 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{load_rules, load_trace, wustl_dir};
-use offlow_classifier::{ClassifierOp, Classify, FlowKey, Rule, TupleMerge, Versioned};
+use offlow_classifier::{ClassifierOp, Classify, FlowKey, Rule, TupleMerge};
+use offlow_sync::Versioned;
 
 /// Pin the calling thread to `cpu` (best effort: a failure only makes the
 /// figures noisier).

@@ -37,7 +37,7 @@
 //!
 //! Thread-safety: a single-writer structure, `Send + Sync`, `Clone` (the
 //! compiled snapshot is shared between clones through an `Arc`), meant to be
-//! wrapped by [`crate::versioned`] (or a pipeline that is) for concurrent
+//! wrapped by [`offlow_sync::Versioned`] (or a pipeline that is) for concurrent
 //! readers.
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -262,7 +262,7 @@ impl Dir24 {
     /// precedes the write. Only a hint: it changes nothing.
     #[inline]
     pub fn prefetch_update(&self, addr: u32) {
-        crate::idtable::prefetch(&self.tbl24.as_ref()[(addr >> 8) as usize]);
+        offlow_sync::prefetch(&self.tbl24.as_ref()[(addr >> 8) as usize]);
     }
 
     /// Longest-prefix match for `addr`.

@@ -115,7 +115,7 @@ impl<V> IdTable<V> {
     #[inline]
     pub fn prefetch(&self, key: u64) {
         if !self.slots.is_empty() {
-            prefetch(&self.slots[self.home(key)]);
+            offlow_sync::prefetch(&self.slots[self.home(key)]);
         }
     }
 
@@ -220,20 +220,6 @@ impl<V> IdTable<V> {
     pub fn values(&self) -> impl Iterator<Item = &V> + '_ {
         self.slots.iter().filter_map(|(_, v)| v.as_ref())
     }
-}
-
-/// Hint the CPU to pull the line holding `p` into L1. A no-op off x86_64.
-#[inline(always)]
-pub fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint that never faults, whatever the address,
-    // and SSE, which provides it, is part of the x86_64 baseline.
-    #[allow(unused_unsafe)]
-    unsafe {
-        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 #[cfg(test)]

@@ -14,38 +14,33 @@
 //!
 //! Thread-safety: classifiers are plain single-writer data structures
 //! (`Send + Sync`, lookups take `&self`). Lock-free concurrent readers with a
-//! writer publishing new versions are provided by the `versioned` wrapper;
-//! [`CachePadded`] keeps a value one core writes off its neighbours' lines
-//! (the wrapper's epochs, and the datapath's and benches' shared counters).
+//! writer publishing new versions come from `offlow_sync::Versioned`, which
+//! replays a [`ClassifierOp`] on each copy.
 #![warn(missing_docs)]
 
 pub mod adaptive;
 pub mod dir24;
-pub mod idmap;
 pub mod idtable;
 pub mod linear;
 mod linevec;
 pub mod lpm;
-mod padded;
+mod op;
 pub mod rfc;
 pub mod rule;
 pub mod snapshot;
 pub mod tuple;
-pub mod versioned;
 
 pub use adaptive::{BuildInput, Built, Classifier, ClassifierConfig, Compiled, FibCopies};
 pub use dir24::{Dir24, FibError};
-pub use idmap::{IdBuildHasher, IdHasher, IdMap};
-pub use idtable::{prefetch, IdTable};
+pub use idtable::IdTable;
 pub use linear::LinearClassifier;
 pub use lpm::{BinaryTrie, FibClassifier, FibRoutes, FibRuleError};
 pub use offlow_flow::{Field, FlowKey, Match};
-pub use padded::CachePadded;
+pub use op::ClassifierOp;
 pub use rfc::{Rfc, RfcAnswer, RfcConfig, RfcError, RfcRank, RfcSet, RfcSetConfig};
 pub use rule::{PortRange, Priority, Rule, RuleId};
 pub use snapshot::{OverlayStats, RfcSnapshot, Snapshot};
 pub use tuple::{TupleConfig, TupleMerge};
-pub use versioned::{Apply, ClassifierOp, ReadGuard, ReadHandle, Versioned};
 
 /// The operations every classifier offers.
 pub trait Classify {

@@ -1,6 +1,8 @@
 //! The oracle: a linear scan over every rule. Obviously correct, slow.
 
-use crate::{Classify, FlowKey, IdMap, Rule, RuleId};
+use offlow_sync::IdMap;
+
+use crate::{Classify, FlowKey, Rule, RuleId};
 
 /// A classifier that checks every rule on every lookup.
 #[derive(Debug, Default, Clone)]

@@ -1,7 +1,7 @@
 //! `LineVec<T>`: a growable array of plain `Copy` values stored in whole,
 //! 64-byte-aligned cache lines.
 //!
-//! Why: a left-right pair ([`crate::versioned`]) keeps two copies of a
+//! Why: a left-right pair ([`offlow_sync::Versioned`]) keeps two copies of a
 //! classifier, and the writer mutates one while readers scan the other. With
 //! ordinary `Vec`s the two copies' small heap blocks interleave, so a writer
 //! store into copy B can land in a cache line that also holds copy A's hash

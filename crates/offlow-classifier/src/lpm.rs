@@ -431,7 +431,7 @@ impl BinaryTrie {
     #[inline]
     pub(crate) fn prefetch_jump(&self, addr: u32, len: u8) {
         if len >= JUMP_DEPTH {
-            crate::idtable::prefetch(&self.jump[(addr >> 16) as usize]);
+            offlow_sync::prefetch(&self.jump[(addr >> 16) as usize]);
         }
     }
 
@@ -443,7 +443,7 @@ impl BinaryTrie {
             let n = self.jump[(addr >> 16) as usize];
             if n != NONE {
                 if let Some(node) = self.nodes.get(n as usize) {
-                    crate::idtable::prefetch(node);
+                    offlow_sync::prefetch(node);
                 }
             }
         }

@@ -39,7 +39,9 @@ use std::sync::Arc;
 
 use offlow_flow::present;
 
-use crate::{Classify, FlowKey, IdHasher, IdMap, RfcRank, RfcSet, Rule, RuleId, TupleMerge};
+use offlow_sync::{IdHasher, IdMap};
+
+use crate::{Classify, FlowKey, RfcRank, RfcSet, Rule, RuleId, TupleMerge};
 
 /// How many equal-priority neighbours a revival looks past (dead ones) to
 /// find the live rule its id must be ordered against; past this the rule
@@ -67,7 +69,7 @@ pub struct RfcSnapshot {
     /// several share one; a match is confirmed against `rules`, so a
     /// collision only costs a rule that is not recognised). The id hasher:
     /// the controller chooses the rules, and a flood of colliding ones would
-    /// only slow its own updates (see [`crate::idmap`]).
+    /// only slow its own updates (see [`offlow_sync::idmap`]).
     by_content: IdMap<u64, u32>,
     /// Ranks of the compiled rules that do not require L3, ascending: the
     /// only ones a key without L3 can match.

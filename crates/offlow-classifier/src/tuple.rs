@@ -43,7 +43,7 @@
 //!   tombstones) and a load factor of at most 1/2.
 //!
 //! Thread-safety: a plain single-writer structure (`Send + Sync`; lookups
-//! take `&self` and never allocate). Use `crate::versioned` for concurrent
+//! take `&self` and never allocate). Use `offlow_sync::Versioned` for concurrent
 //! readers.
 
 use std::collections::{BTreeMap, HashMap};

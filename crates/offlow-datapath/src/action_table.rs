@@ -81,11 +81,12 @@
 
 use std::sync::Arc;
 
-use offlow_classifier::{IdMap, Rule};
+use offlow_classifier::Rule;
 use offlow_flow::FlowKey;
 use offlow_pipeline::{
     Action, FlowCounters, Outcome, PacketInOrigin, PathStep, Program, Resolution, RuleId,
 };
+use offlow_sync::IdMap;
 
 /// Filters an entry may carry; one more frees it (a hit then checks at most
 /// this many matches once per microflow). A default route collects one per
@@ -600,7 +601,7 @@ impl ActionTable {
             if let Some(e) = self.slots.get(c.action.slot() as usize) {
                 let first = std::ptr::from_ref(e).cast::<u8>();
                 for off in (0..size).step_by(64).chain([size - 1]) {
-                    offlow_classifier::prefetch(first.wrapping_add(off));
+                    offlow_sync::prefetch(first.wrapping_add(off));
                 }
             }
         }

@@ -60,8 +60,8 @@
 //! `Sync`: move it to its worker, never share it.
 
 use core::cell::Cell;
-use offlow_classifier::prefetch;
 use offlow_flow::{FlowKey, KEY_WORDS};
+use offlow_sync::prefetch;
 
 /// Ways per bucket: 8 signatures of 4 bytes plus 8 credits fill one line.
 pub const WAYS: usize = 8;

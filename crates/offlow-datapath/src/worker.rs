@@ -141,12 +141,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use offlow_classifier::{Apply, Built, CachePadded, ReadHandle, Rule, RuleId, Versioned};
+use offlow_classifier::{Built, Rule, RuleId};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, PacketInOrigin, PathStep,
     Pipeline, PipelineError, PipelineOp, RemovedFlow, Resolution, ShadowReport,
 };
+use offlow_sync::{Apply, CachePadded, ReadHandle, Versioned};
 
 use crate::action_table::{
     preserves_key, ActionEntry, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck,

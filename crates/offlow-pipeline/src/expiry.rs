@@ -75,7 +75,8 @@
 
 use std::sync::Arc;
 
-use offlow_classifier::{prefetch, IdTable};
+use offlow_classifier::IdTable;
+use offlow_sync::prefetch;
 
 use crate::entry::{FlowCounters, FlowEntry, FlowModFlags};
 use crate::pipeline::{FlowModEffect, Pipeline, PipelineOp};

@@ -54,10 +54,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use offlow_classifier::{
-    Apply, BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, PortRange, Priority,
-    RuleId,
+    BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, PortRange, Priority, RuleId,
 };
 use offlow_flow::{present, Field, FlowKey, Match};
+use offlow_sync::Apply;
 
 use crate::action::{Action, ActionSet, Instruction, Program};
 use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
@@ -731,7 +731,7 @@ impl EntryPool {
 }
 
 /// Lets a [`Pipeline`] be one copy of a left-right
-/// [`offlow_classifier::Versioned`] pair: ops are deterministic, so
+/// [`offlow_sync::Versioned`] pair: ops are deterministic, so
 /// replaying them on the second copy yields an identical pipeline.
 impl Apply<PipelineOp> for Pipeline {
     fn apply(&mut self, op: &PipelineOp) {

@@ -41,7 +41,7 @@ use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::{CachePadded, Classify, Rule, RuleId};
+use crate::CachePadded;
 
 /// A state that can replay a recorded operation. Applying the same sequence
 /// of operations to two equal states must give two equal states
@@ -92,38 +92,6 @@ const REPLAY_LOOKAHEAD: usize = 4;
 /// Distances (in ops) at which the replay calls [`Apply::prefetch_near`],
 /// farthest first: each stage reads what the previous one loaded.
 const REPLAY_NEAR: [usize; 2] = [2, 1];
-
-/// Update operations for any classifier.
-// Unboxed on purpose: ops sit in a Vec oplog (contiguous, reused), and a
-// box would cost an allocation per update on the writer.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone)]
-pub enum ClassifierOp {
-    /// Insert (or replace) a rule.
-    Insert(Rule),
-    /// Remove the rule with this id.
-    Remove(RuleId),
-}
-
-impl<C: Classify> Apply<ClassifierOp> for C {
-    fn apply(&mut self, op: &ClassifierOp) {
-        match op {
-            ClassifierOp::Insert(r) => self.insert(r.clone()),
-            ClassifierOp::Remove(id) => {
-                self.discard(*id);
-            }
-        }
-    }
-
-    fn apply_owned(&mut self, op: ClassifierOp) {
-        match op {
-            ClassifierOp::Insert(r) => self.insert(r),
-            ClassifierOp::Remove(id) => {
-                self.discard(id);
-            }
-        }
-    }
-}
 
 /// A copy and the version it holds. Aligned, and so padded, to 128 bytes
 /// (two lines: what the adjacent-line prefetcher moves together) so that no
