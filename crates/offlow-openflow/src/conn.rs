@@ -95,8 +95,7 @@ const CMD_DELETE: u16 = 2;
 /// pool has long recycled them).
 const ISSUED_BUFFERS_MAX: usize = 4096;
 
-/// `OFPR_INVALID_TTL`: a packet-in for a TTL that expired.
-const OFPR_INVALID_TTL: u8 = 2;
+use crate::message::packet_in_reason::INVALID_TTL as OFPR_INVALID_TTL;
 
 /// `OFPCML_NO_BUFFER`: as a `miss_send_len`, send whole frames unbuffered.
 const OFPCML_NO_BUFFER: u16 = 0xffff;
@@ -495,6 +494,12 @@ impl Connection {
     /// Close locally (e.g. the daemon shuts down). Idempotent.
     pub fn close(&mut self, why: &'static str) {
         self.close_with(CloseReason::Local(why));
+    }
+
+    /// The role this connection last asked for (EQUAL until a ROLE_REQUEST
+    /// changes it); [`Connection::role`] says whether it still holds.
+    pub fn requested_role(&self) -> ControllerRole {
+        self.role
     }
 
     /// The role this connection has now: its own request, demoted to slave

@@ -64,10 +64,11 @@ pub use error::{
     ERROR_DATA_LEN,
 };
 pub use message::{
-    decode, encode, encode_to_vec, frame_len, msg_type, AsyncConfig, Body, Bucket, ErrorMsg,
-    Experimenter, FixedStr, FlowMod, FlowRemoved, GroupMod, Header, Hello, HelloElement, Message,
-    PacketIn, PacketOut, PacketQueue, Port, PortMod, PortStatus, QueueGetConfigReply, Role,
-    SwitchConfig, SwitchFeatures, TableMod, HEADER_LEN, OFP_NO_BUFFER, OFP_VERSION,
+    decode, encode, encode_to_vec, frame_len, msg_type, packet_in_reason, port_reason, AsyncConfig,
+    Body, Bucket, ErrorMsg, Experimenter, FixedStr, FlowMod, FlowRemoved, GroupMod, Header, Hello,
+    HelloElement, Message, PacketIn, PacketOut, PacketQueue, Port, PortMod, PortStatus,
+    QueueGetConfigReply, Role, SwitchConfig, SwitchFeatures, TableMod, HEADER_LEN, OFP_NO_BUFFER,
+    OFP_VERSION,
 };
 pub use multipart::{
     Desc, FlowStats, FlowStatsRequest, MultipartReply, MultipartReplyBody, MultipartRequest,

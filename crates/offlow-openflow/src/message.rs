@@ -284,6 +284,26 @@ impl<const N: usize> Default for FixedStr<N> {
     }
 }
 
+/// `enum ofp_packet_in_reason` (§7.4.1): why a PACKET_IN was sent.
+pub mod packet_in_reason {
+    /// `OFPR_NO_MATCH`: sent by a table-miss flow entry.
+    pub const NO_MATCH: u8 = 0;
+    /// `OFPR_ACTION`: an output to CONTROLLER in a flow entry's actions.
+    pub const ACTION: u8 = 1;
+    /// `OFPR_INVALID_TTL`: the packet's TTL expired.
+    pub const INVALID_TTL: u8 = 2;
+}
+
+/// `enum ofp_port_reason` (§7.4.3): what a PORT_STATUS reports.
+pub mod port_reason {
+    /// `OFPPR_ADD`: a port was added.
+    pub const ADD: u8 = 0;
+    /// `OFPPR_DELETE`: a port was removed.
+    pub const DELETE: u8 = 1;
+    /// `OFPPR_MODIFY`: some attribute of a port changed.
+    pub const MODIFY: u8 = 2;
+}
+
 /// `struct ofp_port` (§7.2.1), 64 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct Port {

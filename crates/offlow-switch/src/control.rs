@@ -59,9 +59,11 @@
 //! through `Control`, the packet-in channel and their statistics slots.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -70,7 +72,10 @@ use offlow_datapath::WorkerConfig;
 use offlow_flow::{Field, Match};
 use offlow_io::netns::in_netns;
 use offlow_io::AfPacketTx;
-use offlow_openflow::{Body, ConnConfig, Connection, OxmMatch, PacketIn, PortStatus, Roles};
+use offlow_openflow::{
+    AsyncConfig, Body, ConnConfig, ConnId, Connection, ControllerRole, OxmMatch, PacketIn,
+    PortStatus, Roles,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{broadcast, mpsc, watch};
@@ -87,12 +92,10 @@ pub const EXPIRY_EVERY: Duration = Duration::from_millis(250);
 pub const LINK_POLL: Duration = Duration::from_secs(1);
 /// Asynchronous messages queued per connection before the oldest are lost.
 const EVENT_QUEUE: usize = 4096;
-/// `OFPR_NO_MATCH`, `OFPR_ACTION` (§7.4.1).
-const OFPR_NO_MATCH: u8 = 0;
-const OFPR_ACTION: u8 = 1;
-const OFPR_INVALID_TTL: u8 = 2;
-/// `OFPPR_MODIFY` (§7.4.3).
-const OFPPR_MODIFY: u8 = 2;
+use offlow_openflow::packet_in_reason::{
+    ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
+};
+use offlow_openflow::port_reason::MODIFY as OFPPR_MODIFY;
 
 /// First reconnection delay of an active connection.
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -121,8 +124,11 @@ struct Shared {
     active_controllers: usize,
     /// Connections of either kind negotiated now.
     negotiated: usize,
-    /// Shared with the workers: see `DataplaneConfig::ttl_wanted`.
-    ttl_wanted: Arc<std::sync::atomic::AtomicBool>,
+    /// Shared with the workers: see `DataplaneConfig::packet_in_wanted`.
+    packet_in_wanted: Arc<AtomicU32>,
+    /// Per negotiated connection: its async configuration and the role it
+    /// asked for (its packet-in mask follows from them and [`Roles`]).
+    conn_wants: HashMap<ConnId, (AsyncConfig, ControllerRole)>,
     fail_mode: FailMode,
     standalone: Standalone,
 }
@@ -173,7 +179,7 @@ fn install_flows(switch: &mut DatapathSwitch, flows: &[InitialFlow]) -> anyhow::
 fn start_ports(
     switch: &mut DatapathSwitch,
     cfg: &SwitchConfig,
-    ttl_wanted: Arc<std::sync::atomic::AtomicBool>,
+    packet_in_wanted: Arc<AtomicU32>,
 ) -> anyhow::Result<Option<mpsc::Receiver<PacketInFrame>>> {
     if cfg.ports.is_empty() {
         return Ok(None);
@@ -243,7 +249,7 @@ fn start_ports(
         workers,
         cores: &cfg.cores,
         packet_in: tx,
-        ttl_wanted,
+        packet_in_wanted,
         steering: cfg.steering.clone(),
     })?;
     switch.attach(ports, dp, cfg.netns.clone());
@@ -264,8 +270,8 @@ pub async fn run(
         install_flows(&mut switch, &cfg.flows)?;
         info!(flows = cfg.flows.len(), "flows installed");
     }
-    let ttl_wanted = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let packet_ins = start_ports(&mut switch, &cfg, ttl_wanted.clone())?;
+    let packet_in_wanted = Arc::new(AtomicU32::new(0));
+    let packet_ins = start_ports(&mut switch, &cfg, packet_in_wanted.clone())?;
     let (events, _) = broadcast::channel(EVENT_QUEUE);
     let shared: SharedRc = Rc::new(RefCell::new(Shared {
         switch,
@@ -275,7 +281,8 @@ pub async fn run(
         events,
         active_controllers: 0,
         negotiated: 0,
-        ttl_wanted,
+        packet_in_wanted,
+        conn_wants: HashMap::new(),
         fail_mode: cfg.fail_mode,
         standalone: Standalone::default(),
     }));
@@ -288,6 +295,7 @@ pub async fn run(
             } = &mut *s;
             standalone.engage(switch, now);
         }
+        update_packet_in_wanted(&s);
     }
     // Bind every listener before anything else so a bad address fails the
     // start, not some later moment.
@@ -620,7 +628,9 @@ async fn serve(
             if active {
                 controller_arrived(&shared);
             }
-            update_ttl_wanted(&shared.borrow());
+        }
+        if announced {
+            note_wants(&shared, &conn);
         }
         if let Some(r) = conn.close_reason() {
             break format!("{r:?}");
@@ -669,7 +679,9 @@ async fn serve(
         if active {
             controller_left(&shared);
         }
-        update_ttl_wanted(&shared.borrow());
+        let mut s = shared.borrow_mut();
+        s.conn_wants.remove(&conn.id());
+        update_packet_in_wanted(&s);
     }
     let _ = wr.shutdown().await;
     let stats = conn.stats();
@@ -689,12 +701,41 @@ async fn serve(
     );
 }
 
-/// Invalid-TTL packet-ins are worth copying only when a connection may
-/// take them (standalone mode has no use for them).
-fn update_ttl_wanted(s: &Shared) {
-    let wanted = s.negotiated > 0 && !s.standalone.is_engaged();
-    s.ttl_wanted
-        .store(wanted, std::sync::atomic::Ordering::Relaxed);
+/// Record what a negotiated connection's packet-in mask depends on (its
+/// async configuration and requested role may have changed with the
+/// messages just handled); recompute the switch-wide wants if it did.
+fn note_wants(shared: &SharedRc, conn: &Connection) {
+    let mut s = shared.borrow_mut();
+    let now = (conn.async_config(), conn.requested_role());
+    if s.conn_wants.get(&conn.id()) != Some(&now) {
+        s.conn_wants.insert(conn.id(), now);
+        update_packet_in_wanted(&s);
+    }
+}
+
+/// The packet-in reasons worth copying out of the workers: in standalone
+/// mode, what learning takes (no-match and action, not invalid TTL);
+/// otherwise the union of every negotiated connection's packet-in mask for
+/// its role now (§7.3.10: a master or equal uses the first mask, a slave
+/// the second; a master another connection replaced is a slave).
+fn update_packet_in_wanted(s: &Shared) {
+    use offlow_openflow::packet_in_reason::{ACTION, NO_MATCH};
+    let bits = if s.standalone.is_engaged() {
+        1 << NO_MATCH | 1 << ACTION
+    } else {
+        s.conn_wants
+            .iter()
+            .map(|(&id, (config, role))| {
+                let slave = match role {
+                    ControllerRole::Slave => true,
+                    ControllerRole::Master => s.roles.master() != Some(id),
+                    ControllerRole::Equal => false,
+                };
+                config.packet_in_mask[usize::from(slave)]
+            })
+            .fold(0, |a, m| a | m)
+    };
+    s.packet_in_wanted.store(bits, Ordering::Relaxed);
 }
 
 /// An active controller negotiated: standalone flows make way.
@@ -706,6 +747,7 @@ fn controller_arrived(shared: &SharedRc) {
         switch, standalone, ..
     } = &mut *s;
     standalone.disengage(switch, now);
+    update_packet_in_wanted(&s);
 }
 
 /// An active controller left: with none left, standalone mode takes over.
@@ -718,6 +760,7 @@ fn controller_left(shared: &SharedRc) {
             switch, standalone, ..
         } = &mut *s;
         standalone.engage(switch, now);
+        update_packet_in_wanted(&s);
     }
 }
 
@@ -742,6 +785,7 @@ async fn packet_in_loop(
             switch,
             standalone,
             events,
+            packet_in_wanted,
             ..
         } = &mut *s;
         if standalone.is_engaged() {
@@ -773,6 +817,11 @@ async fn packet_in_loop(
         } else {
             OFPR_ACTION
         };
+        if packet_in_wanted.load(Ordering::Relaxed) & (1 << reason) == 0 {
+            // Queued before the last connection that wanted it went (or
+            // changed its mask): nobody to copy or buffer it for.
+            continue;
+        }
         let mut m = Match::ANY;
         m.set_exact(Field::InPort, u128::from(frame.in_port));
         // Frames are at most a few KiB (the workers' buffers).

@@ -91,6 +91,9 @@ use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 use offlow_pipeline::PacketInOrigin;
 
+use offlow_openflow::packet_in_reason::{
+    ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
+};
 use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
 use crate::config::PortKind;
@@ -253,6 +256,12 @@ struct Generations {
     /// none; generations start at 1). Written by workers, read by the
     /// control side to ask again ([`Dataplane::retry_failed_reopen`]).
     failed: Box<[AtomicU64]>,
+    /// Per port: the workers (bit `1 << index`, the first 64) whose last
+    /// open of it failed. A retry ([`Generations::retry`]) re-opens only
+    /// theirs; the others keep their working sockets.
+    failed_workers: Box<[AtomicU64]>,
+    /// Per port: retries asked for (each moves the epoch too).
+    retries: Box<[AtomicU64]>,
     /// Per port: its OpenFlow configuration bits (`OFPPC_*`, from
     /// PORT_MOD); a change also moves the epoch.
     config: Box<[AtomicU32]>,
@@ -269,6 +278,8 @@ impl Generations {
             epoch: AtomicU64::new(0),
             ports: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
             failed: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
+            failed_workers: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
+            retries: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
             config: (0..n_ports).map(|_| AtomicU32::new(0)).collect(),
             xdp: (0..n_ports).map(|_| Mutex::new(None)).collect(),
         }
@@ -285,15 +296,31 @@ impl Generations {
     }
 
     /// Some worker failed to re-open port `index` at its latest
-    /// generation (a newer bump is not known to have failed yet).
+    /// generation (a newer bump is not known to have failed yet) and has
+    /// not opened it since.
     fn latest_failed(&self, index: usize) -> bool {
-        match (self.ports.get(index), self.failed.get(index)) {
-            (Some(g), Some(f)) => {
+        match (
+            self.ports.get(index),
+            self.failed.get(index),
+            self.failed_workers.get(index),
+        ) {
+            (Some(g), Some(f), Some(w)) => {
                 let failed = f.load(Ordering::Acquire);
-                failed != 0 && failed == g.load(Ordering::Acquire)
+                failed != 0 && failed == g.load(Ordering::Acquire) && w.load(Ordering::Acquire) != 0
             }
             _ => false,
         }
+    }
+
+    /// Ask the workers whose last open of port `index` failed to try
+    /// again, at the same generation; false if there is no such port.
+    fn retry(&self, index: usize) -> bool {
+        let Some(r) = self.retries.get(index) else {
+            return false;
+        };
+        r.fetch_add(1, Ordering::Release);
+        self.epoch.fetch_add(1, Ordering::Release);
+        true
     }
 
     /// Ask every worker to re-open port `index`; false if there is none.
@@ -479,13 +506,16 @@ pub struct DataplaneStats {
     /// Outputs to a port number this switch does not have (or LOCAL).
     pub drop_unknown_port: u64,
     /// Frames received on a port configured `no_recv` or `port_down`
-    /// (dropped; also in the port's `rx_dropped`).
+    /// (dropped; in the port's `rx_dropped`, not its `rx_packets`).
     pub drop_no_recv: u64,
     /// Outputs to a port configured `no_fwd` or `port_down` (dropped;
     /// also in the port's `tx_dropped`).
     pub drop_no_fwd: u64,
     /// Packet-ins dropped because the control thread was behind.
     pub packet_in_dropped: u64,
+    /// Frames sent to CONTROLLER for a reason no connection (nor standalone
+    /// learning) wanted: counted, not copied.
+    pub drop_packet_in_unwanted: u64,
     /// Packet-ins queued.
     pub packet_ins: u64,
     /// Frames this worker handed to another worker's inbox.
@@ -523,6 +553,7 @@ impl DataplaneStats {
         self.drop_no_recv += o.drop_no_recv;
         self.drop_no_fwd += o.drop_no_fwd;
         self.packet_in_dropped += o.packet_in_dropped;
+        self.drop_packet_in_unwanted += o.drop_packet_in_unwanted;
         self.packet_ins += o.packet_ins;
         self.steered_out += o.steered_out;
         self.steered_in += o.steered_in;
@@ -588,10 +619,12 @@ pub struct DataplaneConfig<'a> {
     pub cores: &'a [usize],
     /// Where packet-ins go.
     pub packet_in: mpsc::Sender<PacketInFrame>,
-    /// Whether anyone may want OFPR_INVALID_TTL packet-ins (a controller
-    /// is connected and standalone mode is off): without, an expired TTL
-    /// is only counted, not copied into the packet-in queue.
-    pub ttl_wanted: Arc<AtomicBool>,
+    /// The packet-in reasons anyone may want now, bit `1 << reason`
+    /// (`OFPR_NO_MATCH`, `OFPR_ACTION`, `OFPR_INVALID_TTL`): the union of
+    /// the connections' async masks for their roles, or what standalone
+    /// learning takes. A frame sent to CONTROLLER for a reason nobody wants
+    /// is counted (`drop_packet_in_unwanted`), never copied.
+    pub packet_in_wanted: Arc<AtomicU32>,
     /// The configured steering table (`[[steer]]`), given to every worker.
     pub steering: SteeringTable,
 }
@@ -678,8 +711,9 @@ impl Dataplane {
                     no_fwd_drops: vec![0; infos.len()],
                     no_packet_in: vec![false; infos.len()],
                     packet_in: cfg.packet_in.clone(),
-                    ttl_wanted: cfg.ttl_wanted.clone(),
+                    packet_in_wanted: cfg.packet_in_wanted.clone(),
                     drop_unknown_port: 0,
+                    drop_packet_in_unwanted: 0,
                     packet_in_dropped: 0,
                     packet_ins: 0,
                     in_port: 0,
@@ -707,11 +741,13 @@ impl Dataplane {
                 gens: gens.clone(),
                 seen_epoch: 0,
                 seen: vec![0; n_ports],
+                seen_retries: vec![0; n_ports],
                 port_base: vec![PortStats::default(); n_ports],
                 dead: vec![false; n_ports],
                 reopen_warned: vec![false; n_ports],
                 no_recv: vec![false; n_ports],
                 no_recv_drops: vec![0; n_ports],
+                no_recv_bytes: vec![0; n_ports],
                 reopened: 0,
                 reopen_failed: 0,
             };
@@ -787,12 +823,13 @@ impl Dataplane {
 
     /// If some worker failed to re-open port `number` at its latest
     /// request (e.g. AF_XDP refused to bind, or the interface vanished in
-    /// between), ask again; whether it did. The control side calls this
+    /// between), ask the workers that failed, and only them, again; whether
+    /// it did. The control side calls this
     /// once per link poll while the interface is there, so a failing port
     /// is retried about once a second, never in a loop.
     pub fn retry_failed_reopen(&self, number: u32) -> bool {
         match self.ports.iter().position(|p| p.number == number) {
-            Some(i) if self.gens.latest_failed(i) => self.gens.bump(i),
+            Some(i) if self.gens.latest_failed(i) => self.gens.retry(i),
             _ => false,
         }
     }
@@ -874,8 +911,9 @@ struct PortSink {
     /// packet-in).
     no_packet_in: Vec<bool>,
     packet_in: mpsc::Sender<PacketInFrame>,
-    ttl_wanted: Arc<AtomicBool>,
+    packet_in_wanted: Arc<AtomicU32>,
     drop_unknown_port: u64,
+    drop_packet_in_unwanted: u64,
     packet_in_dropped: u64,
     packet_ins: u64,
     /// Port the current batch came from.
@@ -916,6 +954,16 @@ impl PortSink {
             rest &= rest - 1; // clear the lowest set bit
         }
         Some(rest.trailing_zeros() as usize)
+    }
+
+    /// Whether some connection (or standalone learning) may take a
+    /// packet-in of `reason`; counts the ones nobody wants.
+    fn packet_in_wanted(&mut self, reason: u8) -> bool {
+        let wanted = self.packet_in_wanted.load(Ordering::Relaxed) & (1 << reason) != 0;
+        if !wanted {
+            self.drop_packet_in_unwanted += 1;
+        }
+        wanted
     }
 
     /// Queue a packet-in for the control thread; a full queue drops it
@@ -959,6 +1007,14 @@ impl OutputSink for PortSink {
                 }
             }
         }
+        let reason = if origin.table_miss {
+            OFPR_NO_MATCH
+        } else {
+            OFPR_ACTION
+        };
+        if !self.packet_in_wanted(reason) {
+            return;
+        }
         self.queue_packet_in(PacketInFrame {
             in_port: self.in_port,
             data: frame.to_vec(),
@@ -969,7 +1025,7 @@ impl OutputSink for PortSink {
     }
 
     fn ttl_expired(&mut self, frame: &[u8], in_port: u32, origin: PacketInOrigin) {
-        if !self.ttl_wanted.load(Ordering::Relaxed) {
+        if !self.packet_in_wanted(OFPR_INVALID_TTL) {
             return;
         }
         // Whole: no output action gave a length; each connection cuts it
@@ -1036,9 +1092,10 @@ struct WorkerThread {
     /// The fanout base id (several workers).
     fanout_base: Option<u16>,
     gens: Arc<Generations>,
-    /// The epoch and port generations last acted on.
+    /// The epoch, port generations and retries last acted on.
     seen_epoch: u64,
     seen: Vec<u64>,
+    seen_retries: Vec<u64>,
     /// Counters of the sockets closed so far (published as base + live).
     port_base: Vec<PortStats>,
     /// Ports that reported an error: left out of the poll set.
@@ -1051,8 +1108,10 @@ struct WorkerThread {
     /// Per port: configured `no_recv` or `port_down` (frames read and
     /// dropped, so the socket does not fill up).
     no_recv: Vec<bool>,
-    /// Per port: frames dropped so (published in its `rx_dropped`).
+    /// Per port: frames dropped so (published in its `rx_dropped`, and
+    /// taken out of its `rx_packets`), and their bytes (out of `rx_bytes`).
     no_recv_drops: Vec<u64>,
+    no_recv_bytes: Vec<u64>,
 }
 
 impl WorkerThread {
@@ -1084,8 +1143,7 @@ impl WorkerThread {
                     self.dead[i] = false;
                     pollfds = self.poll_set();
                 }
-                if self.no_recv[i] {
-                    self.no_recv_drops[i] += n as u64;
+                if self.drop_if_no_recv(i, &bufs[..n]) {
                     continue;
                 }
                 let in_port = self.sink.infos[i].port;
@@ -1221,14 +1279,20 @@ impl WorkerThread {
     /// socket is closed first (an AF_XDP program or fanout membership of a
     /// gone interface is released), then a fresh one is opened. A failure
     /// is reported and counted once and leaves a placeholder; the next
-    /// generation bump tries again.
+    /// generation bump tries again, and so does a retry while this
+    /// worker's open is the one that failed (a retry leaves the workers
+    /// whose sockets work alone).
     fn reopen_ports(&mut self) {
         // The epoch first: a port bump made before it is visible below.
         self.seen_epoch = self.gens.epoch.load(Ordering::Acquire);
         let n_ports = self.data_ports.len();
+        let my_bit = 1u64 << (self.sink.me % 64);
         for i in 0..self.ports.len().min(n_ports) {
             let generation = self.gens.ports[i].load(Ordering::Acquire);
-            if generation == self.seen[i] {
+            let retries = self.gens.retries[i].load(Ordering::Acquire);
+            let retry = std::mem::replace(&mut self.seen_retries[i], retries) != retries
+                && self.gens.failed_workers[i].load(Ordering::Acquire) & my_bit != 0;
+            if generation == self.seen[i] && !retry {
                 continue;
             }
             self.seen[i] = generation;
@@ -1251,6 +1315,7 @@ impl WorkerThread {
             }) {
                 Ok(port) => {
                     self.ports[i] = port;
+                    self.gens.failed_workers[i].fetch_and(!my_bit, Ordering::AcqRel);
                     self.reopened += 1;
                     self.reopen_warned[i] = false;
                     info!(worker = self.sink.me, port = dp.number, ifname = %dp.ifname,
@@ -1263,6 +1328,7 @@ impl WorkerThread {
                     // generation must not hide a newer failure (the control
                     // side retries only when the latest generation failed).
                     self.gens.failed[i].fetch_max(generation, Ordering::AcqRel);
+                    self.gens.failed_workers[i].fetch_or(my_bit, Ordering::AcqRel);
                     if !std::mem::replace(&mut self.reopen_warned[i], true) {
                         warn!(worker = self.sink.me, port = dp.number, ifname = %dp.ifname,
                             generation, error = format!("{e:#}"),
@@ -1458,6 +1524,17 @@ impl WorkerThread {
         n
     }
 
+    /// Drop the batch `frames` just received on port `i` if the port is
+    /// configured `no_recv` (or `port_down`): counted, not processed.
+    fn drop_if_no_recv(&mut self, i: usize, frames: &[PacketBuf]) -> bool {
+        if !self.no_recv.get(i).copied().unwrap_or(false) {
+            return false;
+        }
+        self.no_recv_drops[i] += frames.len() as u64;
+        self.no_recv_bytes[i] += frames.iter().map(|f| f.frame().len() as u64).sum::<u64>();
+        true
+    }
+
     fn publish(&mut self) {
         let mut s = lock(&self.slot);
         s.worker = self.worker.stats();
@@ -1465,7 +1542,16 @@ impl WorkerThread {
             // Earlier sockets' counts plus this one's: never backwards.
             let mut total = self.port_base.get(i).copied().unwrap_or_default();
             total.add(&p.stats());
-            total.rx_dropped += self.no_recv_drops.get(i).copied().unwrap_or(0);
+            // §7.2.1 `OFPPC_NO_RECV`: the switch drops what the port
+            // receives. The socket counted those frames as received; they
+            // are reported as dropped by RX instead, not as both.
+            let (dropped, dropped_bytes) = (
+                self.no_recv_drops.get(i).copied().unwrap_or(0),
+                self.no_recv_bytes.get(i).copied().unwrap_or(0),
+            );
+            total.rx_packets = total.rx_packets.saturating_sub(dropped);
+            total.rx_bytes = total.rx_bytes.saturating_sub(dropped_bytes);
+            total.rx_dropped += dropped;
             total.tx_dropped += self.sink.no_fwd_drops.get(i).copied().unwrap_or(0);
             *d = total;
         }
@@ -1479,6 +1565,7 @@ impl WorkerThread {
         s.drop_no_recv = self.no_recv_drops.iter().sum();
         s.drop_no_fwd = self.sink.no_fwd_drops.iter().sum();
         s.packet_in_dropped = self.sink.packet_in_dropped;
+        s.drop_packet_in_unwanted = self.sink.drop_packet_in_unwanted;
         s.packet_ins = self.sink.packet_ins;
         s.steered_out = self.steered_out;
         s.steered_in = self.steered_in;
@@ -1499,7 +1586,8 @@ mod tests {
             no_fwd_drops: Vec::new(),
             no_packet_in: Vec::new(),
             packet_in: tx,
-            ttl_wanted: Arc::new(AtomicBool::new(false)),
+            packet_in_wanted: Arc::new(AtomicU32::new(0)),
+            drop_packet_in_unwanted: 0,
             drop_unknown_port: 0,
             packet_in_dropped: 0,
             packet_ins: 0,
@@ -1543,6 +1631,7 @@ mod tests {
             gens: Arc::new(Generations::new(n)),
             seen_epoch: 0,
             seen: vec![0; n],
+            seen_retries: vec![0; n],
             port_base: vec![PortStats::default(); n],
             dead: vec![false; n],
             reopen_warned: vec![false; n],
@@ -1550,6 +1639,7 @@ mod tests {
             reopen_failed: 0,
             no_recv: vec![false; n],
             no_recv_drops: vec![0; n],
+            no_recv_bytes: vec![0; n],
         }
     }
 
@@ -1610,6 +1700,101 @@ mod tests {
         t.apply_port_config();
         assert_eq!(t.no_recv, vec![true, true]);
         assert_eq!(t.sink.no_fwd, vec![false, true]);
+    }
+
+    /// Frames a `no_recv` port receives count as dropped by RX, not as
+    /// received as well; frames before the change stay received.
+    #[test]
+    fn no_recv_drops_are_rx_dropped_not_rx_packets() {
+        let (mem, peer) = offlow_io::MemPort::pair("mem", 8);
+        let data = vec![DataPort {
+            ifname: "mem".into(),
+            number: 1,
+            kind: PortKind::AfPacket,
+            missing: false,
+        }];
+        let mut t = worker_thread(vec![Box::new(mem)], data);
+        let mut bufs: Vec<PacketBuf> = (0..4)
+            .map(|_| PacketBuf::new(DEFAULT_HEADROOM, MAX_FRAME))
+            .collect();
+        peer.inject(&[0xab; 60], RxMeta::default());
+        let n = t.receive(0, &mut bufs);
+        assert!(!t.drop_if_no_recv(0, &bufs[..n]), "not configured yet");
+        assert!(t.gens.set_config(0, OFPPC_NO_RECV));
+        t.reopen_ports();
+        t.apply_port_config();
+        for _ in 0..3 {
+            peer.inject(&[0xcd; 100], RxMeta::default());
+        }
+        let n = t.receive(0, &mut bufs);
+        assert_eq!(n, 3);
+        assert!(t.drop_if_no_recv(0, &bufs[..n]));
+        t.publish();
+        let s = published(&t);
+        let p = s.ports[0];
+        assert_eq!((p.rx_packets, p.rx_bytes, p.rx_dropped), (1, 60, 3));
+        assert_eq!(s.drop_no_recv, 3);
+    }
+
+    /// A retry re-opens a port only on the workers whose open failed: a
+    /// worker with a working socket keeps it (its counters and fanout
+    /// membership) instead of re-opening every link poll.
+    #[test]
+    fn retry_reopens_only_the_worker_that_failed() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("NOTICE: skipping: opening an AF_PACKET socket needs root");
+            return;
+        }
+        let port = |ifname: &str| DataPort {
+            ifname: ifname.into(),
+            number: 1,
+            kind: PortKind::AfPacket,
+            missing: true,
+        };
+        let absent = |name: &str| vec![Box::new(AbsentPort::new(name)) as Box<dyn Port>];
+        // Worker 0's interface exists (loopback), worker 1's does not: the
+        // same port as two workers would see it if one open failed.
+        let gone = format!("oflgone{}", std::process::id() % 10_000);
+        let mut ok = worker_thread(absent("lo"), vec![port("lo")]);
+        let mut failing = worker_thread(absent(&gone), vec![port(&gone)]);
+        failing.gens = ok.gens.clone();
+        failing.sink.me = 1;
+        ok.gens.bump(0);
+        for t in [&mut ok, &mut failing] {
+            assert!(t.reopen_requested());
+            t.reopen_ports();
+        }
+        assert_eq!((ok.reopened, ok.reopen_failed), (1, 0));
+        assert_eq!((failing.reopened, failing.reopen_failed), (0, 1));
+        assert!(ok.gens.latest_failed(0));
+
+        assert!(ok.gens.retry(0));
+        for t in [&mut ok, &mut failing] {
+            assert!(t.reopen_requested(), "a retry moves the epoch");
+            t.reopen_ports();
+        }
+        assert_eq!(
+            (ok.reopened, ok.reopen_failed),
+            (1, 0),
+            "the working socket is left alone"
+        );
+        assert_eq!(
+            (failing.reopened, failing.reopen_failed),
+            (0, 2),
+            "tried again"
+        );
+        assert!(
+            ok.gens.latest_failed(0),
+            "still failing: the next poll retries"
+        );
+
+        // A bump (the interface re-created) re-opens everywhere.
+        ok.gens.bump(0);
+        for t in [&mut ok, &mut failing] {
+            t.reopen_ports();
+        }
+        assert_eq!((ok.reopened, failing.reopen_failed), (2, 3));
     }
 
     fn published(t: &WorkerThread) -> DataplaneStats {
