@@ -24,6 +24,8 @@ pub mod dpdk_fib;
 pub mod fib;
 pub mod forward;
 pub mod report;
+pub mod topo;
+pub mod traffic;
 pub mod update;
 pub mod workload;
 
