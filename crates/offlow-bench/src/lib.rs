@@ -17,6 +17,7 @@
 
 pub mod classbench;
 pub mod classify;
+pub mod control;
 pub mod cores;
 pub mod datapath;
 pub mod dpdk;
