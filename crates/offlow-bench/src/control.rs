@@ -39,8 +39,9 @@
 //!   skipped, not queued, so a stall shows as one long sample.
 //!
 //! # Report
-//! Per switch: the stream's duration and flow-mods/s, barriers, errors;
-//! for ECHO and FLOW_STATS separately, idle and during the stream: count,
+//! Per switch: the stream's duration and flow-mods/s, barriers, errors,
+//! and each group's time (written → its barrier's reply: a stall inside
+//! the switch shows there as well as in the probe's times); for ECHO and FLOW_STATS separately, idle and during the stream: count,
 //! p50, p90, p99, max in ms ([`percentile`]: nearest rank). `--json` prints
 //! one object (`experiment: "control"`, one row per switch) as the last
 //! line.
@@ -305,6 +306,9 @@ pub struct Row {
     pub stream_seconds: f64,
     /// `flow_mods / stream_seconds`.
     pub flow_mods_per_s: f64,
+    /// Per group of the stream: its flow-mods written → its barrier's
+    /// reply (where a stalled commit shows).
+    pub group: Latency,
     /// Entries in the last FLOW_STATS reply (2 with the port flows).
     pub flow_stats_entries: Option<usize>,
     /// Probe reply times before the stream.
@@ -522,6 +526,8 @@ fn encode_stream(n: usize, every: usize, table: u8) -> anyhow::Result<Stream> {
 #[derive(Debug, Default)]
 struct StreamOutcome {
     seconds: f64,
+    /// Per group: its first byte written → its barrier's reply, ms.
+    group_ms: Vec<f64>,
     barriers: usize,
     errors: usize,
     first_error: Option<String>,
@@ -534,6 +540,7 @@ fn run_stream(c: &mut Client, s: &Stream, out: &mut StreamOutcome) -> anyhow::Re
         if interrupted() {
             bail!("interrupted");
         }
+        let t = Instant::now();
         c.send(&s.bytes[a..b])?;
         loop {
             let m = c.next()?;
@@ -547,6 +554,7 @@ fn run_stream(c: &mut Client, s: &Stream, out: &mut StreamOutcome) -> anyhow::Re
             }
         }
         out.barriers += 1;
+        out.group_ms.push(t.elapsed().as_secs_f64() * 1e3);
     }
     out.seconds = t0.elapsed().as_secs_f64();
     Ok(())
@@ -747,6 +755,7 @@ fn measure(
     } else {
         0.0
     };
+    row.group = Latency::from_samples(stream.groups.len(), out.group_ms);
     row.echo_requests_from_switch = streamer.echoes_answered + log.echoes_answered;
     row.flow_stats_entries = log.last_entries;
     let [echo_idle, echo_stream] = log.echo_ms;
@@ -882,11 +891,21 @@ fn ms(v: Option<f64>) -> String {
 pub fn main(args: &ControlArgs) -> anyhow::Result<()> {
     catch_interrupt();
     let r = run(args)?;
+    let stream_table = if r.stream_table == PORT_TABLE {
+        "the port flows' table, below their priority: packets are looked up among them"
+    } else {
+        "no packet reaches it"
+    };
+    let probe_table = if r.probe_table == PORT_TABLE {
+        "the two port flows on a started switch"
+    } else {
+        "a table nothing is added to"
+    };
     println!(
         "control: stream of {} ADD flow-mods (ip,nw_dst=<distinct /32>) into table {} \
-         (no packet reaches it), a barrier every {} awaited before the next group; \
+         ({stream_table}), a barrier every {} awaited before the next group; \
          probe every {} ms on a second connection: ECHO, then FLOW_STATS of table {} \
-         (the two port flows), {} s idle before the stream",
+         ({probe_table}), {} s idle before the stream",
         r.flow_mods, r.stream_table, r.barrier_every, r.probe_ms, r.probe_table, r.idle_seconds
     );
     let mut t = Table::new([
@@ -923,6 +942,7 @@ pub fn main(args: &ControlArgs) -> anyhow::Result<()> {
         };
         println!(
             "{}: stream {} flow-mods in {} s = {:.0} flow-mods/s, barriers {}/{}, errors {}{}; \
+             group of {} + barrier reply p50 {} p99 {} max {} ms; \
              {traffic}; echo p99 during the stream {} ms: goal (< {GOAL_ECHO_P99_MS} ms) {}",
             row.switch,
             row.flow_mods,
@@ -935,6 +955,10 @@ pub fn main(args: &ControlArgs) -> anyhow::Result<()> {
                 .as_ref()
                 .map(|e| format!(" (first: {e})"))
                 .unwrap_or_default(),
+            r.barrier_every,
+            ms(row.group.p50_ms),
+            ms(row.group.p99_ms),
+            ms(row.group.max_ms),
             ms(row.stream.echo.p99_ms),
             match row.echo_goal_met() {
                 Some(true) => "met",
