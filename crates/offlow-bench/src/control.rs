@@ -104,6 +104,8 @@ pub const TRAFFIC_FLOWS: usize = 4;
 pub const TRAFFIC_FRAME_SIZE: usize = 64;
 /// The goal: echo p99 during the stream, ms.
 pub const GOAL_ECHO_P99_MS: f64 = 2.0;
+/// Slowest groups listed per row.
+pub const SLOWEST_GROUPS: usize = 5;
 /// Barrier xids are `BARRIER_XID_BASE + group` (flow-mods use `1 + i`).
 const BARRIER_XID_BASE: u32 = 0x8000_0000;
 
@@ -309,6 +311,10 @@ pub struct Row {
     /// Per group of the stream: its flow-mods written → its barrier's
     /// reply (where a stalled commit shows).
     pub group: Latency,
+    /// The [`SLOWEST_GROUPS`] slowest groups, slowest first: (flow-mods
+    /// the stream had added before the group, its time in ms). Shows
+    /// whether stalls come with the table's size.
+    pub slowest_groups: Vec<(usize, f64)>,
     /// Entries in the last FLOW_STATS reply (2 with the port flows).
     pub flow_stats_entries: Option<usize>,
     /// Probe reply times before the stream.
@@ -755,6 +761,15 @@ fn measure(
     } else {
         0.0
     };
+    let mut by_time: Vec<(usize, f64)> = out
+        .group_ms
+        .iter()
+        .enumerate()
+        .map(|(g, &t)| (g * args.barrier_every, t))
+        .collect();
+    by_time.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by_time.truncate(SLOWEST_GROUPS);
+    row.slowest_groups = by_time;
     row.group = Latency::from_samples(stream.groups.len(), out.group_ms);
     row.echo_requests_from_switch = streamer.echoes_answered + log.echoes_answered;
     row.flow_stats_entries = log.last_entries;
@@ -966,6 +981,18 @@ pub fn main(args: &ControlArgs) -> anyhow::Result<()> {
                 None => "not measured",
             }
         );
+        if !row.slowest_groups.is_empty() {
+            let list: Vec<String> = row
+                .slowest_groups
+                .iter()
+                .map(|(at, t)| format!("{} ms after {at}", fmt_f(*t, 1)))
+                .collect();
+            println!(
+                "{}: slowest groups (flow-mods added before it): {}",
+                row.switch,
+                list.join(", ")
+            );
+        }
         if let Some(e) = &row.error {
             println!("{}: error: {e}", row.switch);
         }
