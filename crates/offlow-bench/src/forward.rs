@@ -31,7 +31,7 @@
 //!
 //! # Traffic
 //! `--flows` UDP flows 10.0.0.1:(10000+i) → 10.0.0.2:9 (valid IPv4 and UDP
-//! checksums), frames built once ([`workload::build_frame`]) and sent round
+//! checksums), frames built once ([`crate::workload::build_frame`]) and sent round
 //! robin. `--frame-size` counts the 4-byte FCS, as RFC 2544 does: the
 //! default 64 is a 60-byte frame handed to the kernel. The destination MAC
 //! (02:00:00:00:00:02) is deliberately nobody's: the switches forward it to
@@ -42,7 +42,7 @@
 //! sees the frame before that check.
 //!
 //! The generator (one thread, busy) sends batches with `sendmmsg` on an
-//! [`AfPacketPort`] with the qdisc bypassed; the receiver (one thread,
+//! [`offlow_io::AfPacketPort`] with the qdisc bypassed; the receiver (one thread,
 //! sleeping in `poll` between TPACKET_V3 blocks) counts the frames that are
 //! UDP to port 9. A row waits for the first frame to arrive (up to
 //! [`FIRST_FRAME_WAIT`]), runs `--warmup` seconds, then counts over
@@ -60,6 +60,9 @@
 //! does on the sender's own core, slow the sender), `generator` otherwise.
 //! The receiver's ring drops are printed too (all zero: it kept up).
 //!
+//! The namespaces, the switch process and the traffic threads come from
+//! [`crate::topo`] and [`crate::traffic`] (shared with `bench control`).
+//!
 //! Interrupts: SIGINT/SIGTERM end the current row early and stop the run,
 //! so the guards still remove everything.
 //!
@@ -72,40 +75,26 @@
 //! atomics (stop flag, counters) with the measuring thread.
 
 use std::io::Write as _;
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use offlow_io::netns::{self, add_veth_pair, in_netns, VethEnd};
-use offlow_io::{AfPacketConfig, AfPacketPort, Port};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::classbench::Header;
 use crate::report::{fmt_f, print_json_line, Table};
-use crate::workload::{self, FCS_LEN};
+use crate::topo::{
+    self, catch_interrupt, interrupted, ip, run_cmd, sleep_unless_interrupted, unique_tag,
+    ChildGuard, Topo,
+};
+use crate::traffic::{Snapshot, Traffic};
+use crate::workload::FCS_LEN;
 
-/// UDP destination port of the experiment's frames (discard).
-pub const DST_PORT: u16 = 9;
-/// First UDP source port; flow `i` uses `FIRST_SRC_PORT + i`.
-pub const FIRST_SRC_PORT: u16 = 10_000;
-/// Source and destination IPv4 addresses of the frames.
-pub const SRC_IP: u32 = 0x0a00_0001;
-/// See [`SRC_IP`].
-pub const DST_IP: u32 = 0x0a00_0002;
-/// How long a row waits for its first frame before counting anyway.
-pub const FIRST_FRAME_WAIT: Duration = Duration::from_secs(5);
-/// Frames per `sendmmsg` of the generator.
-const TX_BATCH: usize = 64;
-/// Frames the receiver takes per `recv` call.
-const RX_BATCH: usize = 1024;
-/// The generator publishes its counter every this many batches (reading it
-/// costs a system call).
-const TX_PUBLISH_EVERY: u32 = 8;
+pub use crate::traffic::{
+    build_frames, is_experiment_frame, DST_IP, DST_PORT, FIRST_FRAME_WAIT, FIRST_SRC_PORT, SRC_IP,
+};
 
 /// Kinds of row, for `--rows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -317,38 +306,6 @@ fn best<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<f64> {
     rows.map(|r| r.rx_mpps).reduce(f64::max)
 }
 
-// ----------------------------------------------------------------- frames --
-
-/// The experiment's frames: `flows` UDP flows, `frame_size` bytes with FCS.
-pub fn build_frames(flows: usize, frame_size: usize) -> Vec<Vec<u8>> {
-    (0..flows)
-        .map(|i| {
-            let h = Header {
-                src: SRC_IP,
-                dst: DST_IP,
-                // Flow counts are capped (see `check_args`) below 55,536, so
-                // the port stays in range.
-                src_port: FIRST_SRC_PORT.wrapping_add(i as u16),
-                dst_port: DST_PORT,
-                proto: 17,
-            };
-            let mut f = Vec::new();
-            workload::build_frame(&h, frame_size - FCS_LEN, &mut f);
-            f
-        })
-        .collect()
-}
-
-/// Whether a received frame is one of the experiment's: untagged IPv4, UDP,
-/// no IP options, destination port [`DST_PORT`].
-pub fn is_experiment_frame(f: &[u8]) -> bool {
-    f.len() >= 42
-        && f[12..14] == [0x08, 0x00]
-        && f[14] == 0x45
-        && f[23] == 17
-        && f[36..38] == DST_PORT.to_be_bytes()
-}
-
 fn check_args(a: &ForwardArgs) -> anyhow::Result<()> {
     if a.flows == 0 || a.flows > 50_000 {
         bail!("--flows must be between 1 and 50000");
@@ -367,230 +324,12 @@ fn check_args(a: &ForwardArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-// ------------------------------------------------------------ shell helpers --
-
-fn run_cmd(cmd: &mut Command) -> anyhow::Result<String> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    Ok(netns::ip(args).map(|_| ())?)
-}
-
-static SEQ: AtomicU32 = AtomicU32::new(0);
-
-fn unique_tag() -> String {
-    format!(
-        "ofw{}x{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-// ---------------------------------------------------------------- topology --
-
-/// Namespaces of one row; deleting them deletes their links and bridges.
-struct Topo {
-    namespaces: Vec<String>,
-    /// (namespace, interface) of the generator and the receiver.
-    gen: (String, String),
-    rx: (String, String),
-    /// The switch namespace (switched rows).
-    sw: Option<String>,
-}
-
-impl Drop for Topo {
-    fn drop(&mut self) {
-        for ns in &self.namespaces {
-            let _ = Command::new("ip")
-                .args(["netns", "del", ns])
-                .stdin(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-fn add_ns(t: &mut Topo, name: String) -> anyhow::Result<String> {
-    ip(&["netns", "add", &name])?;
-    t.namespaces.push(name.clone());
-    ip(&["-n", &name, "link", "set", "lo", "up"])?;
-    Ok(name)
-}
-
-impl Topo {
-    fn empty() -> Topo {
-        Topo {
-            namespaces: Vec::new(),
-            gen: (String::new(), String::new()),
-            rx: (String::new(), String::new()),
-            sw: None,
-        }
-    }
-
-    /// One namespace; generator and receiver on `lo`.
-    fn loopback() -> anyhow::Result<Topo> {
-        let mut t = Topo::empty();
-        let ns = add_ns(&mut t, format!("{}l", unique_tag()))?;
-        t.gen = (ns.clone(), "lo".into());
-        t.rx = (ns, "lo".into());
-        Ok(t)
-    }
-
-    /// Hosts A and B and, when `switched`, a switch namespace between them.
-    /// `queues`: receive and transmit queues of each switch-side veth pair.
-    fn hosts(switched: bool, queues: usize) -> anyhow::Result<Topo> {
-        let tag = unique_tag();
-        let mut t = Topo::empty();
-        let a = add_ns(&mut t, format!("{tag}a"))?;
-        let b = add_ns(&mut t, format!("{tag}b"))?;
-        if switched {
-            let sw = add_ns(&mut t, format!("{tag}s"))?;
-            for (p, h) in [("p1", &a), ("p2", &b)] {
-                let switch_end = VethEnd {
-                    name: p,
-                    netns: &sw,
-                };
-                let host_end = VethEnd {
-                    name: "eth0",
-                    netns: h,
-                };
-                add_veth_pair(switch_end, host_end, Some(queues))?;
-                ip(&["-n", &sw, "link", "set", p, "up"])?;
-            }
-            t.sw = Some(sw);
-        } else {
-            let end = |netns| VethEnd {
-                name: "eth0",
-                netns,
-            };
-            add_veth_pair(end(&a), end(&b), None)?;
-        }
-        // Host MACs differ from the frames' destination (see module docs).
-        for (h, mac) in [(&a, "02:00:00:00:00:11"), (&b, "02:00:00:00:00:12")] {
-            ip(&["-n", h, "link", "set", "eth0", "address", mac])?;
-            ip(&["-n", h, "link", "set", "eth0", "up"])?;
-        }
-        t.gen = (a, "eth0".into());
-        t.rx = (b, "eth0".into());
-        Ok(t)
-    }
-
-    fn sw(&self) -> anyhow::Result<&str> {
-        self.sw.as_deref().context("not a switched topology")
-    }
-}
-
-/// Wait until the veth ends show carrier (a just-raised veth takes a moment).
-fn wait_link_up(ns: &str, ifname: &str) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        let up = Command::new("ip")
-            .args(["-n", ns, "-o", "link", "show", ifname])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).contains("LOWER_UP"))
-            .unwrap_or(false);
-        if up {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-// ----------------------------------------------------------------- switches --
-
-/// A child process killed (SIGTERM, then SIGKILL) when dropped.
-struct ChildGuard {
-    child: Child,
-    what: &'static str,
-}
-
-impl ChildGuard {
-    fn stop(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        if let Ok(pid) = i32::try_from(self.child.id()) {
-            // SAFETY: kill(2) on the pid of our own child, not yet reaped
-            // (try_wait above returned None), so the pid is still ours.
-            unsafe {
-                libc::kill(pid, libc::SIGTERM);
-            }
-        }
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    fn check_alive(&mut self) -> anyhow::Result<()> {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            bail!("{} exited early: {st}", self.what);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 const FLOWS: [&str; 2] = ["in_port=1,actions=output:2", "in_port=2,actions=output:1"];
 
 /// Start `offlow run` on p1/p2 of the switch namespace, secure mode, with
-/// the two port-to-port flows.
+/// the two port-to-port flows (added with `ovs-ofctl`).
 fn start_offlow(bin: &Path, sw: &str, workers: usize, xdp: bool) -> anyhow::Result<ChildGuard> {
-    let port = free_port()?;
-    let listen = format!("ptcp:{port}:127.0.0.1");
-    let (p1, p2) = if xdp {
-        ("af_xdp:p1=1", "af_xdp:p2=2")
-    } else {
-        ("p1=1", "p2=2")
-    };
-    let child = Command::new(bin)
-        .args(["run", "--netns", sw, "--port", p1, "--port", p2])
-        .args(["--listen", &listen, "--fail-mode", "secure"])
-        .args(["--workers", &workers.to_string()])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    let mut g = ChildGuard {
-        child,
-        what: "offlow run",
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        g.check_alive()?;
-        if Instant::now() > deadline {
-            bail!("offlow did not listen on {listen} within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (g, port) = topo::start_offlow(bin, sw, workers, xdp)?;
     let target = format!("tcp:127.0.0.1:{port}");
     for f in FLOWS {
         run_cmd(Command::new("ovs-ofctl").args([
@@ -746,198 +485,22 @@ impl Ovs {
     }
 }
 
-// -------------------------------------------------------------- traffic --
-
-/// Counters the traffic threads publish.
-#[derive(Default)]
-struct Counters {
-    stop: AtomicBool,
-    sent: AtomicU64,
-    received: AtomicU64,
-    ring_drops: AtomicU64,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Snapshot {
-    sent: u64,
-    received: u64,
-    ring_drops: u64,
-}
-
-impl Counters {
-    fn snapshot(&self) -> Snapshot {
-        Snapshot {
-            sent: self.sent.load(Ordering::Relaxed),
-            received: self.received.load(Ordering::Relaxed),
-            ring_drops: self.ring_drops.load(Ordering::Relaxed),
-        }
-    }
-}
-
-fn generator(mut port: AfPacketPort, frames: Arc<Vec<Vec<u8>>>, c: Arc<Counters>) {
-    let mut i = 0usize;
-    let mut batches = 0u32;
-    while !c.stop.load(Ordering::Relaxed) {
-        for _ in 0..TX_BATCH {
-            port.send(&frames[i]);
-            i += 1;
-            if i == frames.len() {
-                i = 0;
-            }
-        }
-        // A failing port is the kernel refusing frames: counted, go on.
-        let _ = port.flush();
-        batches += 1;
-        if batches % TX_PUBLISH_EVERY == 0 {
-            c.sent.store(port.stats().tx_packets, Ordering::Relaxed);
-        }
-    }
-    c.sent.store(port.stats().tx_packets, Ordering::Relaxed);
-}
-
-fn receiver(mut port: AfPacketPort, c: Arc<Counters>) {
-    let mut count = 0u64;
-    let mut rounds = 0u32;
-    while !c.stop.load(Ordering::Relaxed) {
-        let n = port
-            .recv(RX_BATCH, &mut |f, _| {
-                if is_experiment_frame(f) {
-                    count += 1;
-                }
-            })
-            .unwrap_or(0);
-        c.received.store(count, Ordering::Relaxed);
-        rounds = rounds.wrapping_add(1);
-        if n == 0 {
-            // Sleep until the kernel hands over a block (or 10 ms pass):
-            // the receiver must not take CPU from the switch.
-            if let Some(fd) = port.poll_fd() {
-                let mut p = libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one live pollfd for the duration of the call.
-                unsafe {
-                    libc::poll(&mut p, 1, 10);
-                }
-            }
-            c.ring_drops
-                .store(port.stats().rx_dropped, Ordering::Relaxed);
-        } else if rounds % 64 == 0 {
-            c.ring_drops
-                .store(port.stats().rx_dropped, Ordering::Relaxed);
-        }
-    }
-    c.ring_drops
-        .store(port.stats().rx_dropped, Ordering::Relaxed);
-}
-
 /// Run the traffic over a built topology and count.
 fn measure(
     t: &Topo,
     frames: &Arc<Vec<Vec<u8>>>,
     args: &ForwardArgs,
 ) -> anyhow::Result<(Snapshot, f64)> {
-    wait_link_up(&t.gen.0, &t.gen.1);
-    wait_link_up(&t.rx.0, &t.rx.1);
-    let mut rx_cfg = AfPacketConfig::new(&t.rx.1);
-    rx_cfg.block_count = 64;
-    rx_cfg.block_timeout_ms = 2;
-    let rx_port = in_netns(Some(&t.rx.0), || AfPacketPort::open(&rx_cfg))?
-        .with_context(|| format!("receiver socket on {}/{}", t.rx.0, t.rx.1))?;
-    let mut gen_cfg = AfPacketConfig::new(&t.gen.1);
-    // The generator receives nothing it needs: a minimal ring.
-    gen_cfg.block_size = 1 << 16;
-    gen_cfg.block_count = 2;
-    gen_cfg.promiscuous = false;
-    gen_cfg.tx_batch = TX_BATCH;
-    gen_cfg.tx_max_frame = args.frame_size;
-    let gen_port = in_netns(Some(&t.gen.0), || AfPacketPort::open(&gen_cfg))?
-        .with_context(|| format!("generator socket on {}/{}", t.gen.0, t.gen.1))?;
-
-    let c = Arc::new(Counters::default());
-    let rx = {
-        let c = Arc::clone(&c);
-        std::thread::Builder::new()
-            .name("fwd-rx".into())
-            .spawn(move || receiver(rx_port, c))?
-    };
-    let gen = {
-        let (c, f) = (Arc::clone(&c), Arc::clone(frames));
-        std::thread::Builder::new()
-            .name("fwd-gen".into())
-            .spawn(move || generator(gen_port, f, c))
-    };
-    let gen = match gen {
-        Ok(g) => g,
-        Err(e) => {
-            c.stop.store(true, Ordering::Relaxed);
-            let _ = rx.join();
-            return Err(e.into());
-        }
-    };
-    let deadline = Instant::now() + FIRST_FRAME_WAIT;
-    while c.received.load(Ordering::Relaxed) == 0
-        && Instant::now() < deadline
-        && !INTERRUPTED.load(Ordering::Relaxed)
-    {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let traffic = Traffic::start(t, frames, args.frame_size, None, "fwd")?;
+    traffic.wait_first_frame();
     sleep_unless_interrupted(Duration::from_secs_f64(args.warmup));
-    let s0 = c.snapshot();
+    let s0 = traffic.snapshot();
     let t0 = Instant::now();
     sleep_unless_interrupted(Duration::from_secs_f64(args.seconds));
-    let s1 = c.snapshot();
+    let s1 = traffic.snapshot();
     let elapsed = t0.elapsed().as_secs_f64();
-    c.stop.store(true, Ordering::Relaxed);
-    let joined = gen.join().is_ok() & rx.join().is_ok();
-    if !joined {
-        bail!("a traffic thread panicked");
-    }
-    Ok((
-        Snapshot {
-            sent: s1.sent.saturating_sub(s0.sent),
-            received: s1.received.saturating_sub(s0.received),
-            ring_drops: s1.ring_drops.saturating_sub(s0.ring_drops),
-        },
-        elapsed,
-    ))
-}
-
-/// Set by SIGINT/SIGTERM once [`catch_interrupt`] ran: the current row
-/// stops early and no further row starts, so the guards remove what exists.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_interrupt(_: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
-
-/// Route SIGINT and SIGTERM to [`INTERRUPTED`] instead of killing the
-/// process (which would leave namespaces and daemons behind).
-fn catch_interrupt() {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: installs a handler that only stores to an atomic; the
-        // handler is a plain `extern "C"` function living for the program.
-        unsafe {
-            libc::signal(
-                sig,
-                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            );
-        }
-    }
-}
-
-fn sleep_unless_interrupted(d: Duration) {
-    let end = Instant::now() + d;
-    while !INTERRUPTED.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        if now >= end {
-            return;
-        }
-        std::thread::sleep((end - now).min(Duration::from_millis(50)));
-    }
+    traffic.stop()?;
+    Ok((s1.since(&s0), elapsed))
 }
 
 // --------------------------------------------------------------------- rows --
@@ -1039,7 +602,7 @@ pub fn run(args: &ForwardArgs) -> anyhow::Result<ForwardReport> {
     }
     let mut rows = Vec::new();
     for p in &plans {
-        if INTERRUPTED.load(Ordering::Relaxed) {
+        if interrupted() {
             bail!("interrupted (everything created so far was removed)");
         }
         let workers = match p {
@@ -1189,7 +752,7 @@ pub fn main(args: &ForwardArgs) -> anyhow::Result<()> {
     if args.json {
         print_json_line(&r.to_json());
     }
-    if INTERRUPTED.load(Ordering::Relaxed) {
+    if interrupted() {
         bail!("interrupted: the last row's figures are short");
     }
     let failed = r.rows.iter().filter(|x| x.error.is_some()).count();
@@ -1202,36 +765,6 @@ pub fn main(args: &ForwardArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn frames_are_distinct_valid_udp_flows() {
-        let frames = build_frames(100, 64);
-        assert_eq!(frames.len(), 100);
-        let mut ports = std::collections::HashSet::new();
-        for f in &frames {
-            assert_eq!(f.len(), 60);
-            assert!(is_experiment_frame(f));
-            assert!(ports.insert(u16::from_be_bytes([f[34], f[35]])));
-            // IPv4 header checksum verifies to zero when summed with itself.
-            assert_eq!(offlow_wire::checksum::checksum(&f[14..34]), 0);
-        }
-        assert_eq!(build_frames(3, 128)[2].len(), 124);
-    }
-
-    #[test]
-    fn counter_rejects_other_frames() {
-        let f = build_frames(1, 64).remove(0);
-        let mut other = f.clone();
-        other[37] = 10; // another destination port
-        assert!(!is_experiment_frame(&other));
-        let mut tcp = f.clone();
-        tcp[23] = 6;
-        assert!(!is_experiment_frame(&tcp));
-        let mut arp = f.clone();
-        arp[12..14].copy_from_slice(&[0x08, 0x06]);
-        assert!(!is_experiment_frame(&arp));
-        assert!(!is_experiment_frame(&f[..41]));
-    }
 
     #[test]
     fn json_headline_takes_best_rows() {

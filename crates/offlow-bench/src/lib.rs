@@ -17,6 +17,7 @@
 
 pub mod classbench;
 pub mod classify;
+pub mod control;
 pub mod cores;
 pub mod datapath;
 pub mod dpdk;
@@ -24,6 +25,8 @@ pub mod dpdk_fib;
 pub mod fib;
 pub mod forward;
 pub mod report;
+pub mod topo;
+pub mod traffic;
 pub mod update;
 pub mod workload;
 

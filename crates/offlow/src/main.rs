@@ -49,6 +49,10 @@ enum Bench {
     /// (AF_PACKET ports), vs Open vSwitch's userspace datapath and a Linux
     /// bridge, with the generator's own rate on a direct veth.
     Forward(offlow_bench::forward::ForwardArgs),
+    /// Control-loop responsiveness: ECHO and FLOW_STATS reply times on one
+    /// connection while another streams flow-mods with barriers (idle vs
+    /// during the stream), per switch binary, with traffic through it.
+    Control(offlow_bench::control::ControlArgs),
     /// Flow-mods of an ovs-ofctl flow file sent back to back with one
     /// barrier at the end, to one or more switches (Open vSwitch too):
     /// flow-mods per second until the barrier reply.
@@ -100,6 +104,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Datapath(a)) => offlow_bench::datapath::main(&a),
         Command::Bench(Bench::Update(a)) => offlow_bench::update::main(&a),
         Command::Bench(Bench::Forward(a)) => offlow_bench::forward::main(&a),
+        Command::Bench(Bench::Control(a)) => offlow_bench::control::main(&a),
         Command::Bench(Bench::FlowMods(a)) => flowmod_bench::main(&a),
     }
 }
