@@ -42,8 +42,8 @@
 //!
 //! Thread-safety: plain data.
 
+use crate::error::BadMatchCode as C;
 use offlow_flow::{Field, Match};
-use offlow_pipeline::BadMatchCode as C;
 
 use crate::error::DecodeError;
 use crate::reader::{round8, Put, Reader};

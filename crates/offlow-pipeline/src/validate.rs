@@ -15,8 +15,9 @@ use offlow_flow::prereq::{prerequisite, PrereqState as State, ETH_MPLS, ETH_MPLS
 use offlow_flow::{Field, Match};
 
 use crate::action::{Action, ActionSet, Instruction, Program};
-use crate::error::{BadActionCode, BadInstructionCode, OfErrorCode, PipelineError};
+use crate::error::PipelineError;
 use crate::port::PortNo;
+use offlow_openflow::{BadActionCode, BadInstructionCode, OfError};
 
 /// Check a match's OXM prerequisites (§7.2.3.6, Table 12); see
 /// [`offlow_flow::prereq::check_match_prerequisites`], whose missing field
@@ -142,13 +143,13 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
         Action::Group(_) => {
             return Err(PipelineError::Unsupported {
                 what: "group action (groups are not implemented yet)",
-                code: OfErrorCode::BadAction(BadActionCode::BadOutGroup),
+                code: OfError::BadAction(BadActionCode::BadOutGroup),
             })
         }
         Action::Experimenter(_) => {
             return Err(PipelineError::Unsupported {
                 what: "experimenter action",
-                code: OfErrorCode::BadAction(BadActionCode::BadExperimenter),
+                code: OfError::BadAction(BadActionCode::BadExperimenter),
             })
         }
     }
@@ -197,13 +198,13 @@ pub fn validate_instructions(
             Instruction::Meter(_) => {
                 return Err(PipelineError::Unsupported {
                     what: "meter instruction (meters are not implemented yet)",
-                    code: OfErrorCode::BadInstruction(BadInstructionCode::UnsupInst),
+                    code: OfError::BadInstruction(BadInstructionCode::UnsupInst),
                 })
             }
             Instruction::Experimenter(_) => {
                 return Err(PipelineError::Unsupported {
                     what: "experimenter instruction",
-                    code: OfErrorCode::BadInstruction(BadInstructionCode::BadExperimenter),
+                    code: OfError::BadInstruction(BadInstructionCode::BadExperimenter),
                 })
             }
         }

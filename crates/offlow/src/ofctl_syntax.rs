@@ -1728,7 +1728,7 @@ mod tests {
             .to_wire()
             .instructions
             .iter()
-            .map(|i| i.to_pipeline().unwrap())
+            .map(|i| offlow_pipeline::ToPipeline::to_pipeline(i).unwrap())
             .collect();
         let text = format_instructions(&ins);
         assert_eq!(text, "write_actions(offlow_workers:0x6,output:1)");

@@ -46,6 +46,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use offlow_pipeline::ToPipeline;
 use offlow_switch::config::{
     Endpoint, FailMode, InitialFlow, PortConfig, PortKind, SwitchConfig, DEFAULT_CACHE_SIZE,
     DEFAULT_DPID, DEFAULT_TABLES,

@@ -32,7 +32,7 @@ use offlow_datapath::{
 use offlow_flow::{extract, Field, FlowKey, L3Kind, Match, ParseStats};
 use offlow_pipeline::{
     Action, ActionSet, FlowMod, FlowModCommand, FlowModFlags, Instruction, Outcome, Pipeline,
-    PortNo, MAX_TABLES,
+    PortNo, ToPipeline, MAX_TABLES,
 };
 use serde::Serialize;
 
