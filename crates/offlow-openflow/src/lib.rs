@@ -9,7 +9,8 @@
 //! must answer with ([`error_for`], [`error_reply`]). No sockets, threads or
 //! clocks. [`conn`] holds the sans-IO connection state machine
 //! ([`Connection`]) that answers a controller through the [`Switch`] trait;
-//! the tokio loop sits on top.
+//! the tokio loop sits on top. [`ofctl`] reads and prints the ovs-ofctl flow
+//! syntax in these same wire terms (flow lines to [`FlowMod`]).
 //!
 //! # Coverage
 //!
@@ -67,6 +68,7 @@ pub mod conn;
 pub mod error;
 pub mod message;
 pub mod multipart;
+pub mod ofctl;
 pub mod oxm;
 pub mod port;
 mod reader;
