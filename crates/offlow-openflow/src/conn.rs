@@ -223,7 +223,11 @@ pub trait Switch {
     /// this is a main connection).
     fn features(&self) -> SwitchFeatures;
 
-    /// Apply one flow-mod. `now_ns` stamps new entries (timeouts, durations).
+    /// Apply one flow-mod, as it came off the wire (its command is one of
+    /// the five `OFPFC_*`: the connection refuses others itself). The switch
+    /// converts it to its own terms and answers what it cannot take with the
+    /// OpenFlow error that says why. `now_ns` stamps new entries (timeouts,
+    /// durations).
     fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError>;
 
     /// Return once every earlier change is in force on the data path
