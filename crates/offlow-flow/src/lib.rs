@@ -16,9 +16,11 @@
 pub mod extract;
 pub mod extract_fast;
 pub mod key;
+pub mod prereq;
 
 pub use extract::{
     extract, extract_into, extract_to, extract_to_general, L3Kind, L4Kind, Layout, ParseStats,
     Parsed, TunnelKind,
 };
 pub use key::{present, Field, FieldLoc, FlowKey, FlowMask, Match, KEY_WORDS};
+pub use prereq::check_match_prerequisites;

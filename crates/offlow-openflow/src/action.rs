@@ -1,11 +1,12 @@
 //! Actions (`struct ofp_action_*`, OpenFlow 1.3.5 §7.2.5) and instructions
-//! (`struct ofp_instruction_*`, §7.2.4) on the wire, and their conversion to
-//! the pipeline's [`offlow_pipeline::Action`] / [`offlow_pipeline::Instruction`].
+//! (`struct ofp_instruction_*`, §7.2.4) on the wire.
 //!
-//! The codec keeps its own [`Action`] / [`Instruction`] enums because the
-//! wire carries more than the pipeline models: PUSH_PBB / POP_PBB and the
-//! bytes of experimenter actions and instructions. Conversion to the pipeline
-//! fails with the error the switch should report for what it cannot execute.
+//! The codec has its own [`Action`] / [`Instruction`] enums because the wire
+//! carries more than the pipeline models: PUSH_PBB / POP_PBB and the bytes of
+//! experimenter actions and instructions. The conversion to the pipeline's
+//! types lives on the pipeline's side of the seam (`offlow_pipeline::convert`)
+//! and fails with the error the switch should report for what it cannot
+//! execute.
 //!
 //! Validation: every action and instruction length must be at least 8, a
 //! multiple of 8 and fit in its container; fixed-size types must have exactly
@@ -23,14 +24,10 @@
 //!
 //! Thread-safety: plain data.
 
-use offlow_flow::Field;
-use offlow_pipeline::{
-    Action as PAction, BadActionCode as AC, BadInstructionCode as IC, Instruction as PInstr, PortNo,
-};
-
-use crate::error::{DecodeError, EncodeError, OfError};
+use crate::error::{BadActionCode as AC, BadInstructionCode as IC, DecodeError, EncodeError};
 use crate::oxm::{oxm_size, Oxm, OXM_CLASS_BASIC};
 use crate::reader::{round8, Put, Reader};
+use offlow_flow::Field;
 
 /// `enum ofp_action_type` wire values.
 #[allow(missing_docs)]
@@ -253,62 +250,6 @@ impl Action {
         };
         Ok(act)
     }
-
-    /// The pipeline's action, or the error the switch reports for an action
-    /// the pipeline does not model (PBB: `OFPBAC_BAD_TYPE`, i.e. unsupported).
-    pub fn to_pipeline(&self) -> Result<PAction, OfError> {
-        Ok(match *self {
-            Action::Output { port, max_len } => PAction::Output {
-                port: PortNo(port),
-                max_len,
-            },
-            Action::CopyTtlOut => PAction::CopyTtlOut,
-            Action::CopyTtlIn => PAction::CopyTtlIn,
-            Action::SetMplsTtl(t) => PAction::SetMplsTtl(t),
-            Action::DecMplsTtl => PAction::DecMplsTtl,
-            Action::PushVlan(e) => PAction::PushVlan(e),
-            Action::PopVlan => PAction::PopVlan,
-            Action::PushMpls(e) => PAction::PushMpls(e),
-            Action::PopMpls(e) => PAction::PopMpls(e),
-            Action::SetQueue(q) => PAction::SetQueue(q),
-            Action::Group(g) => PAction::Group(g),
-            Action::SetNwTtl(t) => PAction::SetNwTtl(t),
-            Action::DecNwTtl => PAction::DecNwTtl,
-            Action::SetField(f, v) => PAction::SetField(f, v),
-            Action::PushPbb(_) | Action::PopPbb => return Err(OfError::BadAction(AC::BadType)),
-            Action::SetWorkers(mask) => PAction::SetWorkers(mask),
-            Action::Experimenter { experimenter, .. } => PAction::Experimenter(experimenter),
-        })
-    }
-}
-
-impl From<&PAction> for Action {
-    fn from(a: &PAction) -> Self {
-        match *a {
-            PAction::Output { port, max_len } => Action::Output {
-                port: port.0,
-                max_len,
-            },
-            PAction::SetField(f, v) => Action::SetField(f, v),
-            PAction::SetNwTtl(t) => Action::SetNwTtl(t),
-            PAction::DecNwTtl => Action::DecNwTtl,
-            PAction::CopyTtlOut => Action::CopyTtlOut,
-            PAction::CopyTtlIn => Action::CopyTtlIn,
-            PAction::PushVlan(e) => Action::PushVlan(e),
-            PAction::PopVlan => Action::PopVlan,
-            PAction::PushMpls(e) => Action::PushMpls(e),
-            PAction::PopMpls(e) => Action::PopMpls(e),
-            PAction::SetMplsTtl(t) => Action::SetMplsTtl(t),
-            PAction::DecMplsTtl => Action::DecMplsTtl,
-            PAction::SetQueue(q) => Action::SetQueue(q),
-            PAction::Group(g) => Action::Group(g),
-            PAction::SetWorkers(m) => Action::SetWorkers(m),
-            PAction::Experimenter(e) => Action::Experimenter {
-                experimenter: e,
-                data: Vec::new(),
-            },
-        }
-    }
 }
 
 /// An OFLW experimenter action; `a` is positioned after the experimenter id
@@ -504,49 +445,6 @@ impl Instruction {
             }
         })
     }
-
-    /// The pipeline's instruction; fails with the first action's error when
-    /// an action list holds one the pipeline does not model.
-    pub fn to_pipeline(&self) -> Result<PInstr, OfError> {
-        let list = |a: &[Action]| {
-            a.iter()
-                .map(Action::to_pipeline)
-                .collect::<Result<Vec<_>, _>>()
-        };
-        Ok(match self {
-            Instruction::GotoTable(t) => PInstr::GotoTable(*t),
-            Instruction::WriteMetadata { value, mask } => PInstr::WriteMetadata {
-                value: *value,
-                mask: *mask,
-            },
-            Instruction::WriteActions(a) => PInstr::WriteActions(list(a)?),
-            Instruction::ApplyActions(a) => PInstr::ApplyActions(list(a)?),
-            Instruction::ClearActions => PInstr::ClearActions,
-            Instruction::Meter(m) => PInstr::Meter(*m),
-            Instruction::Experimenter { experimenter, .. } => PInstr::Experimenter(*experimenter),
-        })
-    }
-}
-
-impl From<&PInstr> for Instruction {
-    fn from(i: &PInstr) -> Self {
-        let list = |a: &[PAction]| a.iter().map(Action::from).collect();
-        match i {
-            PInstr::GotoTable(t) => Instruction::GotoTable(*t),
-            PInstr::WriteMetadata { value, mask } => Instruction::WriteMetadata {
-                value: *value,
-                mask: *mask,
-            },
-            PInstr::ApplyActions(a) => Instruction::ApplyActions(list(a)),
-            PInstr::WriteActions(a) => Instruction::WriteActions(list(a)),
-            PInstr::ClearActions => Instruction::ClearActions,
-            PInstr::Meter(m) => Instruction::Meter(*m),
-            PInstr::Experimenter(e) => Instruction::Experimenter {
-                experimenter: *e,
-                data: Vec::new(),
-            },
-        }
-    }
 }
 
 /// Parse a list of instructions filling `buf` exactly.
@@ -573,6 +471,7 @@ pub(crate) fn emit_instructions(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::OfError;
 
     /// `offlow_workers:0x2` as it must appear on the wire.
     const WORKERS_2: [u8; 24] = [
@@ -601,9 +500,6 @@ mod tests {
         let mut out = Vec::new();
         emit_actions(std::slice::from_ref(&a), &mut out).unwrap();
         assert_eq!(parse_actions(&out).unwrap(), vec![a.clone()]);
-        // Pipeline conversion both ways.
-        assert_eq!(a.to_pipeline().unwrap(), PAction::SetWorkers(u64::MAX));
-        assert_eq!(Action::from(&PAction::SetWorkers(5)), Action::SetWorkers(5));
     }
 
     #[test]

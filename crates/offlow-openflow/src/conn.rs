@@ -51,18 +51,18 @@
 
 use std::collections::VecDeque;
 
-use offlow_pipeline::{FlowMod as PFlowMod, PortNo};
-
 use crate::error::{
-    BadRequestCode as Brc, GroupModFailedCode, HelloFailedCode, MeterModFailedCode,
-    RoleRequestFailedCode, SwitchConfigFailedCode, TableModFailedCode, ERROR_DATA_LEN,
+    BadRequestCode as Brc, FlowModFailedCode, GroupModFailedCode, HelloFailedCode,
+    MeterModFailedCode, RoleRequestFailedCode, SwitchConfigFailedCode, TableModFailedCode,
+    ERROR_DATA_LEN,
 };
 use crate::message::{msg_type, HEADER_LEN};
 use crate::multipart::{MultipartReplyBody, MultipartRequestBody, OFPMPF_MORE};
+use crate::port::PortNo;
 use crate::{
     decode, encode, error_reply, frame_len, Action, AsyncConfig, Body, DecodeError, ErrorMsg,
-    GroupMod, Hello, Message, MultipartReply, MultipartRequest, OfError, PacketOut, PacketQueue,
-    PortMod, Role, SwitchConfig, SwitchFeatures, TableMod, OFP_NO_BUFFER, OFP_VERSION,
+    FlowMod, GroupMod, Hello, Message, MultipartReply, MultipartRequest, OfError, PacketOut,
+    PacketQueue, PortMod, Role, SwitchConfig, SwitchFeatures, TableMod, OFP_NO_BUFFER, OFP_VERSION,
 };
 
 /// Identifies one connection among those sharing a [`Roles`].
@@ -223,8 +223,12 @@ pub trait Switch {
     /// this is a main connection).
     fn features(&self) -> SwitchFeatures;
 
-    /// Apply one flow-mod. `now_ns` stamps new entries (timeouts, durations).
-    fn flow_mod(&mut self, fm: &PFlowMod, now_ns: u64) -> Result<(), OfError>;
+    /// Apply one flow-mod, as it came off the wire (its command is one of
+    /// the five `OFPFC_*`: the connection refuses others itself). The switch
+    /// converts it to its own terms and answers what it cannot take with the
+    /// OpenFlow error that says why. `now_ns` stamps new entries (timeouts,
+    /// durations).
+    fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError>;
 
     /// Return once every earlier change is in force on the data path
     /// (the datapath's `Control::commit`). A switch that answered
@@ -963,11 +967,13 @@ impl Connection {
                 if self.refuse_slave(roles, frame) {
                     return;
                 }
-                let pfm = match fm.to_pipeline() {
-                    Ok(p) => p,
-                    Err(e) => return self.reply_error(e, frame),
-                };
-                if let Err(e) = switch.flow_mod(&pfm, now_ns) {
+                // An unknown command is refused here, before the switch
+                // sees the flow-mod (OFPFMFC_BAD_COMMAND).
+                if !fm.command_known() {
+                    let e = OfError::FlowModFailed(FlowModFailedCode::BadCommand);
+                    return self.reply_error(e, frame);
+                }
+                if let Err(e) = switch.flow_mod(&fm, now_ns) {
                     return self.reply_error(e, frame);
                 }
                 // §6.4 / §7.3.4.1 (paraphrased): a flow-mod naming a buffer

@@ -2,17 +2,12 @@
 //! the per-type code enums), the codec's [`DecodeError`], and its mapping
 //! onto the error reply a switch must send ([`error_for`], [`error_reply`]).
 //!
-//! The four code enums the pipeline already defines (`BadActionCode`,
-//! `BadInstructionCode`, `BadMatchCode`, `FlowModFailedCode`) and its
-//! `ErrorType` are reused as they are; the others are defined here with the
-//! same shape. [`OfError`] is the union of every (type, code) pair, with an
-//! `Unknown` variant so that any error message received round-trips.
+//! Every code enum lives here (the pipeline reports its refusals with these
+//! same enums, see `offlow_pipeline::PipelineError::of_error`).
+//! [`OfError`] is the union of every (type, code) pair, with an `Unknown`
+//! variant so that any error message received round-trips.
 //!
 //! Thread-safety: plain `Copy` data.
-
-use offlow_pipeline::{
-    BadActionCode, BadInstructionCode, BadMatchCode, ErrorType, FlowModFailedCode, OfErrorCode,
-};
 
 macro_rules! wire_enum {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $var:ident = $val:expr,)* }) => {
@@ -31,6 +26,28 @@ macro_rules! wire_enum {
     };
 }
 
+/// `enum ofp_error_type` (OpenFlow 1.3.5 §A.4.4).
+#[allow(missing_docs)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u16)]
+pub enum ErrorType {
+    HelloFailed = 0,
+    BadRequest = 1,
+    BadAction = 2,
+    BadInstruction = 3,
+    BadMatch = 4,
+    FlowModFailed = 5,
+    GroupModFailed = 6,
+    PortModFailed = 7,
+    TableModFailed = 8,
+    QueueOpFailed = 9,
+    SwitchConfigFailed = 10,
+    RoleRequestFailed = 11,
+    MeterModFailed = 12,
+    TableFeaturesFailed = 13,
+    Experimenter = 0xffff,
+}
+
 wire_enum! {
     /// `enum ofp_hello_failed_code` (`OFPHFC_*`).
     #[allow(missing_docs)]
@@ -44,6 +61,48 @@ wire_enum! {
         BadVersion = 0, BadType = 1, BadMultipart = 2, BadExperimenter = 3, BadExpType = 4,
         Eperm = 5, BadLen = 6, BufferEmpty = 7, BufferUnknown = 8, BadTableId = 9,
         IsSlave = 10, BadPort = 11, BadPacket = 12, MultipartBufferOverflow = 13,
+    }
+}
+
+wire_enum! {
+    /// `enum ofp_bad_action_code` (`OFPBAC_*`).
+    #[allow(missing_docs)]
+    BadActionCode {
+        BadType = 0, BadLen = 1, BadExperimenter = 2, BadExpType = 3, BadOutPort = 4,
+        BadArgument = 5, Eperm = 6, TooMany = 7, BadQueue = 8, BadOutGroup = 9,
+        /// "Action can't apply for this match, or Set-Field missing prerequisite."
+        MatchInconsistent = 10,
+        UnsupportedOrder = 11, BadTag = 12, BadSetType = 13, BadSetLen = 14,
+        BadSetArgument = 15,
+    }
+}
+
+wire_enum! {
+    /// `enum ofp_bad_instruction_code` (`OFPBIC_*`).
+    #[allow(missing_docs)]
+    BadInstructionCode {
+        UnknownInst = 0, UnsupInst = 1, BadTableId = 2, UnsupMetadata = 3,
+        UnsupMetadataMask = 4, BadExperimenter = 5, BadExpType = 6, BadLen = 7, Eperm = 8,
+        DupInst = 9,
+    }
+}
+
+wire_enum! {
+    /// `enum ofp_bad_match_code` (`OFPBMC_*`).
+    #[allow(missing_docs)]
+    BadMatchCode {
+        BadType = 0, BadLen = 1, BadTag = 2, BadDlAddrMask = 3, BadNwAddrMask = 4,
+        BadWildcards = 5, BadField = 6, BadValue = 7, BadMask = 8, BadPrereq = 9,
+        DupField = 10, Eperm = 11,
+    }
+}
+
+wire_enum! {
+    /// `enum ofp_flow_mod_failed_code` (`OFPFMFC_*`).
+    #[allow(missing_docs)]
+    FlowModFailedCode {
+        Unknown = 0, TableFull = 1, BadTableId = 2, Overlap = 3, Eperm = 4, BadTimeout = 5,
+        BadCommand = 6, BadFlags = 7,
     }
 }
 
@@ -106,72 +165,6 @@ wire_enum! {
     }
 }
 
-// The pipeline's enums carry no lookup table; these list every value so that
-// `from_wire` below can search them (kept in wire order).
-const BAD_ACTION_ALL: [BadActionCode; 16] = {
-    use BadActionCode::*;
-    [
-        BadType,
-        BadLen,
-        BadExperimenter,
-        BadExpType,
-        BadOutPort,
-        BadArgument,
-        Eperm,
-        TooMany,
-        BadQueue,
-        BadOutGroup,
-        MatchInconsistent,
-        UnsupportedOrder,
-        BadTag,
-        BadSetType,
-        BadSetLen,
-        BadSetArgument,
-    ]
-};
-const BAD_INSTRUCTION_ALL: [BadInstructionCode; 10] = {
-    use BadInstructionCode::*;
-    [
-        UnknownInst,
-        UnsupInst,
-        BadTableId,
-        UnsupMetadata,
-        UnsupMetadataMask,
-        BadExperimenter,
-        BadExpType,
-        BadLen,
-        Eperm,
-        DupInst,
-    ]
-};
-const BAD_MATCH_ALL: [BadMatchCode; 12] = {
-    use BadMatchCode::*;
-    [
-        BadType,
-        BadLen,
-        BadTag,
-        BadDlAddrMask,
-        BadNwAddrMask,
-        BadWildcards,
-        BadField,
-        BadValue,
-        BadMask,
-        BadPrereq,
-        DupField,
-        Eperm,
-    ]
-};
-const FLOW_MOD_FAILED_ALL: [FlowModFailedCode; 8] = {
-    use FlowModFailedCode::*;
-    [
-        Unknown, TableFull, BadTableId, Overlap, Eperm, BadTimeout, BadCommand, BadFlags,
-    ]
-};
-
-fn find<T: Copy>(all: &[T], v: u16, f: impl Fn(T) -> u16) -> Option<T> {
-    all.iter().copied().find(|c| f(*c) == v)
-}
-
 /// Any OpenFlow 1.3 error (type, code) pair except the experimenter type
 /// (`0xffff`), which has its own message layout
 /// ([`crate::ErrorMsg::Experimenter`]).
@@ -223,10 +216,10 @@ impl OfError {
         let known = match err_type {
             0 => HelloFailedCode::from_wire(code).map(E::HelloFailed),
             1 => BadRequestCode::from_wire(code).map(E::BadRequest),
-            2 => find(&BAD_ACTION_ALL, code, |c| c as u16).map(E::BadAction),
-            3 => find(&BAD_INSTRUCTION_ALL, code, |c| c as u16).map(E::BadInstruction),
-            4 => find(&BAD_MATCH_ALL, code, |c| c as u16).map(E::BadMatch),
-            5 => find(&FLOW_MOD_FAILED_ALL, code, |c| c as u16).map(E::FlowModFailed),
+            2 => BadActionCode::from_wire(code).map(E::BadAction),
+            3 => BadInstructionCode::from_wire(code).map(E::BadInstruction),
+            4 => BadMatchCode::from_wire(code).map(E::BadMatch),
+            5 => FlowModFailedCode::from_wire(code).map(E::FlowModFailed),
             6 => GroupModFailedCode::from_wire(code).map(E::GroupModFailed),
             7 => PortModFailedCode::from_wire(code).map(E::PortModFailed),
             8 => TableModFailedCode::from_wire(code).map(E::TableModFailed),
@@ -259,17 +252,6 @@ impl OfError {
             E::MeterModFailed(c) => (ErrorType::MeterModFailed as u16, c as u16),
             E::TableFeaturesFailed(c) => (ErrorType::TableFeaturesFailed as u16, c as u16),
             E::Unknown { err_type, code } => (err_type, code),
-        }
-    }
-}
-
-impl From<OfErrorCode> for OfError {
-    fn from(c: OfErrorCode) -> Self {
-        match c {
-            OfErrorCode::BadAction(c) => OfError::BadAction(c),
-            OfErrorCode::BadInstruction(c) => OfError::BadInstruction(c),
-            OfErrorCode::BadMatch(c) => OfError::BadMatch(c),
-            OfErrorCode::FlowModFailed(c) => OfError::FlowModFailed(c),
         }
     }
 }

@@ -3,13 +3,14 @@
 //! What: bytes in, typed messages out, and back. [`frame_len`] splits a
 //! stream into messages, [`decode`] turns one message into a [`Message`],
 //! [`encode`] writes one. Matches are OXM lists ([`OxmMatch`]) convertible to
-//! and from [`offlow_flow::Match`]; actions and instructions ([`Action`],
-//! [`Instruction`]) convert to and from the pipeline's. A message that fails
+//! and from [`offlow_flow::Match`]; actions and instructions are the wire's
+//! ([`Action`], [`Instruction`]). A message that fails
 //! to decode yields a [`DecodeError`] carrying the OpenFlow error the switch
 //! must answer with ([`error_for`], [`error_reply`]). No sockets, threads or
 //! clocks. [`conn`] holds the sans-IO connection state machine
 //! ([`Connection`]) that answers a controller through the [`Switch`] trait;
-//! the tokio loop sits on top.
+//! the tokio loop sits on top. [`ofctl`] reads and prints the ovs-ofctl flow
+//! syntax in these same wire terms (flow lines to [`FlowMod`]).
 //!
 //! # Coverage
 //!
@@ -39,6 +40,25 @@
 //!   byte); [`OxmMatch::from_match`] emits the canonical order (ascending OXM
 //!   field number, see [`oxm`]).
 //!
+//! # The seam with the pipeline
+//!
+//! This crate owns every OpenFlow code: the error types and codes
+//! ([`OfError`] and the per-type enums), port numbers and reserved ports
+//! ([`PortNo`], [`port`]), flow-mod commands and flags, packet-in and
+//! port-status reasons. It does not depend on `offlow-pipeline`; the
+//! dependency runs the other way, for two reasons:
+//! - the pipeline's validation says exactly which OpenFlow error each refusal
+//!   is (`PipelineError::of_error` returns an [`OfError`] built from these
+//!   enums), and that mapping is tested next to the validation raising it;
+//!   a separate pipeline-domain error enum would need a second, parallel
+//!   mapping kept in step by hand;
+//! - the conversions between wire and pipeline types need both, and live in
+//!   one place on the pipeline's side (`offlow_pipeline::convert`).
+//!
+//! So the [`Switch`] trait takes wire messages ([`FlowMod`] for flow-mods),
+//! and the switch converts. The OXM prerequisite check the decoder applies is
+//! `offlow_flow::prereq`, shared with the pipeline's set-field validation.
+//!
 //! Thread-safety: every type is plain data (`Send + Sync`); every function is
 //! pure.
 #![warn(missing_docs)]
@@ -48,6 +68,7 @@ pub mod conn;
 pub mod error;
 pub mod message;
 pub mod multipart;
+pub mod ofctl;
 pub mod oxm;
 pub mod port;
 mod reader;
@@ -58,10 +79,10 @@ pub use conn::{
     Roles, Switch, Ticket, DEFAULT_ASYNC, DEFAULT_MISS_SEND_LEN,
 };
 pub use error::{
-    error_for, error_reply, BadRequestCode, DecodeError, EncodeError, GroupModFailedCode,
-    HelloFailedCode, MeterModFailedCode, OfError, PortModFailedCode, QueueOpFailedCode,
-    RoleRequestFailedCode, SwitchConfigFailedCode, TableFeaturesFailedCode, TableModFailedCode,
-    ERROR_DATA_LEN,
+    error_for, error_reply, BadActionCode, BadInstructionCode, BadMatchCode, BadRequestCode,
+    DecodeError, EncodeError, ErrorType, FlowModFailedCode, GroupModFailedCode, HelloFailedCode,
+    MeterModFailedCode, OfError, PortModFailedCode, QueueOpFailedCode, RoleRequestFailedCode,
+    SwitchConfigFailedCode, TableFeaturesFailedCode, TableModFailedCode, ERROR_DATA_LEN,
 };
 pub use message::{
     decode, encode, encode_to_vec, frame_len, msg_type, packet_in_reason, port_reason, AsyncConfig,
@@ -75,6 +96,7 @@ pub use multipart::{
     MultipartRequestBody, PortStats, QueueStats, TableFeatureProp, TableFeatures, TableStats,
 };
 pub use oxm::{Oxm, OxmMatch};
+pub use port::PortNo;
 
 // Messages cross from the I/O task to the control loop: keep them sendable.
 const _: () = {

@@ -18,7 +18,6 @@
 //! Thread-safety: plain data and pure functions.
 
 use offlow_flow::Match;
-use offlow_pipeline::{FlowMod as PFlowMod, FlowModCommand, FlowModFlags, PortNo};
 
 use crate::action::{emit_actions, emit_instructions, parse_actions, parse_instructions};
 use crate::error::{BadRequestCode as R, DecodeError, EncodeError, GroupModFailedCode, OfError};
@@ -454,6 +453,20 @@ pub mod flow_mod_command {
     pub const DELETE_STRICT: u8 = 4;
 }
 
+/// `enum ofp_flow_mod_flags` (`OFPFF_*`, §7.3.4.1) bits.
+pub mod flow_mod_flags {
+    /// Send a flow-removed message when the entry is removed.
+    pub const SEND_FLOW_REM: u16 = 1 << 0;
+    /// Refuse an ADD overlapping an entry of equal priority.
+    pub const CHECK_OVERLAP: u16 = 1 << 1;
+    /// Reset the counters of a replaced / modified entry.
+    pub const RESET_COUNTS: u16 = 1 << 2;
+    /// Do not count packets.
+    pub const NO_PKT_COUNTS: u16 = 1 << 3;
+    /// Do not count bytes.
+    pub const NO_BYT_COUNTS: u16 = 1 << 4;
+}
+
 /// `OFPT_FLOW_MOD` body.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FlowMod {
@@ -463,7 +476,7 @@ pub struct FlowMod {
     pub cookie_mask: u64,
     /// Table.
     pub table_id: u8,
-    /// `OFPFC_*` (any value decodes; [`FlowMod::to_pipeline`] validates).
+    /// `OFPFC_*` (any value decodes; [`FlowMod::command_known`] tells).
     pub command: u8,
     /// Idle timeout.
     pub idle_timeout: u16,
@@ -486,43 +499,14 @@ pub struct FlowMod {
 }
 
 impl FlowMod {
-    /// The pipeline's flow-mod: an unknown command is
-    /// `OFPFMFC_BAD_COMMAND`; an action or instruction the pipeline does not
-    /// model fails with its error. `buffer_id` is not carried (the caller
-    /// handles buffered packets).
-    pub fn to_pipeline(&self) -> Result<PFlowMod, OfError> {
+    /// Is `command` one of the five `OFPFC_*` values? §7.3.4.1 (and
+    /// `OFPFMFC_BAD_COMMAND`): any other value is refused.
+    pub fn command_known(&self) -> bool {
         use flow_mod_command as C;
-        let command = match self.command {
-            C::ADD => FlowModCommand::Add,
-            C::MODIFY => FlowModCommand::Modify,
-            C::MODIFY_STRICT => FlowModCommand::ModifyStrict,
-            C::DELETE => FlowModCommand::Delete,
-            C::DELETE_STRICT => FlowModCommand::DeleteStrict,
-            _ => {
-                return Err(OfError::FlowModFailed(
-                    offlow_pipeline::FlowModFailedCode::BadCommand,
-                ))
-            }
-        };
-        let mut fm = PFlowMod::new(
-            command,
-            self.table_id,
-            u32::from(self.priority),
-            self.matcher.to_match(),
-        );
-        fm.cookie = self.cookie;
-        fm.cookie_mask = self.cookie_mask;
-        fm.idle_timeout = self.idle_timeout;
-        fm.hard_timeout = self.hard_timeout;
-        fm.flags = FlowModFlags(self.flags);
-        fm.out_port = PortNo(self.out_port);
-        fm.out_group = self.out_group;
-        fm.instructions = self
-            .instructions
-            .iter()
-            .map(Instruction::to_pipeline)
-            .collect::<Result<_, _>>()?;
-        Ok(fm)
+        matches!(
+            self.command,
+            C::ADD | C::MODIFY | C::MODIFY_STRICT | C::DELETE | C::DELETE_STRICT
+        )
     }
 
     /// An ADD flow-mod for `m` with the given instructions, canonical OXM
@@ -537,8 +521,8 @@ impl FlowMod {
             hard_timeout: 0,
             priority,
             buffer_id: OFP_NO_BUFFER,
-            out_port: PortNo::ANY.0,
-            out_group: offlow_pipeline::GROUP_ANY,
+            out_port: crate::port::PortNo::ANY.0,
+            out_group: crate::port::GROUP_ANY,
             flags: 0,
             matcher: OxmMatch::from_match(m),
             instructions,

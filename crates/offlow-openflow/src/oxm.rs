@@ -34,7 +34,7 @@
 //! - The same field twice: `OFPBMC_DUP_FIELD` (a field may occur at most once
 //!   in a match, §7.2.3.6).
 //! - Missing prerequisites: `OFPBMC_BAD_PREREQ`, via
-//!   [`offlow_pipeline::check_match_prerequisites`]; two fields that share
+//!   [`offlow_flow::check_match_prerequisites`]; two fields that share
 //!   key storage (whose prerequisites exclude each other, e.g. `tcp_src` and
 //!   `udp_src`) are also `OFPBMC_BAD_PREREQ`, and so is a field whose
 //!   storage-sharing sibling is the one the prerequisites name (`udp_src`
@@ -42,8 +42,8 @@
 //!
 //! Thread-safety: plain data.
 
+use crate::error::BadMatchCode as C;
 use offlow_flow::{Field, Match};
-use offlow_pipeline::BadMatchCode as C;
 
 use crate::error::DecodeError;
 use crate::reader::{round8, Put, Reader};
@@ -285,7 +285,7 @@ impl OxmMatch {
         // (it accepts `ipv6_nd_sll` under `eth_type=ARP`, since `arp_sha`
         // lives there); naming the field the prerequisites select closes
         // that gap and makes `from_match(to_match())` name the same fields.
-        if offlow_pipeline::check_match_prerequisites(&key_match).is_err()
+        if offlow_flow::check_match_prerequisites(&key_match).is_err()
             || m.fields
                 .iter()
                 .any(|f| canonical_owner(f.field, &key_match) != f.field)

@@ -4,7 +4,6 @@
 use offlow_flow::{Field, Match};
 use offlow_openflow::multipart::{mp_type, MultipartReplyBody as RB, MultipartRequestBody as QB};
 use offlow_openflow::*;
-use offlow_pipeline::{FlowMod as PFlowMod, FlowModFailedCode};
 use proptest::prelude::*;
 
 const SEC: u64 = 1_000_000_000;
@@ -13,7 +12,7 @@ const SEC: u64 = 1_000_000_000;
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 enum Call {
-    FlowMod(PFlowMod, u64),
+    FlowMod(FlowMod, u64),
     Barrier,
     Multipart(QB),
     PacketOut(PacketOut),
@@ -74,7 +73,7 @@ impl Switch for TestSwitch {
         }
     }
 
-    fn flow_mod(&mut self, fm: &PFlowMod, now_ns: u64) -> Result<(), OfError> {
+    fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
         self.calls.push(Call::FlowMod(fm.clone(), now_ns));
         if fm.table_id >= N_TABLES {
             return Err(OfError::FlowModFailed(FlowModFailedCode::BadTableId));
@@ -489,10 +488,7 @@ fn flow_mod_applied() {
         unreachable!()
     };
     assert!(b.ask(&mut c, 11, flow_mod(1)).is_empty());
-    assert_eq!(
-        b.sw.calls,
-        vec![Call::FlowMod(fm.to_pipeline().unwrap(), b.now)]
-    );
+    assert_eq!(b.sw.calls, vec![Call::FlowMod(fm, b.now)]);
 }
 
 #[test]

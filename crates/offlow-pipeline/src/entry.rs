@@ -15,21 +15,22 @@ use offlow_flow::{Field, Match};
 
 use crate::action::{Instruction, Program};
 
-/// `ofp_flow_mod_flags` (§7.3.4.1).
+/// `ofp_flow_mod_flags` (§7.3.4.1; the bits are the codec's
+/// [`offlow_openflow::message::flow_mod_flags`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct FlowModFlags(pub u16);
 
 impl FlowModFlags {
     /// Send a flow-removed message when the entry is removed.
-    pub const SEND_FLOW_REM: u16 = 1 << 0;
+    pub const SEND_FLOW_REM: u16 = offlow_openflow::message::flow_mod_flags::SEND_FLOW_REM;
     /// Refuse an ADD overlapping an entry of equal priority.
-    pub const CHECK_OVERLAP: u16 = 1 << 1;
+    pub const CHECK_OVERLAP: u16 = offlow_openflow::message::flow_mod_flags::CHECK_OVERLAP;
     /// Reset the counters of a replaced / modified entry.
-    pub const RESET_COUNTS: u16 = 1 << 2;
+    pub const RESET_COUNTS: u16 = offlow_openflow::message::flow_mod_flags::RESET_COUNTS;
     /// Do not count packets.
-    pub const NO_PKT_COUNTS: u16 = 1 << 3;
+    pub const NO_PKT_COUNTS: u16 = offlow_openflow::message::flow_mod_flags::NO_PKT_COUNTS;
     /// Do not count bytes.
-    pub const NO_BYT_COUNTS: u16 = 1 << 4;
+    pub const NO_BYT_COUNTS: u16 = offlow_openflow::message::flow_mod_flags::NO_BYT_COUNTS;
 
     /// True when every bit of `flag` is set.
     pub const fn has(self, flag: u16) -> bool {

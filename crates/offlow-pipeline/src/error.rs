@@ -1,148 +1,16 @@
 //! Errors: a typed [`PipelineError`] for every refused flow-mod, each mapped
 //! onto the OpenFlow 1.3.5 error type and code (§7.4.4, `enum ofp_error_type`
-//! and the per-type code enums) so the OpenFlow layer can emit `OFPT_ERROR`
-//! without re-deriving the reason.
+//! and the per-type code enums, which the codec owns: [`OfError`]) so the
+//! OpenFlow layer can emit `OFPT_ERROR` without re-deriving the reason. The
+//! mapping lives here, next to the validation that raises each variant, and
+//! is tested there.
 
 use offlow_flow::Field;
+use offlow_openflow::{
+    BadActionCode, BadInstructionCode, BadMatchCode, FlowModFailedCode, OfError,
+};
 
 use crate::port::PortNo;
-
-/// `enum ofp_error_type` (OpenFlow 1.3.5 §A.4.4).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum ErrorType {
-    HelloFailed = 0,
-    BadRequest = 1,
-    BadAction = 2,
-    BadInstruction = 3,
-    BadMatch = 4,
-    FlowModFailed = 5,
-    GroupModFailed = 6,
-    PortModFailed = 7,
-    TableModFailed = 8,
-    QueueOpFailed = 9,
-    SwitchConfigFailed = 10,
-    RoleRequestFailed = 11,
-    MeterModFailed = 12,
-    TableFeaturesFailed = 13,
-    Experimenter = 0xffff,
-}
-
-/// `enum ofp_bad_action_code` (`OFPBAC_*`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum BadActionCode {
-    BadType = 0,
-    BadLen = 1,
-    BadExperimenter = 2,
-    BadExpType = 3,
-    BadOutPort = 4,
-    BadArgument = 5,
-    Eperm = 6,
-    TooMany = 7,
-    BadQueue = 8,
-    BadOutGroup = 9,
-    /// "Action can't apply for this match, or Set-Field missing prerequisite."
-    MatchInconsistent = 10,
-    UnsupportedOrder = 11,
-    BadTag = 12,
-    BadSetType = 13,
-    BadSetLen = 14,
-    BadSetArgument = 15,
-}
-
-/// `enum ofp_bad_instruction_code` (`OFPBIC_*`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum BadInstructionCode {
-    UnknownInst = 0,
-    UnsupInst = 1,
-    BadTableId = 2,
-    UnsupMetadata = 3,
-    UnsupMetadataMask = 4,
-    BadExperimenter = 5,
-    BadExpType = 6,
-    BadLen = 7,
-    Eperm = 8,
-    DupInst = 9,
-}
-
-/// `enum ofp_bad_match_code` (`OFPBMC_*`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum BadMatchCode {
-    BadType = 0,
-    BadLen = 1,
-    BadTag = 2,
-    BadDlAddrMask = 3,
-    BadNwAddrMask = 4,
-    BadWildcards = 5,
-    BadField = 6,
-    BadValue = 7,
-    BadMask = 8,
-    BadPrereq = 9,
-    DupField = 10,
-    Eperm = 11,
-}
-
-/// `enum ofp_flow_mod_failed_code` (`OFPFMFC_*`).
-#[allow(missing_docs)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u16)]
-pub enum FlowModFailedCode {
-    Unknown = 0,
-    TableFull = 1,
-    BadTableId = 2,
-    Overlap = 3,
-    Eperm = 4,
-    BadTimeout = 5,
-    BadCommand = 6,
-    BadFlags = 7,
-}
-
-/// An OpenFlow error type together with its code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum OfErrorCode {
-    /// `OFPET_BAD_ACTION`.
-    BadAction(BadActionCode),
-    /// `OFPET_BAD_INSTRUCTION`.
-    BadInstruction(BadInstructionCode),
-    /// `OFPET_BAD_MATCH`.
-    BadMatch(BadMatchCode),
-    /// `OFPET_FLOW_MOD_FAILED`.
-    FlowModFailed(FlowModFailedCode),
-}
-
-impl OfErrorCode {
-    /// The error type.
-    pub fn error_type(self) -> ErrorType {
-        match self {
-            OfErrorCode::BadAction(_) => ErrorType::BadAction,
-            OfErrorCode::BadInstruction(_) => ErrorType::BadInstruction,
-            OfErrorCode::BadMatch(_) => ErrorType::BadMatch,
-            OfErrorCode::FlowModFailed(_) => ErrorType::FlowModFailed,
-        }
-    }
-
-    /// The code within the type.
-    pub fn code(self) -> u16 {
-        match self {
-            OfErrorCode::BadAction(c) => c as u16,
-            OfErrorCode::BadInstruction(c) => c as u16,
-            OfErrorCode::BadMatch(c) => c as u16,
-            OfErrorCode::FlowModFailed(c) => c as u16,
-        }
-    }
-
-    /// `(type, code)` as carried in `struct ofp_error_msg`.
-    pub fn wire(self) -> (u16, u16) {
-        (self.error_type() as u16, self.code())
-    }
-}
 
 /// Why the pipeline refused a flow-mod.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -172,7 +40,7 @@ pub enum PipelineError {
         /// What was asked for.
         what: &'static str,
         /// The OpenFlow error to report.
-        code: OfErrorCode,
+        code: OfError,
     },
     /// Output to a port that is not a valid destination in a flow entry.
     #[error("output to invalid port {0:?}")]
@@ -213,8 +81,8 @@ pub enum PipelineError {
 
 impl PipelineError {
     /// The OpenFlow error this maps onto.
-    pub fn of_error(&self) -> OfErrorCode {
-        use OfErrorCode as E;
+    pub fn of_error(&self) -> OfError {
+        use OfError as E;
         match self {
             PipelineError::BadTableId(_) => E::FlowModFailed(FlowModFailedCode::BadTableId),
             PipelineError::GotoBackward { .. } | PipelineError::GotoMissingTable(_) => {

@@ -14,6 +14,12 @@
 //!
 //! Sans-IO: no sockets, threads or clocks; callers pass time in.
 //!
+//! OpenFlow codes come from the codec (`offlow-openflow`, which does not
+//! depend on this crate): a refused flow-mod is a [`PipelineError`] whose
+//! [`of_error`](PipelineError::of_error) is the codec's `OfError`, and
+//! [`convert`] holds every conversion between the codec's wire types and
+//! this crate's (see the codec's crate docs for why the seam runs this way).
+//!
 //! Invariants:
 //! - Goto-table only goes forward (validated), so a lookup visits at most
 //!   one rule per table and always terminates.
@@ -38,6 +44,7 @@
 #![warn(missing_docs)]
 
 pub mod action;
+pub mod convert;
 pub mod entry;
 pub mod error;
 pub mod expiry;
@@ -47,11 +54,9 @@ pub mod port;
 pub mod validate;
 
 pub use action::{Action, ActionSet, Instruction, Program};
+pub use convert::ToPipeline;
 pub use entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
-pub use error::{
-    BadActionCode, BadInstructionCode, BadMatchCode, ErrorType, FlowModFailedCode, OfErrorCode,
-    PipelineError,
-};
+pub use error::PipelineError;
 pub use expiry::{ExpiryTracker, RemovedFlow, RemovedReason};
 pub use offlow_classifier::{BuildInput, Built, PortRange, Priority, RuleId};
 pub use pipeline::{

@@ -10,144 +10,20 @@
 //! to the packet, so (like Open vSwitch) a rule must establish its own
 //! prerequisites.
 
+pub use offlow_flow::prereq::VID_PRESENT;
+use offlow_flow::prereq::{prerequisite, PrereqState as State, ETH_MPLS, ETH_MPLS_MC};
 use offlow_flow::{Field, Match};
 
 use crate::action::{Action, ActionSet, Instruction, Program};
-use crate::error::{BadActionCode, BadInstructionCode, OfErrorCode, PipelineError};
+use crate::error::PipelineError;
 use crate::port::PortNo;
+use offlow_openflow::{BadActionCode, BadInstructionCode, OfError};
 
-const ETH_IPV4: u128 = 0x0800;
-const ETH_IPV6: u128 = 0x86dd;
-const ETH_ARP: u128 = 0x0806;
-const ETH_MPLS: u128 = 0x8847;
-const ETH_MPLS_MC: u128 = 0x8848;
-const ETH_PBB: u128 = 0x88e7;
-/// `OFPVID_PRESENT`: the tag-present bit of vlan_vid.
-pub const VID_PRESENT: u128 = 0x1000;
-
-/// What validation knows about the packet at some point in a rule's actions.
-#[derive(Debug, Clone, Copy)]
-struct State {
-    /// The rule's match with the effect of earlier actions folded in.
-    m: Match,
-    /// VLAN tags known to be present (from the match or pushed since).
-    vlan_depth: u8,
-}
-
-impl State {
-    fn new(m: &Match) -> State {
-        let (v, mask) = m.field(Field::VlanVid);
-        let tagged = mask & VID_PRESENT != 0 && v & VID_PRESENT != 0;
-        State {
-            m: *m,
-            vlan_depth: u8::from(tagged),
-        }
-    }
-
-    fn exact(&self, f: Field) -> Option<u128> {
-        let (v, mask) = self.m.field(f);
-        (mask == f.full_mask()).then_some(v)
-    }
-
-    fn eth_is(&self, types: &[u128]) -> bool {
-        self.exact(Field::EthType)
-            .is_some_and(|t| types.contains(&t))
-    }
-
-    fn is_ip(&self) -> bool {
-        self.eth_is(&[ETH_IPV4, ETH_IPV6])
-    }
-
-    fn proto_is(&self, p: u128, eth: &[u128]) -> bool {
-        self.eth_is(eth) && self.exact(Field::IpProto) == Some(p)
-    }
-
-    fn icmpv6_type_is(&self, types: &[u128]) -> bool {
-        self.proto_is(58, &[ETH_IPV6])
-            && self
-                .exact(Field::Icmpv6Type)
-                .is_some_and(|t| types.contains(&t))
-    }
-}
-
-/// Are `field`'s OXM prerequisites (Table 12, applied transitively) known to
-/// hold under `m`? Returns the missing prerequisite's description.
-fn prerequisite(field: Field, st: &State) -> Result<(), &'static str> {
-    use Field::*;
-    let ok = match field {
-        InPort | InPhyPort | Metadata | EthDst | EthSrc | EthType | TunnelId => true,
-        // Setting VID/PCP needs a tag to exist (§7.2.5: "when setting the
-        // VID field, the packet should have a VLAN tag").
-        VlanVid | VlanPcp => st.vlan_depth > 0,
-        IpDscp | IpEcn | IpProto => st.is_ip(),
-        Ipv4Src | Ipv4Dst => st.eth_is(&[ETH_IPV4]),
-        TcpSrc | TcpDst => st.proto_is(6, &[ETH_IPV4, ETH_IPV6]),
-        UdpSrc | UdpDst => st.proto_is(17, &[ETH_IPV4, ETH_IPV6]),
-        SctpSrc | SctpDst => st.proto_is(132, &[ETH_IPV4, ETH_IPV6]),
-        Icmpv4Type | Icmpv4Code => st.proto_is(1, &[ETH_IPV4]),
-        ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => st.eth_is(&[ETH_ARP]),
-        Ipv6Src | Ipv6Dst | Ipv6Flabel | Ipv6Exthdr => st.eth_is(&[ETH_IPV6]),
-        Icmpv6Type | Icmpv6Code => st.proto_is(58, &[ETH_IPV6]),
-        Ipv6NdTarget => st.icmpv6_type_is(&[135, 136]),
-        Ipv6NdSll => st.icmpv6_type_is(&[135]),
-        Ipv6NdTll => st.icmpv6_type_is(&[136]),
-        MplsLabel | MplsTc | MplsBos => st.eth_is(&[ETH_MPLS, ETH_MPLS_MC]),
-        PbbIsid => st.eth_is(&[ETH_PBB]),
-    };
-    if ok {
-        return Ok(());
-    }
-    Err(match field {
-        VlanVid | VlanPcp => "a VLAN tag (vlan_vid with OFPVID_PRESENT, or push_vlan)",
-        IpDscp | IpEcn | IpProto => "eth_type=0x0800 or 0x86dd",
-        Ipv4Src | Ipv4Dst => "eth_type=0x0800",
-        TcpSrc | TcpDst => "ip_proto=6 (with eth_type IPv4/IPv6)",
-        UdpSrc | UdpDst => "ip_proto=17 (with eth_type IPv4/IPv6)",
-        SctpSrc | SctpDst => "ip_proto=132 (with eth_type IPv4/IPv6)",
-        Icmpv4Type | Icmpv4Code => "ip_proto=1 with eth_type=0x0800",
-        ArpOp | ArpSpa | ArpTpa | ArpSha | ArpTha => "eth_type=0x0806",
-        Ipv6Src | Ipv6Dst | Ipv6Flabel | Ipv6Exthdr => "eth_type=0x86dd",
-        Icmpv6Type | Icmpv6Code => "ip_proto=58 with eth_type=0x86dd",
-        Ipv6NdTarget => "icmpv6_type=135 or 136",
-        Ipv6NdSll => "icmpv6_type=135",
-        Ipv6NdTll => "icmpv6_type=136",
-        MplsLabel | MplsTc | MplsBos => "eth_type=0x8847 or 0x8848",
-        _ => "eth_type=0x88e7",
-    })
-}
-
-/// Check a match's OXM prerequisites (§7.2.3.6, Table 12): every constrained
-/// field needs its prerequisite fields matched exactly (`OFPBMC_BAD_PREREQ`).
-///
-/// Fields sharing storage in the key (TCP/UDP/SCTP ports and ICMP
-/// type/code; IPv4 and ARP addresses) cannot be told apart from the mask
-/// alone, so a constrained slot is accepted when the prerequisite of *any*
-/// field stored there holds. For a match as decoded from OXM this is exact
-/// up to that sharing; the OpenFlow layer can call it after decoding.
+/// Check a match's OXM prerequisites (§7.2.3.6, Table 12); see
+/// [`offlow_flow::prereq::check_match_prerequisites`], whose missing field
+/// this reports as [`PipelineError::BadPrerequisite`].
 pub fn check_match_prerequisites(m: &Match) -> Result<(), PipelineError> {
-    let st = State::new(m);
-    for f in Field::ALL {
-        // vlan_vid has no match prerequisite (it encodes presence itself).
-        if f == Field::VlanVid || m.field(f).1 == 0 {
-            continue;
-        }
-        let loc = f.loc();
-        let satisfied = Field::ALL.iter().any(|&g| {
-            let lg = g.loc();
-            lg.word == loc.word
-                && lg.shift == loc.shift
-                && m.field(g).1 != 0
-                && match g {
-                    Field::InPhyPort => m.field(Field::InPort).1 != 0,
-                    Field::VlanPcp => st.vlan_depth > 0,
-                    _ => prerequisite(g, &st).is_ok(),
-                }
-        });
-        if !satisfied {
-            return Err(PipelineError::BadPrerequisite(f));
-        }
-    }
-    Ok(())
+    offlow_flow::prereq::check_match_prerequisites(m).map_err(PipelineError::BadPrerequisite)
 }
 
 /// May set-field write `field`?
@@ -267,13 +143,13 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
         Action::Group(_) => {
             return Err(PipelineError::Unsupported {
                 what: "group action (groups are not implemented yet)",
-                code: OfErrorCode::BadAction(BadActionCode::BadOutGroup),
+                code: OfError::BadAction(BadActionCode::BadOutGroup),
             })
         }
         Action::Experimenter(_) => {
             return Err(PipelineError::Unsupported {
                 what: "experimenter action",
-                code: OfErrorCode::BadAction(BadActionCode::BadExperimenter),
+                code: OfError::BadAction(BadActionCode::BadExperimenter),
             })
         }
     }
@@ -322,13 +198,13 @@ pub fn validate_instructions(
             Instruction::Meter(_) => {
                 return Err(PipelineError::Unsupported {
                     what: "meter instruction (meters are not implemented yet)",
-                    code: OfErrorCode::BadInstruction(BadInstructionCode::UnsupInst),
+                    code: OfError::BadInstruction(BadInstructionCode::UnsupInst),
                 })
             }
             Instruction::Experimenter(_) => {
                 return Err(PipelineError::Unsupported {
                     what: "experimenter instruction",
-                    code: OfErrorCode::BadInstruction(BadInstructionCode::BadExperimenter),
+                    code: OfError::BadInstruction(BadInstructionCode::BadExperimenter),
                 })
             }
         }

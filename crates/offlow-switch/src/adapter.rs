@@ -86,11 +86,11 @@ use offlow_openflow::port::{
     OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN, OFPPS_LINK_DOWN,
 };
 use offlow_openflow::{
-    BadRequestCode, FixedStr, Instruction, Need, OfError, OxmMatch, PacketOut, PortMod,
-    PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode, Ticket,
+    BadActionCode, BadRequestCode, FixedStr, Instruction, Need, OfError, OxmMatch, PacketOut,
+    PortMod, PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode, Ticket,
 };
 use offlow_pipeline::{
-    BadActionCode, FlowFilter, FlowMatch, FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow,
+    FlowFilter, FlowMatch, FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow, ToPipeline,
     TABLE_ALL,
 };
 
@@ -516,6 +516,26 @@ impl DatapathSwitch {
     fn clock_ns(&self) -> u64 {
         // u64 nanoseconds last 584 years.
         self.started.elapsed().as_nanos() as u64
+    }
+
+    /// Apply one flow-mod already in the pipeline's terms (the
+    /// [`Switch::flow_mod`](offlow_openflow::Switch::flow_mod) of a wire
+    /// flow-mod converts, then comes here; initial flows from the config come
+    /// here directly). A refusal is the OpenFlow error it maps onto.
+    pub fn pipeline_flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
+        let effect = self
+            .control
+            .flow_mod(fm, now_ns)
+            .map_err(|e| e.of_error())?;
+        self.dirty = true;
+        if !effect.removed.is_empty() {
+            self.removed.extend(
+                RemovedFlow::deleted_by(&effect)
+                    .into_iter()
+                    .filter(RemovedFlow::send_flow_rem),
+            );
+        }
+        Ok(())
     }
 
     /// Publish flow-mods applied since the last commit (after each batch of
@@ -1012,20 +1032,8 @@ impl offlow_openflow::Switch for DatapathSwitch {
         }
     }
 
-    fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), OfError> {
-        let effect = self
-            .control
-            .flow_mod(fm, now_ns)
-            .map_err(|e| OfError::from(e.of_error()))?;
-        self.dirty = true;
-        if !effect.removed.is_empty() {
-            self.removed.extend(
-                RemovedFlow::deleted_by(&effect)
-                    .into_iter()
-                    .filter(RemovedFlow::send_flow_rem),
-            );
-        }
-        Ok(())
+    fn flow_mod(&mut self, fm: &offlow_openflow::FlowMod, now_ns: u64) -> Result<(), OfError> {
+        self.pipeline_flow_mod(&fm.to_pipeline()?, now_ns)
     }
 
     fn barrier(&mut self) {
@@ -1278,13 +1286,13 @@ mod tests {
         // Table 0: 5,000 routes and a default, priority rising with
         // length (a FIB), each going on to table 1.
         let goto = vec![PInstr::GotoTable(1)];
-        sw.flow_mod(&FlowMod::add(0, 1, ip_dst_match(0, 0), goto.clone()), 0)
+        sw.pipeline_flow_mod(&FlowMod::add(0, 1, ip_dst_match(0, 0), goto.clone()), 0)
             .unwrap();
         for i in 0..5000u32 {
             let len = 16 + i % 9;
             let net = (i.wrapping_mul(0x9e37_79b9)) & (u32::MAX << (32 - len));
             let fm = FlowMod::add(0, len + 1, ip_dst_match(net, len), goto.clone());
-            sw.flow_mod(&fm, 0).unwrap();
+            sw.pipeline_flow_mod(&fm, 0).unwrap();
         }
         // Table 1: 40 overlapping prefixes in no priority order (an ACL).
         for i in 0..40u32 {
@@ -1294,7 +1302,7 @@ mod tests {
                 ip_dst_match(i << 27, 1 + i % 8),
                 output(1 + i % 4),
             );
-            sw.flow_mod(&fm, 0).unwrap();
+            sw.pipeline_flow_mod(&fm, 0).unwrap();
         }
         sw.commit_pending();
         sw
@@ -1348,7 +1356,7 @@ mod tests {
         // An update: the FIB takes it in place; table 1's snapshot serves on
         // with the new rule beside it, and is rebuilt once quiet again.
         let top_half = ip_dst_match(0x8000_0000, 1);
-        sw.flow_mod(&FlowMod::add(1, 100, top_half, output(9)), 0)
+        sw.pipeline_flow_mod(&FlowMod::add(1, 100, top_half, output(9)), 0)
             .unwrap();
         sw.commit_pending();
         let after_update = answers(&sw);
@@ -1385,7 +1393,7 @@ mod tests {
         assert_eq!(sw.maybe_compile(s(1.1)), None);
         assert!(sw.compiling());
         // The control thread keeps taking flow-mods meanwhile.
-        sw.flow_mod(
+        sw.pipeline_flow_mod(
             &FlowMod::add(1, 100, ip_dst_match(0x8000_0000, 1), output(9)),
             0,
         )
@@ -1427,8 +1435,8 @@ mod tests {
         assert_eq!(sw.features().datapath_id, 42);
         let a = FlowMod::add(0, 100, ip_dst_match(0x0a00_0000, 24), output(2)).with_cookie(7, 0);
         let b = FlowMod::add(1, 50, ip_dst_match(0x0b00_0000, 8), output(3));
-        sw.flow_mod(&a, 0).unwrap();
-        sw.flow_mod(&b, 0).unwrap();
+        sw.pipeline_flow_mod(&a, 0).unwrap();
+        sw.pipeline_flow_mod(&b, 0).unwrap();
         sw.commit_pending();
 
         let MultipartReplyBody::Flow(all) = sw
@@ -1501,7 +1509,7 @@ mod tests {
         // Delete non-strict by table 1, then only one flow is left.
         let mut d = FlowMod::new(FlowModCommand::Delete, 1, 0, Match::ANY);
         d.out_port = PortNo::ANY;
-        sw.flow_mod(&d, 0).unwrap();
+        sw.pipeline_flow_mod(&d, 0).unwrap();
         sw.barrier();
         assert_eq!(sw.pipeline().len(), 1);
     }
@@ -1546,7 +1554,7 @@ mod tests {
                 .with_cookie(0x77, 0),
         ];
         for fm in &fms {
-            sw.flow_mod(fm, 0).unwrap();
+            sw.pipeline_flow_mod(fm, 0).unwrap();
         }
         sw.commit_pending();
         let mut plain = vec![0u8; 60];
@@ -1568,13 +1576,13 @@ mod tests {
         // entry sends to the controller: that is a NO_MATCH packet-in.
         let mut m = Match::ANY;
         m.set_exact(Field::InPort, 2);
-        sw.flow_mod(&FlowMod::add(0, 10, m, vec![PInstr::GotoTable(2)]), 0)
+        sw.pipeline_flow_mod(&FlowMod::add(0, 10, m, vec![PInstr::GotoTable(2)]), 0)
             .unwrap();
         sw.commit_pending();
         assert_eq!(origins(&mut sw, 2), vec![sender(2, 0x77, true)]);
         // Two outputs to CONTROLLER on one path: one packet-in each, each
         // naming its own entry.
-        sw.flow_mod(
+        sw.pipeline_flow_mod(
             &FlowMod::add(0, 20, Match::ANY, vec![to_controller(PortNo::CONTROLLER.0)])
                 .with_cookie(0x99, 0),
             0,
@@ -1584,7 +1592,7 @@ mod tests {
         assert_eq!(origins(&mut sw, 2), vec![sender(0, 0x99, false)]);
         let mut to_2 = Match::ANY;
         to_2.set_exact(Field::InPort, 2);
-        sw.flow_mod(
+        sw.pipeline_flow_mod(
             &FlowMod::add(
                 0,
                 30,
@@ -1716,7 +1724,7 @@ mod tests {
         let mut sw = DatapathSwitch::new(1, 2);
         let fm = FlowMod::add(5, 1, Match::ANY, output(1));
         assert!(matches!(
-            sw.flow_mod(&fm, 0),
+            sw.pipeline_flow_mod(&fm, 0),
             Err(OfError::FlowModFailed(_))
         ));
         let po = PacketOut {

@@ -165,10 +165,9 @@ pub fn run_blocking(
 
 /// Install the flows given at start; a refused one names its origin.
 fn install_flows(switch: &mut DatapathSwitch, flows: &[InitialFlow]) -> anyhow::Result<()> {
-    use offlow_openflow::Switch;
     for f in flows {
         switch
-            .flow_mod(&f.flow_mod, 0)
+            .pipeline_flow_mod(&f.flow_mod, 0)
             .map_err(|e| anyhow::anyhow!("{}: refused: {e:?}", f.origin))?;
     }
     switch.commit_pending();

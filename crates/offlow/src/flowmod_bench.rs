@@ -140,7 +140,8 @@ fn encode_file(args: &FlowModArgs) -> anyhow::Result<(Vec<u8>, usize, u32)> {
     let text = std::fs::read_to_string(&args.flows)
         .with_context(|| format!("reading {}", args.flows.display()))?;
     let shown = args.flows.display().to_string();
-    let specs = crate::ofctl_syntax::parse_flow_file(&text, &shown).map_err(|e| anyhow!("{e}"))?;
+    let specs =
+        offlow_openflow::ofctl::parse_flow_file(&text, &shown).map_err(|e| anyhow!("{e}"))?;
     let mut batch = Vec::new();
     for (i, (_, spec)) in specs.iter().enumerate() {
         let m = Message::new(i as u32 + 1, Body::FlowMod(spec.to_wire()));

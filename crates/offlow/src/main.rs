@@ -5,7 +5,6 @@ use clap::{Parser, Subcommand};
 mod allocator;
 mod demo;
 mod flowmod_bench;
-mod ofctl_syntax;
 mod run;
 mod trace;
 

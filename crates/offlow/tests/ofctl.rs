@@ -13,8 +13,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use offlow_flow::Field;
+use offlow_openflow::BadMatchCode;
 use offlow_openflow::{Body, ErrorMsg, FlowMod, Message, OfError, Oxm, OxmMatch};
-use offlow_pipeline::BadMatchCode;
 
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;

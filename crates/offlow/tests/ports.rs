@@ -540,7 +540,7 @@ fn buffered_packet_in_and_packet_out_by_buffer_id() {
     c.send(&Message::new(9, out(pi.buffer_id, 0)));
     assert_eq!(
         error_of(&mut c, 9),
-        OfError::BadAction(offlow_pipeline::BadActionCode::BadOutPort)
+        OfError::BadAction(offlow_openflow::BadActionCode::BadOutPort)
     );
     c.send(&Message::new(10, out(pi.buffer_id, 2)));
     arrives(1);

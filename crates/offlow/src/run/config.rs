@@ -46,6 +46,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
+use offlow_pipeline::ToPipeline;
 use offlow_switch::config::{
     Endpoint, FailMode, InitialFlow, PortConfig, PortKind, SwitchConfig, DEFAULT_CACHE_SIZE,
     DEFAULT_DPID, DEFAULT_TABLES,
@@ -326,8 +327,8 @@ fn load_flows(path: &Path) -> anyhow::Result<Vec<InitialFlow>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let shown = path.display().to_string();
-    let specs =
-        crate::ofctl_syntax::parse_flow_file(&text, &shown).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let specs = offlow_openflow::ofctl::parse_flow_file(&text, &shown)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     specs
         .iter()
         .map(|(line, spec)| {
@@ -347,11 +348,11 @@ fn parse_steer_match(text: &str) -> anyhow::Result<offlow_flow::Match> {
     if text.contains("actions") {
         bail!("`{text}`: a match only (no actions)");
     }
-    let spec = crate::ofctl_syntax::parse_flow(&format!("{text},actions=drop"))
+    let spec = offlow_openflow::ofctl::parse_flow(&format!("{text},actions=drop"))
         .map_err(|e| anyhow::anyhow!("`{text}`: {e}"))?;
-    let plain = crate::ofctl_syntax::parse_flow("actions=drop")
+    let plain = offlow_openflow::ofctl::parse_flow("actions=drop")
         .map_err(|e| anyhow::anyhow!("internal: {e}"))?;
-    let settings = |s: &crate::ofctl_syntax::FlowSpec| {
+    let settings = |s: &offlow_openflow::ofctl::FlowSpec| {
         (
             s.table_id,
             s.priority,

@@ -180,8 +180,8 @@ fn transport(b: FrameBuilder, m: &Match, proto: u8, l3: L3) -> FrameBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ofctl_syntax::{format_value, parse_packet};
     use offlow_flow::{extract, present, ParseStats};
+    use offlow_openflow::ofctl::{format_value, parse_packet};
     use offlow_wire::checksum::{checksum, fold, pseudo_ipv4, pseudo_ipv6, sum};
     use proptest::prelude::*;
 

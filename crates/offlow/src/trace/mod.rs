@@ -2,8 +2,8 @@
 //! spirit of `ovs-appctl ofproto/trace`.
 //!
 //! What: the rules come from an ovs-ofctl flow file (`--flows`, parsed by
-//! [`crate::ofctl_syntax`] and installed through the codec's
-//! `FlowMod::to_pipeline` and the pipeline's own validation, exactly the
+//! [`offlow_openflow::ofctl`] and installed through
+//! `offlow_pipeline::convert` and the pipeline's own validation, exactly the
 //! path a controller's flow-mod takes) or from a running switch
 //! (`--switch tcp:HOST:PORT`, fetched by [`fetch`] over OpenFlow 1.3). The
 //! packet, written in the same syntax, becomes a real frame ([`frame`]),
@@ -32,14 +32,25 @@ use offlow_datapath::{
 use offlow_flow::{extract, Field, FlowKey, L3Kind, Match, ParseStats};
 use offlow_pipeline::{
     Action, ActionSet, FlowMod, FlowModCommand, FlowModFlags, Instruction, Outcome, Pipeline,
-    PortNo, MAX_TABLES,
+    PortNo, ToPipeline, MAX_TABLES,
 };
 use serde::Serialize;
 
-use crate::ofctl_syntax::{
-    canonical, format_action, format_instructions, format_match, format_port, format_value,
-    parse_flow_file, parse_packet,
+use offlow_openflow::ofctl::{
+    self, canonical, format_match, format_port, format_value, parse_flow_file, parse_packet,
 };
+
+/// A pipeline action in ovs-ofctl syntax (printed in its wire form).
+fn format_action(a: &Action) -> String {
+    ofctl::format_action(&offlow_openflow::Action::from(a))
+}
+
+/// Pipeline instructions in ovs-ofctl `actions=` syntax (printed in their
+/// wire form).
+fn format_instructions(ins: &[Instruction]) -> String {
+    let wire: Vec<offlow_openflow::Instruction> = ins.iter().map(Into::into).collect();
+    ofctl::format_instructions(&wire)
+}
 
 /// Arguments of `offlow trace`.
 #[derive(clap::Args, Debug)]

@@ -30,9 +30,12 @@
 //! description it sets the frame's TTL), and anything unknown. Errors name
 //! the offending token; [`parse_flow_file`] adds `FILE:LINE`.
 //!
-//! Validation beyond syntax (prerequisites, settable fields, table ids) is
-//! left to the codec's [`to_pipeline`](offlow_openflow::FlowMod::to_pipeline)
-//! and the pipeline's flow-mod check, the same path a controller's flow-mod
+//! Everything here is in wire terms: a flow line becomes a [`FlowMod`]
+//! ([`FlowSpec::to_wire`]), the printers take the codec's [`Action`] and
+//! [`Instruction`] (the pipeline's convert to these first, see
+//! `offlow_pipeline::convert`). Validation beyond syntax (prerequisites,
+//! settable fields, table ids) is left to the conversion to the pipeline and
+//! the pipeline's flow-mod check, the same path a controller's flow-mod
 //! takes, so a file is accepted exactly when the switch would accept it.
 //!
 //! Thread-safety: pure functions over strings.
@@ -40,9 +43,10 @@
 use core::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
+use crate::message::flow_mod_flags;
+use crate::port::{PortNo, CONTROLLER_NO_BUFFER};
+use crate::{Action, FlowMod, Instruction, OxmMatch};
 use offlow_flow::{Field, Match};
-use offlow_openflow::{Action, FlowMod, Instruction, OxmMatch};
-use offlow_pipeline::{FlowModFlags, PortNo, CONTROLLER_NO_BUFFER};
 
 /// `OFPVID_PRESENT`: set in `vlan_vid` when a tag is present.
 const VID_PRESENT: u128 = 0x1000;
@@ -321,11 +325,11 @@ fn apply_setting(
         }
         "idle_timeout" => spec.idle_timeout = num(tok, need(tok, v)?, 16)? as u16,
         "hard_timeout" => spec.hard_timeout = num(tok, need(tok, v)?, 16)? as u16,
-        "send_flow_rem" => spec.flags |= FlowModFlags::SEND_FLOW_REM,
-        "check_overlap" => spec.flags |= FlowModFlags::CHECK_OVERLAP,
-        "reset_counts" => spec.flags |= FlowModFlags::RESET_COUNTS,
-        "no_packet_counts" => spec.flags |= FlowModFlags::NO_PKT_COUNTS,
-        "no_byte_counts" => spec.flags |= FlowModFlags::NO_BYT_COUNTS,
+        "send_flow_rem" => spec.flags |= flow_mod_flags::SEND_FLOW_REM,
+        "check_overlap" => spec.flags |= flow_mod_flags::CHECK_OVERLAP,
+        "reset_counts" => spec.flags |= flow_mod_flags::RESET_COUNTS,
+        "no_packet_counts" => spec.flags |= flow_mod_flags::NO_PKT_COUNTS,
+        "no_byte_counts" => spec.flags |= flow_mod_flags::NO_BYT_COUNTS,
         _ => return Ok(false),
     }
     Ok(true)
@@ -1175,14 +1179,15 @@ pub fn format_match(m: &Match) -> String {
 /// `eth_type` and `ip_proto` means (the codec's rule, so printing and
 /// encoding agree).
 pub fn canonical(f: Field, et: Option<u16>, proto: Option<u8>) -> Field {
-    offlow_openflow::oxm::storage_owner(f, et, proto)
+    crate::oxm::storage_owner(f, et, proto)
 }
 
-/// One pipeline action in ovs-ofctl syntax.
-pub fn format_action(a: &offlow_pipeline::Action) -> String {
-    use offlow_pipeline::Action as A;
+/// One action in ovs-ofctl syntax.
+pub fn format_action(a: &Action) -> String {
+    use Action as A;
     match *a {
         A::Output { port, max_len } => {
+            let port = PortNo(port);
             if port == PortNo::CONTROLLER {
                 format!("CONTROLLER:{max_len}")
             } else if port.is_physical() {
@@ -1205,12 +1210,14 @@ pub fn format_action(a: &offlow_pipeline::Action) -> String {
         A::SetQueue(q) => format!("set_queue:{q}"),
         A::SetWorkers(m) => format!("offlow_workers:{m:#x}"),
         A::Group(g) => format!("group:{g}"),
-        A::Experimenter(e) => format!("experimenter:{e:#x}"),
+        A::PushPbb(e) => format!("push_pbb:{e:#06x}"),
+        A::PopPbb => "pop_pbb".into(),
+        A::Experimenter { experimenter, .. } => format!("experimenter:{experimenter:#x}"),
     }
 }
 
 /// Actions joined by commas (`drop` when empty).
-pub fn format_actions(acts: &[offlow_pipeline::Action]) -> String {
+pub fn format_actions(acts: &[Action]) -> String {
     if acts.is_empty() {
         return "drop".into();
     }
@@ -1218,8 +1225,8 @@ pub fn format_actions(acts: &[offlow_pipeline::Action]) -> String {
 }
 
 /// Instructions in ovs-ofctl `actions=` syntax.
-pub fn format_instructions(ins: &[offlow_pipeline::Instruction]) -> String {
-    use offlow_pipeline::Instruction as I;
+pub fn format_instructions(ins: &[Instruction]) -> String {
+    use Instruction as I;
     let mut parts = Vec::new();
     for i in ins {
         match i {
@@ -1242,7 +1249,9 @@ pub fn format_instructions(ins: &[offlow_pipeline::Instruction]) -> String {
             }
             I::GotoTable(t) => parts.push(format!("goto_table:{t}")),
             I::Meter(m) => parts.push(format!("meter:{m}")),
-            I::Experimenter(e) => parts.push(format!("experimenter:{e:#x}")),
+            I::Experimenter { experimenter, .. } => {
+                parts.push(format!("experimenter:{experimenter:#x}"))
+            }
         }
     }
     if parts.is_empty() {
@@ -1255,7 +1264,7 @@ pub fn format_instructions(ins: &[offlow_pipeline::Instruction]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use offlow_openflow::{encode_to_vec, Body, Message};
+    use crate::{encode_to_vec, Body, Message};
     use proptest::prelude::*;
     use std::process::Command;
 
@@ -1275,7 +1284,7 @@ mod tests {
         let f = flow("table=2,priority=7,cookie=0x10,idle_timeout=5,hard_timeout=9,send_flow_rem,tcp,in_port=3,nw_src=10.0.0.0/8,tp_dst=80,actions=drop");
         assert_eq!((f.table_id, f.priority, f.cookie), (2, 7, 0x10));
         assert_eq!((f.idle_timeout, f.hard_timeout), (5, 9));
-        assert_eq!(f.flags, FlowModFlags::SEND_FLOW_REM);
+        assert_eq!(f.flags, flow_mod_flags::SEND_FLOW_REM);
         let mut m = Match::ANY;
         m.set_exact(Field::EthType, 0x0800)
             .set_exact(Field::IpProto, 6)
@@ -1680,7 +1689,7 @@ mod tests {
             }
             // Only matches a switch accepts (prerequisites met) are compared:
             // OVS normalises the others away where a switch refuses them.
-            prop_assume!(offlow_pipeline::check_match_prerequisites(&m).is_ok());
+            prop_assume!(offlow_flow::check_match_prerequisites(&m).is_ok());
             // Open vSwitch keeps the ARP opcode in 8 bits (OpenFlow: 16).
             prop_assume!(m.field(Field::ArpOp).0 < 256);
             // ovs-ofctl 3.1 reads IPv6 masks only as prefix lengths.
@@ -1724,18 +1733,13 @@ mod tests {
         );
         // Decimal too, and in write_actions; printed back in hex.
         let f = flow("actions=write_actions(offlow_workers:6,output:1)");
-        let ins: Vec<offlow_pipeline::Instruction> = f
-            .to_wire()
-            .instructions
-            .iter()
-            .map(|i| i.to_pipeline().unwrap())
-            .collect();
+        let ins = f.to_wire().instructions;
         let text = format_instructions(&ins);
         assert_eq!(text, "write_actions(offlow_workers:0x6,output:1)");
         let back = flow(&format!("actions={text}"));
         assert_eq!(back.instructions, f.instructions);
         assert_eq!(
-            format_action(&offlow_pipeline::Action::SetWorkers(u64::MAX)),
+            format_action(&Action::SetWorkers(u64::MAX)),
             "offlow_workers:0xffffffffffffffff"
         );
         // Wider than 64 bits, or no argument: refused, naming the token.
