@@ -57,6 +57,9 @@
 //! published pipeline (read-only) and its relaxed atomic counters, credited
 //! once per distinct decision per batch. [`Control`] is the single writer.
 #![warn(missing_docs)]
+// Exports are what other crates use; the rest is `pub(crate)`. (Crate
+// level until the lint can be a workspace one: see the root Cargo.toml.)
+#![warn(unreachable_pub)]
 
 pub mod action_table;
 pub mod buf;

@@ -49,7 +49,7 @@ const VID_PRESENT: u128 = 0x1000;
 
 /// A syntax error: the token at fault and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyntaxError {
+pub(crate) struct SyntaxError {
     /// The offending token, as written.
     pub token: String,
     /// What is wrong with it.
@@ -75,7 +75,7 @@ impl std::error::Error for SyntaxError {}
 
 /// An error in a flow file: where, and the syntax error.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileError {
+pub(crate) struct FileError {
     /// The file name as given.
     pub file: String,
     /// 1-based line number.
@@ -94,7 +94,7 @@ impl std::error::Error for FileError {}
 
 /// A parsed flow line (or packet description).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FlowSpec {
+pub(crate) struct FlowSpec {
     /// `table=` (default 0).
     pub table_id: u8,
     /// `priority=` (default 32768, as ovs-ofctl).
@@ -116,11 +116,11 @@ pub struct FlowSpec {
 }
 
 /// ovs-ofctl's default priority (`OFP_DEFAULT_PRIORITY`).
-pub const DEFAULT_PRIORITY: u16 = 0x8000;
+pub(crate) const DEFAULT_PRIORITY: u16 = 0x8000;
 
 impl FlowSpec {
     /// The OpenFlow 1.3 ADD flow-mod for this flow (canonical OXM order).
-    pub fn to_wire(&self) -> FlowMod {
+    pub(crate) fn to_wire(&self) -> FlowMod {
         let mut fm = FlowMod::add(
             self.table_id,
             self.priority,
@@ -146,19 +146,19 @@ enum Mode {
 }
 
 /// Parse one flow in ovs-ofctl `add-flow` syntax.
-pub fn parse_flow(s: &str) -> Result<FlowSpec, SyntaxError> {
+pub(crate) fn parse_flow(s: &str) -> Result<FlowSpec, SyntaxError> {
     parse(s, Mode::Flow)
 }
 
 /// Parse a packet description: match fields with exact values only (no
 /// masks, no settings or actions); `nw_ttl` sets the frame's TTL.
-pub fn parse_packet(s: &str) -> Result<FlowSpec, SyntaxError> {
+pub(crate) fn parse_packet(s: &str) -> Result<FlowSpec, SyntaxError> {
     parse(s, Mode::Packet)
 }
 
 /// Parse an `ovs-ofctl add-flows` file: one flow per line; blank lines and
 /// lines starting with `#` are skipped. `file` names the source in errors.
-pub fn parse_flow_file(text: &str, file: &str) -> Result<Vec<(usize, FlowSpec)>, FileError> {
+pub(crate) fn parse_flow_file(text: &str, file: &str) -> Result<Vec<(usize, FlowSpec)>, FileError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
@@ -403,7 +403,7 @@ fn parse_ipv6(tok: &str, s: &str) -> Result<u128, SyntaxError> {
 }
 
 /// A port number or a reserved port's name.
-pub fn parse_port(tok: &str, s: &str) -> Result<u32, SyntaxError> {
+pub(crate) fn parse_port(tok: &str, s: &str) -> Result<u32, SyntaxError> {
     let named = match s.to_ascii_uppercase().as_str() {
         "IN_PORT" => Some(PortNo::IN_PORT),
         "TABLE" => Some(PortNo::TABLE),
@@ -715,7 +715,7 @@ fn instr_rank(i: &Instruction) -> u8 {
 
 /// Parse the text after `actions=` into instructions; `m` is the flow's
 /// match (the `mod_tp_*` and `mod_vlan_*` translations depend on it).
-pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Instruction>, SyntaxError> {
+pub(crate) fn parse_actions(s: &str, m: &Match) -> Result<Vec<Instruction>, SyntaxError> {
     let toks = split_top(s);
     let mut out: Vec<Instruction> = Vec::new();
     let mut apply: Vec<Action> = Vec::new();
@@ -1022,7 +1022,7 @@ fn set_field_named(name: &str) -> Option<Field> {
 // Printing.
 
 /// A value in its field's notation.
-pub fn format_value(f: Field, v: u128) -> String {
+pub(crate) fn format_value(f: Field, v: u128) -> String {
     match kind_of(f) {
         Kind::Mac => {
             let b = (v as u64).to_be_bytes();
@@ -1044,7 +1044,7 @@ pub fn format_value(f: Field, v: u128) -> String {
 }
 
 /// A port number, reserved ports by name.
-pub fn format_port(p: u32) -> String {
+pub(crate) fn format_port(p: u32) -> String {
     format!("{:?}", PortNo(p))
 }
 
@@ -1092,7 +1092,7 @@ fn ovs_name(f: Field) -> &'static str {
 /// A match in ovs-ofctl syntax (`tcp,in_port=1,nw_dst=10.0.0.0/8,tp_dst=80`);
 /// the empty string for match-all. [`parse_flow`] reads it back to the same
 /// match.
-pub fn format_match(m: &Match) -> String {
+pub(crate) fn format_match(m: &Match) -> String {
     use Field::*;
     let mut parts: Vec<String> = Vec::new();
     let et = eth_type(m);
@@ -1174,12 +1174,12 @@ pub fn format_match(m: &Match) -> String {
 /// Which of the fields sharing `f`'s storage a match (or packet) with this
 /// `eth_type` and `ip_proto` means (the codec's rule, so printing and
 /// encoding agree).
-pub fn canonical(f: Field, et: Option<u16>, proto: Option<u8>) -> Field {
+pub(crate) fn canonical(f: Field, et: Option<u16>, proto: Option<u8>) -> Field {
     offlow_openflow::oxm::storage_owner(f, et, proto)
 }
 
 /// One pipeline action in ovs-ofctl syntax.
-pub fn format_action(a: &offlow_pipeline::Action) -> String {
+pub(crate) fn format_action(a: &offlow_pipeline::Action) -> String {
     use offlow_pipeline::Action as A;
     match *a {
         A::Output { port, max_len } => {
@@ -1210,7 +1210,7 @@ pub fn format_action(a: &offlow_pipeline::Action) -> String {
 }
 
 /// Actions joined by commas (`drop` when empty).
-pub fn format_actions(acts: &[offlow_pipeline::Action]) -> String {
+pub(crate) fn format_actions(acts: &[offlow_pipeline::Action]) -> String {
     if acts.is_empty() {
         return "drop".into();
     }
@@ -1218,7 +1218,7 @@ pub fn format_actions(acts: &[offlow_pipeline::Action]) -> String {
 }
 
 /// Instructions in ovs-ofctl `actions=` syntax.
-pub fn format_instructions(ins: &[offlow_pipeline::Instruction]) -> String {
+pub(crate) fn format_instructions(ins: &[offlow_pipeline::Instruction]) -> String {
     use offlow_pipeline::Instruction as I;
     let mut parts = Vec::new();
     for i in ins {
