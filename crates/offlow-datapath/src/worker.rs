@@ -61,11 +61,12 @@
 //! A new rule `N` in table `t` can take keys from lower-or-equal-priority
 //! overlapping rules
 //! ([`FlowModEffect::shadowed`](offlow_pipeline::FlowModEffect::shadowed),
-//! including the table-miss entry) and from keys that matched nothing in `t` ([`Dep::Miss`]). The
-//! record carries, per ADD, `N`'s match and priority (an
-//! [`AddFilter`](crate::AddFilter)) and those deps. Catching up, a worker does not free their
-//! dependents: an entry whose path reached `t` with the packet's own key
-//! keeps living with `N` as a *filter* ([`ActionTable::add_filter`]); an
+//! including the table-miss entry) and from keys that matched nothing in
+//! `t` ([`Dep::Miss`](crate::Dep::Miss)). The record carries, per ADD,
+//! `N`'s match and priority (an [`AddFilter`](crate::AddFilter)) and those
+//! deps. Catching up, a worker does not free their dependents: an entry
+//! whose path reached `t` with the packet's own key keeps living with `N`
+//! as a *filter* ([`ActionTable::add_filter`]); an
 //! entry whose path rewrote the key before `t` (a set-field, a VLAN/MPLS
 //! push or pop, a write-metadata in an earlier table; judged conservatively
 //! from the rules' programs at intern time) is freed as before, and so is

@@ -100,6 +100,10 @@
 //! The dependencies go one way: `socket` uses `program`, `channels`,
 //! `umem` and `ring`; `queues` uses `socket`; the others use none of them.
 
+// The essay links to them.
+#[cfg(doc)]
+use crate::{Port, RxMeta};
+
 mod channels;
 mod program;
 mod queues;
