@@ -1,12 +1,12 @@
 //! The writer side of the datapath: [`Control`] turns flow-mods, expiry
-//! and accelerator installs into [`StateOp`]s on the left-right pair, and
+//! and accelerator installs into `StateOp`s on the left-right pair, and
 //! [`Control::commit`] publishes them with one invalidation record per
 //! version.
 //!
-//! What it keeps: the [`Versioned`] pair of [`DatapathState`] (through
+//! What it keeps: the [`Versioned`] pair of `DatapathState` (through
 //! which it is the single writer), the deps, modified rules and ADD filters
 //! noted since the last commit, the idle-timeout tracker, and its ends of
-//! the structures it shares with the workers ([`crate::state`]).
+//! the structures it shares with the workers (`state.rs`).
 //!
 //! Invariants: every change applied to the writer's copy since the last
 //! commit has its invalidations noted in `pending*`, so the record a
@@ -16,7 +16,7 @@
 //! that completes it).
 //!
 //! Thread-safety: one thread owns a `Control` (`&mut self` for every
-//! change). It shares with workers only what [`crate::state`] holds; it
+//! change). It shares with workers only what `state.rs` holds; it
 //! never touches a worker's caches, which is why a worker's catch-up, not
 //! the writer, frees stale decisions.
 //!

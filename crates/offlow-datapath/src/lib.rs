@@ -40,7 +40,7 @@
 //!   invalidations first, so [`Control::commit`] returning is the barrier
 //!   guarantee: no packet after it uses a changed or removed action. See
 //!   [`worker`] for the argument; the writer is in [`control`], what the
-//!   two share in [`state`].
+//!   two share in `state.rs` (crate-private).
 //!
 //! # Invariants
 //! - Nothing here panics on frame contents, layouts or action lists
@@ -67,7 +67,7 @@ pub mod control;
 pub mod counting_sink;
 pub mod execute;
 pub mod microflow;
-pub mod state;
+mod state;
 pub mod steer;
 pub mod tx;
 pub mod worker;
@@ -78,7 +78,7 @@ pub use action_table::{
 };
 pub use buf::{copy_frame, FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
 pub use control::{Control, PIPELINE_COPIES};
-pub use counting_sink::{CountingSink, COUNTING_SINK_PORTS};
+pub use counting_sink::CountingSink;
 pub use execute::{
     controller_len, crc32c, execute, execute_prepared, last_frame_write, sctp_checksum,
     ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
@@ -87,7 +87,6 @@ pub use microflow::{
     flow_hash, flow_hash_ext, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats,
     MAX_BATCH, WAYS,
 };
-pub use state::{AddFilter, DatapathState, StateOp, LOG_RECORDS};
 pub use steer::{SteerRule, SteeringTable};
 pub use tx::{TxBatches, TxQueue};
 pub use worker::{Worker, WorkerConfig, WorkerStats, DIRTY_PER_BATCH, FLUSH_EVERY_BATCHES};

@@ -35,7 +35,7 @@ use crate::action_table::Dep;
 
 /// Invalidation records kept; a worker more than this many versions behind
 /// clears its caches instead of catching up record by record.
-pub const LOG_RECORDS: usize = 1024;
+pub(crate) const LOG_RECORDS: usize = 1024;
 
 /// One published version's invalidations.
 #[derive(Debug, Clone)]
@@ -53,12 +53,12 @@ pub(crate) struct Record {
 /// One ADD as the workers see it: the new rule and what it may take keys
 /// from.
 #[derive(Debug, Clone)]
-pub struct AddFilter {
+pub(crate) struct AddFilter {
     /// The new rule's match and priority (its id is the pipeline's).
-    pub rule: Rule,
+    pub(crate) rule: Rule,
     /// Its table's shadowed rules (`Dep::Rule`) and the table's miss
     /// (`Dep::Miss`).
-    pub shadowed: Box<[Dep]>,
+    pub(crate) shadowed: Box<[Dep]>,
 }
 
 /// The recent invalidation records, oldest first.
@@ -72,9 +72,9 @@ pub(crate) struct InvalidationLog {
 /// What the workers read: the pipeline and the invalidation log, published
 /// together so a section sees a log that matches its pipeline.
 #[derive(Debug, Clone)]
-pub struct DatapathState {
+pub(crate) struct DatapathState {
     /// The OpenFlow pipeline.
-    pub pipeline: Pipeline,
+    pub(crate) pipeline: Pipeline,
     pub(crate) log: InvalidationLog,
 }
 
@@ -90,7 +90,7 @@ impl DatapathState {
 
 /// A replicated update of [`DatapathState`].
 #[derive(Debug, Clone)]
-pub enum StateOp {
+pub(crate) enum StateOp {
     /// A pipeline change.
     Pipeline(PipelineOp),
     /// The invalidations of `version`.
@@ -179,8 +179,9 @@ pub(crate) struct CounterSync {
 /// into a table no cached decision went through (it then reports the whole
 /// table as shadowed,
 /// [`ShadowReport::WholeTable`](offlow_pipeline::ShadowReport::WholeTable)).
-/// The bit is only a hint for precision: a whole-table report is correct whatever a worker
-/// cached meanwhile, so the bits need no ordering with the versions.
+/// The bit is only a hint for precision: a whole-table report is correct
+/// whatever a worker cached meanwhile, so the bits need no ordering with
+/// the versions.
 #[derive(Debug, Default)]
 pub(crate) struct TablesCached([AtomicU64; 4]);
 

@@ -2,12 +2,12 @@
 //!
 //! This module holds the reader, [`Worker`]; the writer,
 //! [`Control`](crate::Control), is in [`crate::control`], and what they
-//! share in [`crate::state`]. The argument below spans the three; it lives
+//! share in `state.rs`. The argument below spans the three; it lives
 //! here, next to the catch-up that completes it.
 //!
 //! # Shape
 //! [`Control`](crate::Control) is the single writer. It owns a left-right
-//! [`Versioned`](offlow_sync::Versioned) pair of [`DatapathState`] (the
+//! [`Versioned`](offlow_sync::Versioned) pair of `DatapathState` (the
 //! pipeline plus an invalidation log). Flow-mods are applied to the
 //! inactive copy ([`Control::flow_mod`](crate::Control::flow_mod));
 //! [`Control::commit`](crate::Control::commit) appends one invalidation
@@ -63,7 +63,7 @@
 //! ([`FlowModEffect::shadowed`](offlow_pipeline::FlowModEffect::shadowed),
 //! including the table-miss entry) and from keys that matched nothing in
 //! `t` ([`Dep::Miss`](crate::Dep::Miss)). The record carries, per ADD,
-//! `N`'s match and priority (an [`AddFilter`](crate::AddFilter)) and those
+//! `N`'s match and priority (an `AddFilter`) and those
 //! deps. Catching up, a worker does not free their dependents: an entry
 //! whose path reached `t` with the packet's own key keeps living with `N`
 //! as a *filter* ([`ActionTable::add_filter`]); an
