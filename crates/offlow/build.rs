@@ -26,7 +26,7 @@ fn main() {
         let index = enum_index(&text, option)
             .unwrap_or_else(|| panic!("{} has no {option} in mi_option_t", header.display()));
         constants += &format!(
-            "/// `{option}`'s value, read from {}.\npub const {constant}: i32 = {index};\n",
+            "/// `{option}`'s value, read from {}.\npub(crate) const {constant}: i32 = {index};\n",
             header.display()
         );
     }

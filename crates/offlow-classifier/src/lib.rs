@@ -17,6 +17,9 @@
 //! writer publishing new versions come from `offlow_sync::Versioned`, which
 //! replays a [`ClassifierOp`] on each copy.
 #![warn(missing_docs)]
+// Exports are what other crates use; the rest is `pub(crate)`. (Crate
+// level until the lint can be a workspace one: see the root Cargo.toml.)
+#![warn(unreachable_pub)]
 
 pub mod adaptive;
 pub mod dir24;

@@ -1219,12 +1219,13 @@ const PHASE0_BYTES: usize = CHUNKS * std::mem::size_of::<[u16; 1 << 16]>();
 
 /// Shape bits of a rule (see [`RfcSet`]), in split order.
 mod shape {
-    pub const SIP_WIDE: u8 = 1;
-    pub const DIP_WIDE: u8 = 2;
-    pub const DPORT_WIDE: u8 = 4;
-    pub const SPORT_WIDE: u8 = 8;
-    pub const PROTO_WILD: u8 = 16;
-    pub const SPLIT_ORDER: [u8; 5] = [SIP_WIDE, DIP_WIDE, DPORT_WIDE, SPORT_WIDE, PROTO_WILD];
+    pub(super) const SIP_WIDE: u8 = 1;
+    pub(super) const DIP_WIDE: u8 = 2;
+    pub(super) const DPORT_WIDE: u8 = 4;
+    pub(super) const SPORT_WIDE: u8 = 8;
+    pub(super) const PROTO_WILD: u8 = 16;
+    pub(super) const SPLIT_ORDER: [u8; 5] =
+        [SIP_WIDE, DIP_WIDE, DPORT_WIDE, SPORT_WIDE, PROTO_WILD];
 }
 
 /// Roughly how many values a chunk condition accepts: the interval length,

@@ -39,7 +39,8 @@
 //!   version; a worker processes a batch in one read section, catching up on
 //!   invalidations first, so [`Control::commit`] returning is the barrier
 //!   guarantee: no packet after it uses a changed or removed action. See
-//!   [`worker`] for the argument.
+//!   [`worker`] for the argument; the writer is in [`control`], what the
+//!   two share in `state.rs` (crate-private).
 //!
 //! # Invariants
 //! - Nothing here panics on frame contents, layouts or action lists
@@ -56,11 +57,17 @@
 //! published pipeline (read-only) and its relaxed atomic counters, credited
 //! once per distinct decision per batch. [`Control`] is the single writer.
 #![warn(missing_docs)]
+// Exports are what other crates use; the rest is `pub(crate)`. (Crate
+// level until the lint can be a workspace one: see the root Cargo.toml.)
+#![warn(unreachable_pub)]
 
 pub mod action_table;
 pub mod buf;
+pub mod control;
+pub mod counting_sink;
 pub mod execute;
 pub mod microflow;
+mod state;
 pub mod steer;
 pub mod tx;
 pub mod worker;
@@ -70,6 +77,8 @@ pub use action_table::{
     Dep, HitCheck, RuleCredit, Shape, FILTER_RING, MAX_FILTERS,
 };
 pub use buf::{copy_frame, FrameTooLong, PacketBuf, DEFAULT_HEADROOM};
+pub use control::{Control, PIPELINE_COPIES};
+pub use counting_sink::CountingSink;
 pub use execute::{
     controller_len, crc32c, execute, execute_prepared, last_frame_write, sctp_checksum,
     ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
@@ -80,7 +89,4 @@ pub use microflow::{
 };
 pub use steer::{SteerRule, SteeringTable};
 pub use tx::{TxBatches, TxQueue};
-pub use worker::{
-    AddFilter, Control, CountingSink, DatapathState, StateOp, Worker, WorkerConfig, WorkerStats,
-    DIRTY_PER_BATCH, FLUSH_EVERY_BATCHES, LOG_RECORDS, PIPELINE_COPIES,
-};
+pub use worker::{Worker, WorkerConfig, WorkerStats, DIRTY_PER_BATCH, FLUSH_EVERY_BATCHES};

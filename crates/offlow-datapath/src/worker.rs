@@ -1,10 +1,16 @@
 //! Workers and their control: the fast path with consistent updates.
 //!
+//! This module holds the reader, [`Worker`]; the writer,
+//! [`Control`](crate::Control), is in [`crate::control`], and what they
+//! share in `state.rs`. The argument below spans the three; it lives
+//! here, next to the catch-up that completes it.
+//!
 //! # Shape
-//! [`Control`] is the single writer. It owns a left-right
-//! [`Versioned`] pair of [`DatapathState`] (the pipeline plus an
-//! invalidation log). Flow-mods are applied to the inactive copy
-//! ([`Control::flow_mod`]); [`Control::commit`] appends one invalidation
+//! [`Control`](crate::Control) is the single writer. It owns a left-right
+//! [`Versioned`](offlow_sync::Versioned) pair of `DatapathState` (the
+//! pipeline plus an invalidation log). Flow-mods are applied to the
+//! inactive copy ([`Control::flow_mod`](crate::Control::flow_mod));
+//! [`Control::commit`](crate::Control::commit) appends one invalidation
 //! record for everything they changed and publishes. Each [`Worker`] holds a
 //! read handle, its own [`MicroflowCache`] and [`ActionTable`], and processes
 //! a batch inside one read section:
@@ -53,12 +59,14 @@
 //!
 //! # Additions: re-check, don't free
 //! A new rule `N` in table `t` can take keys from lower-or-equal-priority
-//! overlapping rules ([`FlowModEffect::shadowed`], including the table-miss
-//! entry) and from keys that matched nothing in `t` ([`Dep::Miss`]). The
-//! record carries, per ADD, `N`'s match and priority (an
-//! [`AddFilter`]) and those deps. Catching up, a worker does not free their
-//! dependents: an entry whose path reached `t` with the packet's own key
-//! keeps living with `N` as a *filter* ([`ActionTable::add_filter`]); an
+//! overlapping rules
+//! ([`FlowModEffect::shadowed`](offlow_pipeline::FlowModEffect::shadowed),
+//! including the table-miss entry) and from keys that matched nothing in
+//! `t` ([`Dep::Miss`](crate::Dep::Miss)). The record carries, per ADD,
+//! `N`'s match and priority (an `AddFilter`) and those
+//! deps. Catching up, a worker does not free their dependents: an entry
+//! whose path reached `t` with the packet's own key keeps living with `N`
+//! as a *filter* ([`ActionTable::add_filter`]); an
 //! entry whose path rewrote the key before `t` (a set-field, a VLAN/MPLS
 //! push or pop, a write-metadata in an earlier table; judged conservatively
 //! from the rules' programs at intern time) is freed as before, and so is
@@ -84,12 +92,8 @@
 //! matches none of its filters. A filter that has left the ring counts as a
 //! match (re-resolve): correct, merely the old cost.
 //!
-//! Listing the deps an ADD shadows costs the writer an overlap walk of the
-//! table. It only narrows which entries get the filter, so the writer skips
-//! it for a table no worker has yet cached a decision through (a shared bit
-//! per table, set on intern) and records [`Dep::Table`] instead, which
-//! covers every entry through the table: bulk loads into an idle switch
-//! pay nothing for precision nobody needs.
+//! (The writer lists an ADD's shadowed deps only for a table some worker
+//! has cached a decision through; see [`crate::control`].)
 //!
 //! No loop on re-resolution: the pipeline's answer at the version the
 //! section reads is the truth for this key, so the microflow is pointed at
@@ -107,8 +111,9 @@
 //! lookup. Counts are summed per Action Table entry, worker-locally, and
 //! credited with one atomic add per rule per distinct decision: every
 //! [`FLUSH_EVERY_BATCHES`] batches, before any entry is freed (invalidation,
-//! collection), and whenever [`Control::sync_counters`] asks, which waits for
-//! every worker's acknowledgement. So counters read after `sync_counters`
+//! collection), and whenever
+//! [`Control::sync_counters`](crate::Control::sync_counters) asks, which
+//! waits for every worker's acknowledgement. So counters read after `sync_counters`
 //! returns true are exact; in between they lag by at most
 //! `FLUSH_EVERY_BATCHES` batches per worker. Uncached packets (cache off)
 //! are credited at once.
@@ -136,21 +141,15 @@
 //! thread; workers share nothing writable but the pipeline's relaxed atomic
 //! counters, which they touch once per distinct decision per batch.
 
-use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use offlow_classifier::{Built, Rule, RuleId};
 use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
-use offlow_pipeline::{
-    ExpiryTracker, FlowMod, FlowModEffect, FlowModFlags, Outcome, PacketInOrigin, PathStep,
-    Pipeline, PipelineError, PipelineOp, RemovedFlow, Resolution, ShadowReport,
-};
-use offlow_sync::{Apply, CachePadded, ReadHandle, Versioned};
+use offlow_pipeline::{FlowModFlags, Outcome, PacketInOrigin, PathStep, Pipeline, Resolution};
+use offlow_sync::ReadHandle;
 
 use crate::action_table::{
-    preserves_key, ActionEntry, ActionTable, ActionTableStats, CachedRef, Dep, HitCheck,
+    preserves_key, ActionEntry, ActionRef, ActionTable, ActionTableStats, CachedRef, HitCheck,
     RuleCredit, Shape,
 };
 use crate::buf::PacketBuf;
@@ -158,124 +157,8 @@ use crate::execute::{
     execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
 };
 use crate::microflow::{flow_hash_ext, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
+use crate::state::{AckSlot, CounterSync, DatapathState, TablesCached, WorkerShared};
 use crate::steer::SteeringTable;
-
-/// Invalidation records kept; a worker more than this many versions behind
-/// clears its caches instead of catching up record by record.
-pub const LOG_RECORDS: usize = 1024;
-
-/// One published version's invalidations.
-#[derive(Debug, Clone)]
-struct Record {
-    version: u64,
-    /// Deps whose dependents are freed (DELETE, expiry).
-    deps: Arc<[Dep]>,
-    /// Rules whose instructions changed (MODIFY): their dependents are
-    /// rebuilt in place where the path allows, else freed.
-    modified: Arc<[RuleId]>,
-    /// ADDs, whose shadowed deps' dependents are filtered.
-    adds: Arc<[AddFilter]>,
-}
-
-/// One ADD as the workers see it: the new rule and what it may take keys
-/// from.
-#[derive(Debug, Clone)]
-pub struct AddFilter {
-    /// The new rule's match and priority (its id is the pipeline's).
-    pub rule: Rule,
-    /// Its table's shadowed rules (`Dep::Rule`) and the table's miss
-    /// (`Dep::Miss`).
-    pub shadowed: Box<[Dep]>,
-}
-
-/// The recent invalidation records, oldest first.
-#[derive(Debug, Clone, Default)]
-struct InvalidationLog {
-    records: VecDeque<Record>,
-    /// Every record of a version `<= truncated` has been dropped.
-    truncated: u64,
-}
-
-/// What the workers read: the pipeline and the invalidation log, published
-/// together so a section sees a log that matches its pipeline.
-#[derive(Debug, Clone)]
-pub struct DatapathState {
-    /// The OpenFlow pipeline.
-    pub pipeline: Pipeline,
-    log: InvalidationLog,
-}
-
-/// A replicated update of [`DatapathState`].
-#[derive(Debug, Clone)]
-pub enum StateOp {
-    /// A pipeline change.
-    Pipeline(PipelineOp),
-    /// The invalidations of `version`.
-    Invalidate {
-        /// The version these changes become visible in.
-        version: u64,
-        /// What they removed (dependents are freed).
-        deps: Arc<[Dep]>,
-        /// Rules whose instructions they changed (dependents are rebuilt
-        /// or freed).
-        modified: Arc<[RuleId]>,
-        /// What they added (dependents of the shadowed deps are filtered).
-        adds: Arc<[AddFilter]>,
-    },
-}
-
-impl Apply<StateOp> for DatapathState {
-    fn apply(&mut self, op: &StateOp) {
-        match op {
-            StateOp::Pipeline(p) => self.pipeline.apply(p),
-            StateOp::Invalidate {
-                version,
-                deps,
-                modified,
-                adds,
-            } => {
-                let log = &mut self.log;
-                if log.records.len() == LOG_RECORDS {
-                    if let Some(old) = log.records.pop_front() {
-                        log.truncated = old.version;
-                    }
-                }
-                log.records.push_back(Record {
-                    version: *version,
-                    deps: deps.clone(),
-                    modified: modified.clone(),
-                    adds: adds.clone(),
-                });
-            }
-        }
-    }
-
-    fn apply_owned(&mut self, op: StateOp) {
-        match op {
-            StateOp::Pipeline(p) => self.pipeline.apply_owned(p),
-            op => self.apply(&op),
-        }
-    }
-
-    fn prefetch(&self, op: &StateOp) {
-        if let StateOp::Pipeline(p) = op {
-            self.pipeline.prefetch_op(p);
-        }
-    }
-
-    fn prefetch_near(&self, op: &StateOp, stage: usize) {
-        if let StateOp::Pipeline(p) = op {
-            self.pipeline.prefetch_op_near(p, stage);
-        }
-    }
-
-    fn replica(&self) -> DatapathState {
-        DatapathState {
-            pipeline: self.pipeline.replica(),
-            log: self.log.clone(),
-        }
-    }
-}
 
 /// Batches a worker may keep counts pending before it credits them.
 ///
@@ -284,8 +167,9 @@ impl Apply<StateOp> for DatapathState {
 /// means fewer of those misses per packet. 1024 batches (32K packets of
 /// 32) ran the cached acl+fib datapath 5% faster than 256 (5 of 5
 /// alternated pairs, 2026-11-22). Nothing reads counters without
-/// [`Control::sync_counters`] first (statistics, expiry), which credits at
-/// once, so the longer lag is never observed.
+/// [`Control::sync_counters`](crate::Control::sync_counters) first
+/// (statistics, expiry), which credits at once, so the longer lag is never
+/// observed.
 pub const FLUSH_EVERY_BATCHES: u32 = 1024;
 
 /// Decisions with pending counts per batch since the last flush beyond
@@ -298,325 +182,9 @@ pub const FLUSH_EVERY_BATCHES: u32 = 1024;
 /// 10.0%). Waiting until there are at least ~8 packets (batches of 32) per
 /// decision amortises it; a zipfian or small flow set never waits (far
 /// fewer decisions than this), and counters read after
-/// [`Control::sync_counters`] are exact either way.
+/// [`Control::sync_counters`](crate::Control::sync_counters) are exact
+/// either way.
 pub const DIRTY_PER_BATCH: u64 = 4;
-
-/// One worker's acknowledgement of counter-sync requests.
-type AckSlot = CachePadded<AtomicU64>;
-
-/// Counter-sync requests from the control side and the workers' acks.
-#[derive(Debug, Default)]
-struct CounterSync {
-    /// Latest request; its own cache line, written only by `sync_counters`.
-    requested: AckSlot,
-    /// Registered workers' ack slots (locked on registration and by
-    /// `sync_counters`, never by a worker's batch).
-    acks: Mutex<Vec<Weak<AckSlot>>>,
-}
-
-/// Tables some worker has cached a decision through, one bit each: set by
-/// a worker when it interns a decision whose path looked the table up,
-/// never cleared. The writer reads it to skip the overlap walk of an ADD
-/// into a table no cached decision went through (it then reports the whole
-/// table as shadowed, [`ShadowReport::WholeTable`]). The bit is only a
-/// hint for precision: a whole-table report is correct whatever a worker
-/// cached meanwhile, so the bits need no ordering with the versions.
-#[derive(Debug, Default)]
-struct TablesCached([AtomicU64; 4]);
-
-impl TablesCached {
-    /// Mark `table` (a relaxed load first: once set, no further writes, so
-    /// the cache line stays shared between the workers).
-    #[inline]
-    fn mark(&self, table: u8) {
-        let (word, bit) = (usize::from(table / 64), 1u64 << (table % 64));
-        if self.0[word].load(Ordering::Relaxed) & bit == 0 {
-            self.0[word].fetch_or(bit, Ordering::Relaxed);
-        }
-    }
-
-    fn is_marked(&self, table: u8) -> bool {
-        let (word, bit) = (usize::from(table / 64), 1u64 << (table % 64));
-        self.0[word].load(Ordering::Relaxed) & bit != 0
-    }
-}
-
-/// Copies of the pipeline a [`Control`] keeps (a left-right pair): how many
-/// installs to build a FIB for (`BuildInput::build_for`) when the result
-/// goes to [`Control::install`].
-pub const PIPELINE_COPIES: usize = 2;
-
-/// The writer side: flow-mods, commit (publish + quiescent wait).
-pub struct Control {
-    state: Versioned<DatapathState, StateOp>,
-    pending: Vec<Dep>,
-    pending_modified: Vec<RuleId>,
-    pending_adds: Vec<AddFilter>,
-    sync: Arc<CounterSync>,
-    tables_cached: Arc<TablesCached>,
-    /// Writer-side idle-timeout state for [`Control::expire`].
-    expiry: ExpiryTracker,
-}
-
-impl Control {
-    /// Serve `pipeline` as version 0.
-    pub fn new(pipeline: Pipeline) -> Control {
-        Control {
-            state: Versioned::new(DatapathState {
-                pipeline,
-                log: InvalidationLog::default(),
-            }),
-            pending: Vec::new(),
-            pending_modified: Vec::new(),
-            pending_adds: Vec::new(),
-            sync: Arc::new(CounterSync::default()),
-            tables_cached: Arc::default(),
-            expiry: ExpiryTracker::new(),
-        }
-    }
-
-    /// A new worker reading this datapath.
-    pub fn worker(&self, config: WorkerConfig) -> Worker {
-        let ack = Arc::new(CachePadded(AtomicU64::new(
-            self.sync.requested.0.load(Ordering::Relaxed),
-        )));
-        lock(&self.sync.acks).push(Arc::downgrade(&ack));
-        // A new worker has nothing cached: records up to now concern it not.
-        let seen = self.state.version();
-        let shared = WorkerShared {
-            sync: self.sync.clone(),
-            ack,
-            tables_cached: self.tables_cached.clone(),
-        };
-        Worker::new(self.state.reader(), config, shared, seen)
-    }
-
-    /// Make every worker credit its pending counts, and wait (at most
-    /// `timeout`) until each live worker has done so. Returns true when all
-    /// did: the rule and table counters then include every packet those
-    /// workers had finished processing when this was called. Workers
-    /// acknowledge at their next batch or [`Worker::poll`]; a worker that
-    /// neither processes nor polls makes this time out (false).
-    pub fn sync_counters(&self, timeout: Duration) -> bool {
-        self.sync_counters_waking(timeout, || {})
-    }
-
-    /// [`sync_counters`](Self::sync_counters), calling `wake` once the
-    /// request is posted: a caller whose idle workers sleep (in `poll(2)`,
-    /// say) wakes them there, so they acknowledge now rather than at the
-    /// end of their sleep. Waking before the request could let a worker
-    /// look, find nothing, and sleep again.
-    pub fn sync_counters_waking(&self, timeout: Duration, wake: impl FnOnce()) -> bool {
-        let sync = self.sync_start(wake);
-        let deadline = Instant::now() + timeout;
-        while !self.sync_done(sync) {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        true
-    }
-
-    /// Ask every worker to credit its pending counts without waiting;
-    /// `wake` is called once the request is posted (as in
-    /// [`sync_counters_waking`](Self::sync_counters_waking)). Returns the
-    /// request's number, for [`sync_done`](Self::sync_done).
-    pub fn sync_start(&self, wake: impl FnOnce()) -> u64 {
-        let epoch = self.sync.requested.0.fetch_add(1, Ordering::AcqRel) + 1;
-        wake();
-        epoch
-    }
-
-    /// Whether every live worker has acknowledged counter-sync request
-    /// `epoch` (or a later one): the rule and table counters then include
-    /// every packet those workers had finished processing when it was
-    /// posted. Never waits.
-    pub fn sync_done(&self, epoch: u64) -> bool {
-        let mut list = lock(&self.sync.acks);
-        list.retain(|w| w.strong_count() > 0);
-        // Acquire pairs with the worker's Release store after its flush:
-        // its credits happen-before our reading the counters.
-        list.iter()
-            .filter_map(Weak::upgrade)
-            .all(|ack| ack.0.load(Ordering::Acquire) >= epoch)
-    }
-
-    /// The writer's pipeline: every flow-mod applied so far, committed or
-    /// not (for stats, dumps and preparing the next flow-mod).
-    pub fn pipeline(&self) -> &Pipeline {
-        &self.state.writer_view().pipeline
-    }
-
-    /// The published version.
-    pub fn version(&self) -> u64 {
-        self.state.version()
-    }
-
-    /// Validate and apply `fm`; workers see it after [`commit`](Self::commit).
-    pub fn flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<FlowModEffect, PipelineError> {
-        // Listing what an ADD shadows only narrows which cached decisions
-        // get re-checked; with none cached through the table, skip it.
-        let shadow = if self.tables_cached.is_marked(fm.table_id) {
-            ShadowReport::List
-        } else {
-            ShadowReport::WholeTable
-        };
-        let (op, effect) = self.pipeline().prepare_reporting(fm, now_ns, shadow)?;
-        self.state.apply(StateOp::Pipeline(op));
-        self.note_effect(fm.table_id, &effect);
-        Ok(effect)
-    }
-
-    /// Record what `effect` (already applied to the writer's copy)
-    /// invalidates: DELETE deps are freed, MODIFY deps rebuilt or freed;
-    /// an ADD's shadowed deps become filters with the new rule's match.
-    fn note_effect(&mut self, table_id: u8, effect: &FlowModEffect) {
-        self.pending_modified.extend_from_slice(&effect.modified);
-        self.pending
-            .extend(effect.removed.iter().map(|e| Dep::Rule(e.id)));
-        if effect.added.is_empty() {
-            // Shadowing comes with an ADD only; free anything listed anyway.
-            self.pending
-                .extend(effect.shadowed.iter().copied().map(Dep::Rule));
-            return;
-        }
-        // Too many shadowed entries to list: every lookup in the table
-        // counts as shadowed (`Dep::Table` covers its misses too).
-        let whole_table = effect.shadowed_all.then_some(Dep::Table(table_id));
-        let shadowed = || -> Box<[Dep]> {
-            match whole_table {
-                Some(t) => Box::new([t]),
-                None => effect
-                    .shadowed
-                    .iter()
-                    .copied()
-                    .map(Dep::Rule)
-                    // A covered match: none of its keys missed the table.
-                    .chain((!effect.covered).then_some(Dep::Miss(table_id)))
-                    .collect(),
-            }
-        };
-        // An added entry not found in its table cannot be a filter: fall
-        // back to freeing its shadowed deps' dependents, taking back the
-        // filters of this effect pushed so far, so the outcomes never mix.
-        let start = self.pending_adds.len();
-        for &id in &effect.added {
-            let Some(e) = self.state.writer_view().pipeline.entry_in(table_id, id) else {
-                self.pending_adds.truncate(start);
-                self.pending.extend(shadowed().iter().copied());
-                return;
-            };
-            let rule = e.matcher.to_rule(id, e.priority);
-            self.pending_adds.push(AddFilter {
-                rule,
-                shadowed: shadowed(),
-            });
-        }
-    }
-
-    /// Remove every entry whose idle or hard timeout has passed at `now_ns`
-    /// (the clock of [`flow_mod`](Self::flow_mod)'s `now_ns`), returning
-    /// each with its reason (OpenFlow 1.3.5 §5.5; see
-    /// [`offlow_pipeline::expiry`]). Workers stop using the removed rules
-    /// (their cached decisions are freed) after the next
-    /// [`commit`](Self::commit), as for a DELETE.
-    ///
-    /// Idle detection reads the rule counters: call
-    /// [`sync_counters`](Self::sync_counters) first, or packets still
-    /// pending in a worker do not count as use and an entry in use may
-    /// expire. A removed entry's counters are final once every worker has
-    /// caught up with the commit (a worker credits what it still holds for
-    /// a rule before freeing its decisions): build OFPT_FLOW_REMOVED after
-    /// `commit` and a further `sync_counters`.
-    pub fn expire(&mut self, now_ns: u64) -> Vec<RemovedFlow> {
-        let (op, removed) = self
-            .state
-            .writer_view()
-            .pipeline
-            .prepare_expiry(now_ns, &mut self.expiry);
-        if !removed.is_empty() {
-            self.state.apply(StateOp::Pipeline(op));
-            // As `note_effect` does for a DELETE's removed entries.
-            self.pending
-                .extend(removed.iter().map(|r| Dep::Rule(r.entry.id)));
-        }
-        removed
-    }
-
-    /// Rebuild the tables' lookup accelerators (never changes an answer).
-    /// Built once, from the writer's copy, and installed in both copies:
-    /// an RFC snapshot is shared, a FIB copied (each copy updates its own).
-    pub fn compile(&mut self) {
-        let built = self.pipeline().build_compiled();
-        self.install(built);
-    }
-
-    /// Install accelerators built from [`Pipeline::compile_inputs`] of the
-    /// writer's copy (on another thread, say) in both copies. The caller
-    /// guarantees the rules have not changed since the inputs were taken
-    /// ([`Pipeline::mutation_count`] unchanged). Workers see them after
-    /// the next [`commit`](Self::commit). Built with
-    /// `BuildInput::build_for(PIPELINE_COPIES)`, a FIB brings a copy per
-    /// pipeline copy and the install copies nothing.
-    pub fn install(&mut self, built: Vec<(u8, Built)>) {
-        if !built.is_empty() {
-            self.state
-                .apply(StateOp::Pipeline(PipelineOp::Install(built.into())));
-        }
-    }
-
-    /// Publish every change since the last commit and wait until every
-    /// worker has passed a quiescent point: when this returns, no packet is
-    /// processed with an action those changes modified or removed (the
-    /// barrier reply may be sent). Returns the new version.
-    pub fn commit(&mut self) -> u64 {
-        let version = self.commit_start();
-        self.state.settle();
-        version
-    }
-
-    /// [`commit`](Self::commit) without the wait: publish every change
-    /// since the last commit and return the new version at once. The
-    /// barrier guarantee holds once [`try_settle`](Self::try_settle)
-    /// returns true. A [`flow_mod`](Self::flow_mod) before then waits for
-    /// the settle itself ([`is_settling`](Self::is_settling) tells).
-    pub fn commit_start(&mut self) -> u64 {
-        if !self.pending.is_empty()
-            || !self.pending_modified.is_empty()
-            || !self.pending_adds.is_empty()
-        {
-            let mut deps = std::mem::take(&mut self.pending);
-            deps.sort_unstable();
-            deps.dedup();
-            let mut modified = std::mem::take(&mut self.pending_modified);
-            modified.sort_unstable();
-            modified.dedup();
-            let adds = std::mem::take(&mut self.pending_adds);
-            let version = self.state.version() + 1;
-            self.state.apply(StateOp::Invalidate {
-                version,
-                deps: deps.into(),
-                modified: modified.into(),
-                adds: adds.into(),
-            });
-        }
-        self.state.publish_start()
-    }
-
-    /// Whether the last [`commit_start`](Self::commit_start) is still
-    /// waiting for workers to leave the read sections they were in.
-    pub fn is_settling(&self) -> bool {
-        self.state.is_settling()
-    }
-
-    /// Without waiting: true once every worker has passed a quiescent point
-    /// since the last [`commit_start`](Self::commit_start) (the guarantee
-    /// of [`commit`](Self::commit) then holds for everything committed).
-    pub fn try_settle(&mut self) -> bool {
-        self.state.try_settle()
-    }
-}
 
 /// How a worker is set up.
 #[derive(Debug, Clone, Copy)]
@@ -750,19 +318,6 @@ pub struct Worker {
     unflushed_batches: u32,
 }
 
-/// What a new worker shares with its [`Control`].
-struct WorkerShared {
-    sync: Arc<CounterSync>,
-    ack: Arc<AckSlot>,
-    tables_cached: Arc<TablesCached>,
-}
-
-/// Lock a mutex whose data (a list of weak slots) a panic cannot leave
-/// inconsistent, so poisoning is ignored.
-fn lock<U>(m: &Mutex<U>) -> std::sync::MutexGuard<'_, U> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Per-batch sums of table counter credits: `(lookups, matched)` per table
 /// and the tables touched.
 #[derive(Debug)]
@@ -800,16 +355,18 @@ impl TableCredit {
 }
 
 impl Worker {
-    fn new(
+    /// A worker reading through `reader`, sharing `shared` with its
+    /// control ([`Control::worker`](crate::Control::worker) makes both).
+    pub(crate) fn new(
         reader: ReadHandle<DatapathState>,
         config: WorkerConfig,
         shared: WorkerShared,
-        seen: u64,
     ) -> Worker {
         let WorkerShared {
             sync,
             ack,
             tables_cached,
+            seen,
         } = shared;
         let acked = ack.0.load(Ordering::Relaxed);
         let capacity = if config.cache {
@@ -944,6 +501,14 @@ impl Worker {
     }
 
     /// [`process`](Self::process), prefetching the decisions hit or not.
+    ///
+    /// The stages, per chunk of up to [`MAX_BATCH`] frames: [`parse_chunk`]
+    /// (keys, layouts, hashes), [`lookup_chunk`] (the cache, batched and
+    /// prefetched), then per packet a decision — [`serve_hit`], else
+    /// [`resolve_miss`] (cache on) or [`resolve_uncached`] (cache off) —
+    /// then [`steered_away`] and [`execute_decision`], the one execute tail
+    /// both branches end in. Every stage is `#[inline(always)]`: this is the
+    /// hot loop, and it compiles to one body as it did before it was split.
     fn process_with<const PREFETCH_DECISIONS: bool, S, O>(
         &mut self,
         frames: &mut [PacketBuf<S>],
@@ -989,170 +554,80 @@ impl Worker {
         }
         maybe_collect(actions, cache, table_credit, pipeline);
         stats.batches += 1;
-        // 0 for an index past 63: such a worker is in no mask.
-        let my_bit = u32::try_from(config.worker_index)
-            .ok()
-            .and_then(|i| 1u64.checked_shl(i))
-            .unwrap_or(0);
+        let section = Section {
+            pipeline,
+            steering,
+            tables_cached,
+            in_port,
+            // 0 for an index past 63: such a worker is in no mask.
+            my_bit: u32::try_from(config.worker_index)
+                .ok()
+                .and_then(|i| 1u64.checked_shl(i))
+                .unwrap_or(0),
+            check: config.check,
+        };
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
-            let mut extended = 0u64;
-            for (i, buf) in chunk.iter().enumerate() {
-                extract_to(buf.frame(), in_port, &mut keys[i], &mut layouts[i], parse);
-                let (hash, ext) = flow_hash_ext(&keys[i]);
-                hashes[i] = hash;
-                extended |= u64::from(ext) << i;
-            }
+            let extended = parse_chunk(chunk, in_port, keys, hashes, layouts, parse);
             if config.cache {
-                cache.lookup_chunk_ext(&keys[..n], &hashes[..n], extended, &mut found[..n]);
-                if PREFETCH_DECISIONS {
-                    actions.prefetch_hits(&found[..n]);
-                }
+                lookup_chunk::<PREFETCH_DECISIONS>(
+                    cache,
+                    actions,
+                    &keys[..n],
+                    &hashes[..n],
+                    extended,
+                    &mut found[..n],
+                );
             }
             for (i, buf) in chunk.iter_mut().enumerate() {
                 let bytes = buf.len() as u64;
                 stats.packets += 1;
                 stats.bytes += bytes;
-                // Hit: one access validates the entry, compares its filter
-                // count with the microflow's mark and counts the packet.
-                let cached = match found[i] {
-                    Some(c) if config.cache => match actions.count_checked(c, &keys[i], bytes) {
-                        HitCheck::Served { checked } => {
-                            if checked != c.checked {
-                                stats.filter_checks += 1;
-                                let v = CachedRef {
-                                    action: c.action,
-                                    checked,
-                                };
-                                cache.update_hashed(&keys[i], hashes[i], v);
-                            }
-                            Some(c.action)
-                        }
-                        HitCheck::Dead | HitCheck::Filtered => None,
-                    },
-                    _ => None,
+                let pkt = Packet {
+                    key: &keys[i],
+                    hash: hashes[i],
+                    bytes,
                 };
-                let r = match cached {
-                    Some(r) => {
-                        stats.cache_hits += 1;
-                        if config.check {
-                            pipeline.lookup_into(&keys[i], check_res);
-                            if let Some(e) = actions.entry(r) {
-                                if *e.actions != *check_res.actions || *e.path != *check_res.path {
-                                    stats.stale += 1;
-                                }
+                let decision = if config.cache {
+                    let hit = found[i].and_then(|c| serve_hit(c, pkt, actions, cache, stats));
+                    let r = match hit {
+                        Some(r) => {
+                            stats.cache_hits += 1;
+                            if section.check {
+                                check_hit(&section, pkt, r, actions, check_res, stats);
                             }
+                            r
                         }
-                        r
-                    }
-                    None => {
-                        if found[i].is_some() && config.cache {
-                            stats.stale_hits += 1;
-                        }
-                        stats.pipeline_lookups += 1;
-                        pipeline.lookup_into(&keys[i], res);
-                        // Configured steering: on the packet's own key, only
-                        // here (a miss); the result is cached with the entry.
-                        let configured = if steering.is_empty() {
-                            None
-                        } else {
-                            steering.lookup(&keys[i])
-                        };
-                        if !config.cache {
-                            // Cache off (packet-out, tests): no entry to
-                            // hold the mask, so find it in the list.
-                            let mask = crate::action_table::workers_of(&res.actions).or(configured);
-                            if let Some(mask) = mask {
-                                if mask & my_bit == 0
-                                    && sink.steer(mask, hashes[i], buf.frame(), in_port)
-                                {
-                                    stats.steered_out += 1;
-                                    continue;
-                                }
+                        None => {
+                            if found[i].is_some() {
+                                stats.stale_hits += 1;
                             }
-                            pipeline.credit_resolution(res, 1, bytes);
-                            let prepared = Prepared {
-                                origins: &res.origins,
-                                ..Prepared::new(&res.actions)
-                            };
-                            let done = execute_prepared(
-                                prepared,
-                                buf,
-                                &mut layouts[i],
-                                in_port,
-                                sink,
-                                exec,
-                            );
-                            account(stats, done, res.outcome);
-                            if done.verdict != Verdict::Done {
-                                let origin = ttl_origin(pipeline, &res.path);
-                                sink.ttl_expired(buf.frame(), in_port, origin);
-                            }
-                            continue;
+                            resolve_miss(&section, pkt, res, actions, cache, stats)
                         }
-                        for t in res.path.iter().map(|p| p.table_id).chain(res.miss_table()) {
-                            tables_cached.mark(t);
-                        }
-                        let r = actions.intern_steered(
-                            res,
-                            configured,
-                            |step| credit_of(pipeline, step),
-                            |step| keeps_key(pipeline, step),
-                        );
-                        // The resolution is this version's answer for this
-                        // key: whatever filters the (maybe shared, maybe
-                        // just-filtered) entry carries hold for it.
-                        let checked = actions.entry(r).map_or(0, |e| e.filter_count());
-                        let v = CachedRef { action: r, checked };
-                        cache.insert_hashed(&keys[i], hashes[i], v);
-                        actions.count_live(r, bytes);
-                        r
-                    }
-                };
-                // Always `Some`: `r` was validated or interned just above.
-                if let Some(e) = actions.entry(r) {
+                    };
+                    // Always `Some`: `r` was validated or interned just above.
+                    let Some(e) = actions.entry(r) else {
+                        continue;
+                    };
                     // Steering: the only cost for an unmasked decision is
                     // this test of a field of the entry read just below.
-                    if let Some(mask) = e.workers {
-                        if mask & my_bit == 0 && sink.steer(mask, hashes[i], buf.frame(), in_port) {
-                            // The other worker counts it.
-                            actions.uncount(r, bytes);
-                            stats.steered_out += 1;
-                            continue;
-                        }
+                    if steered_away(&section, e.workers, pkt, buf.frame(), sink) {
+                        // The other worker counts it.
+                        actions.uncount(r, bytes);
+                        stats.steered_out += 1;
+                        continue;
                     }
-                    // The two commonest lists skip the executor; what they
-                    // do is exactly what it would do (see `Shape`).
-                    match e.shape {
-                        Shape::Drop => {
-                            account(stats, ExecOutcome::default(), e.outcome);
-                            continue;
-                        }
-                        Shape::Output(port) if port != in_port => {
-                            let meta = OutputMeta {
-                                queue: None,
-                                final_view: true,
-                            };
-                            sink.output(port, buf.frame(), meta);
-                            stats.outputs += 1;
-                            continue;
-                        }
-                        _ => {}
+                    Decision::Cached(e)
+                } else {
+                    let mask = resolve_uncached(&section, pkt, res, stats);
+                    if steered_away(&section, mask, pkt, buf.frame(), sink) {
+                        stats.steered_out += 1;
+                        continue;
                     }
-                    let prepared = Prepared {
-                        actions: &e.actions,
-                        last_write: e.last_write,
-                        origins: &e.origins,
-                    };
-                    let done =
-                        execute_prepared(prepared, buf, &mut layouts[i], in_port, sink, exec);
-                    account(stats, done, e.outcome);
-                    if done.verdict != Verdict::Done {
-                        // Rare: the controller may ask for these.
-                        let origin = ttl_origin(pipeline, &e.path);
-                        sink.ttl_expired(buf.frame(), in_port, origin);
-                    }
-                }
+                    pipeline.credit_resolution(res, 1, bytes);
+                    Decision::Resolved(res)
+                };
+                execute_decision(&section, decision, buf, &mut layouts[i], sink, exec, stats);
             }
         }
         // Counts stay pending for a few batches (one atomic add per distinct
@@ -1173,6 +648,298 @@ impl Worker {
             }
         }
         drop(guard);
+    }
+}
+
+/// What every stage of one read section reads: the published pipeline and
+/// this worker's settings for the batch.
+struct Section<'a> {
+    pipeline: &'a Pipeline,
+    steering: &'a SteeringTable,
+    tables_cached: &'a TablesCached,
+    in_port: u32,
+    /// This worker's bit in a decision's worker mask (0: in no mask).
+    my_bit: u64,
+    /// [`WorkerConfig::check`].
+    check: bool,
+}
+
+/// One parsed packet as the per-packet stages see it.
+#[derive(Clone, Copy)]
+struct Packet<'a> {
+    key: &'a FlowKey,
+    hash: u64,
+    bytes: u64,
+}
+
+/// What a packet is executed with: a cached decision, or (cache off) a
+/// fresh resolution. A reference, not a copy of the fields: a hit whose
+/// list has a short-cut shape reads nothing but the shape and outcome.
+#[derive(Clone, Copy)]
+enum Decision<'a> {
+    /// An Action Table entry; its shape lets the commonest lists skip the
+    /// executor.
+    Cached(&'a ActionEntry),
+    /// A resolution of this packet's key; always run by the executor.
+    Resolved(&'a Resolution),
+}
+
+impl<'a> Decision<'a> {
+    #[inline(always)]
+    fn shape(self) -> Shape {
+        match self {
+            Decision::Cached(e) => e.shape,
+            Decision::Resolved(_) => Shape::General,
+        }
+    }
+
+    #[inline(always)]
+    fn outcome(self) -> Outcome {
+        match self {
+            Decision::Cached(e) => e.outcome,
+            Decision::Resolved(res) => res.outcome,
+        }
+    }
+
+    #[inline(always)]
+    fn prepared(self) -> Prepared<'a> {
+        match self {
+            Decision::Cached(e) => Prepared {
+                actions: &e.actions,
+                last_write: e.last_write,
+                origins: &e.origins,
+            },
+            Decision::Resolved(res) => Prepared {
+                origins: &res.origins,
+                ..Prepared::new(&res.actions)
+            },
+        }
+    }
+
+    #[inline(always)]
+    fn path(self) -> &'a [PathStep] {
+        match self {
+            Decision::Cached(e) => &e.path,
+            Decision::Resolved(res) => &res.path,
+        }
+    }
+}
+
+/// Stage 1: parse each frame of `chunk` into `keys` and `layouts` and hash
+/// its key. Returns the bit set of keys whose hash covers the extended
+/// words (`flow_hash_ext`), as the cache lookup wants it.
+#[inline(always)]
+fn parse_chunk<S>(
+    chunk: &[PacketBuf<S>],
+    in_port: u32,
+    keys: &mut [FlowKey],
+    hashes: &mut [u64],
+    layouts: &mut [Layout],
+    parse: &mut ParseStats,
+) -> u64
+where
+    S: AsRef<[u8]> + AsMut<[u8]>,
+{
+    let mut extended = 0u64;
+    for (i, buf) in chunk.iter().enumerate() {
+        extract_to(buf.frame(), in_port, &mut keys[i], &mut layouts[i], parse);
+        let (hash, ext) = flow_hash_ext(&keys[i]);
+        hashes[i] = hash;
+        extended |= u64::from(ext) << i;
+    }
+    extended
+}
+
+/// Stage 2 (cache on): look the chunk's keys up in the microflow cache,
+/// and with `PREFETCH_DECISIONS` start loading the decisions hit.
+#[inline(always)]
+fn lookup_chunk<const PREFETCH_DECISIONS: bool>(
+    cache: &MicroflowCache<CachedRef>,
+    actions: &ActionTable,
+    keys: &[FlowKey],
+    hashes: &[u64],
+    extended: u64,
+    found: &mut [Option<CachedRef>],
+) {
+    cache.lookup_chunk_ext(keys, hashes, extended, found);
+    if PREFETCH_DECISIONS {
+        actions.prefetch_hits(found);
+    }
+}
+
+/// Stage 3, a hit: one access validates the entry, compares its filter
+/// count with the microflow's mark and counts the packet. `None` when the
+/// decision is dead or a filter matched the key (the caller re-resolves).
+#[inline(always)]
+fn serve_hit(
+    c: CachedRef,
+    pkt: Packet<'_>,
+    actions: &mut ActionTable,
+    cache: &mut MicroflowCache<CachedRef>,
+    stats: &mut WorkerStats,
+) -> Option<ActionRef> {
+    match actions.count_checked(c, pkt.key, pkt.bytes) {
+        HitCheck::Served { checked } => {
+            if checked != c.checked {
+                stats.filter_checks += 1;
+                let v = CachedRef {
+                    action: c.action,
+                    checked,
+                };
+                cache.update_hashed(pkt.key, pkt.hash, v);
+            }
+            Some(c.action)
+        }
+        HitCheck::Dead | HitCheck::Filtered => None,
+    }
+}
+
+/// Check mode: compare the decision hit with an uncached lookup at the
+/// same version, counting disagreements in `stale`.
+#[inline(always)]
+fn check_hit(
+    section: &Section<'_>,
+    pkt: Packet<'_>,
+    r: ActionRef,
+    actions: &ActionTable,
+    check_res: &mut Resolution,
+    stats: &mut WorkerStats,
+) {
+    section.pipeline.lookup_into(pkt.key, check_res);
+    if let Some(e) = actions.entry(r) {
+        if *e.actions != *check_res.actions || *e.path != *check_res.path {
+            stats.stale += 1;
+        }
+    }
+}
+
+/// The steering mask configured for `key` (looked up on a miss only; a
+/// cached decision carries the result).
+#[inline(always)]
+fn configured_mask(section: &Section<'_>, key: &FlowKey) -> Option<u64> {
+    if section.steering.is_empty() {
+        None
+    } else {
+        section.steering.lookup(key)
+    }
+}
+
+/// Stage 3, a miss (cache on): resolve the key through the pipeline at this
+/// section's version, intern the decision, point the microflow at it and
+/// count the packet on it.
+#[inline(always)]
+fn resolve_miss(
+    section: &Section<'_>,
+    pkt: Packet<'_>,
+    res: &mut Resolution,
+    actions: &mut ActionTable,
+    cache: &mut MicroflowCache<CachedRef>,
+    stats: &mut WorkerStats,
+) -> ActionRef {
+    let pipeline = section.pipeline;
+    stats.pipeline_lookups += 1;
+    pipeline.lookup_into(pkt.key, res);
+    // Configured steering: on the packet's own key, only here (a miss);
+    // the result is cached with the entry.
+    let configured = configured_mask(section, pkt.key);
+    for t in res.path.iter().map(|p| p.table_id).chain(res.miss_table()) {
+        section.tables_cached.mark(t);
+    }
+    let r = actions.intern_steered(
+        res,
+        configured,
+        |step| credit_of(pipeline, step),
+        |step| keeps_key(pipeline, step),
+    );
+    // The resolution is this version's answer for this key: whatever
+    // filters the (maybe shared, maybe just-filtered) entry carries hold
+    // for it.
+    let checked = actions.entry(r).map_or(0, |e| e.filter_count());
+    let v = CachedRef { action: r, checked };
+    cache.insert_hashed(pkt.key, pkt.hash, v);
+    actions.count_live(r, pkt.bytes);
+    r
+}
+
+/// Stage 3, cache off (packet-out, tests): resolve the key into `res`.
+/// Returns its steering mask: no entry holds one, so it is found in the
+/// action list, else from the configured table. Credits nothing (the
+/// caller credits once the packet is known to stay here).
+#[inline(always)]
+fn resolve_uncached(
+    section: &Section<'_>,
+    pkt: Packet<'_>,
+    res: &mut Resolution,
+    stats: &mut WorkerStats,
+) -> Option<u64> {
+    stats.pipeline_lookups += 1;
+    section.pipeline.lookup_into(pkt.key, res);
+    let configured = configured_mask(section, pkt.key);
+    crate::action_table::workers_of(&res.actions).or(configured)
+}
+
+/// Stage 4a: does a decision with `mask` belong to another worker, and did
+/// the sink take the unmodified frame there? (Nothing is executed or
+/// credited here then.)
+#[inline(always)]
+fn steered_away<O>(
+    section: &Section<'_>,
+    mask: Option<u64>,
+    pkt: Packet<'_>,
+    frame: &[u8],
+    sink: &mut O,
+) -> bool
+where
+    O: OutputSink + ?Sized,
+{
+    match mask {
+        Some(mask) => {
+            mask & section.my_bit == 0 && sink.steer(mask, pkt.hash, frame, section.in_port)
+        }
+        None => false,
+    }
+}
+
+/// Stage 4b, the execute tail of every packet that stays here, cached or
+/// not: run the decision's actions on the frame and count how it ended.
+#[inline(always)]
+fn execute_decision<S, O>(
+    section: &Section<'_>,
+    d: Decision<'_>,
+    buf: &mut PacketBuf<S>,
+    layout: &mut Layout,
+    sink: &mut O,
+    exec: &mut ExecStats,
+    stats: &mut WorkerStats,
+) where
+    S: AsRef<[u8]> + AsMut<[u8]>,
+    O: OutputSink + ?Sized,
+{
+    let in_port = section.in_port;
+    // The two commonest lists skip the executor; what they do is exactly
+    // what it would do (see `Shape`).
+    match d.shape() {
+        Shape::Drop => {
+            account(stats, ExecOutcome::default(), d.outcome());
+            return;
+        }
+        Shape::Output(port) if port != in_port => {
+            let meta = OutputMeta {
+                queue: None,
+                final_view: true,
+            };
+            sink.output(port, buf.frame(), meta);
+            stats.outputs += 1;
+            return;
+        }
+        _ => {}
+    }
+    let done = execute_prepared(d.prepared(), buf, layout, in_port, sink, exec);
+    account(stats, done, d.outcome());
+    if done.verdict != Verdict::Done {
+        // Rare: the controller may ask for these.
+        let origin = ttl_origin(section.pipeline, d.path());
+        sink.ttl_expired(buf.frame(), in_port, origin);
     }
 }
 
@@ -1354,59 +1121,4 @@ fn collect_unused(
         }
     }
     actions.collect(|s| used.get(s as usize).copied().unwrap_or(false));
-}
-
-/// Ports below this number are counted in a direct-indexed table by
-/// [`CountingSink`] (as a transmit path indexes its per-port queues).
-pub const COUNTING_SINK_PORTS: usize = 1024;
-
-/// A sink that counts outputs per port (benchmarks and tests): no copies.
-#[derive(Debug, Clone)]
-pub struct CountingSink {
-    /// Ports for FLOOD/ALL.
-    pub ports: Vec<PortInfo>,
-    /// Frames per output port, indexed by port number (ports below
-    /// [`COUNTING_SINK_PORTS`]).
-    pub per_port: Vec<u64>,
-    /// Frames to ports at or above [`COUNTING_SINK_PORTS`] (LOCAL, ...).
-    pub other_ports: u64,
-    /// Packet-ins.
-    pub to_controller: u64,
-    /// Last output port (tests).
-    pub last_port: Option<u32>,
-}
-
-impl Default for CountingSink {
-    fn default() -> Self {
-        CountingSink {
-            ports: Vec::new(),
-            per_port: vec![0; COUNTING_SINK_PORTS],
-            other_ports: 0,
-            to_controller: 0,
-            last_port: None,
-        }
-    }
-}
-
-impl OutputSink for CountingSink {
-    #[inline]
-    fn output(&mut self, port: u32, _frame: &[u8], _meta: OutputMeta) {
-        self.last_port = Some(port);
-        match self.per_port.get_mut(port as usize) {
-            Some(n) => *n += 1,
-            None => self.other_ports += 1,
-        }
-    }
-
-    fn controller(&mut self, _: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {
-        self.to_controller += 1;
-    }
-
-    fn port_count(&self) -> usize {
-        self.ports.len()
-    }
-
-    fn port_info(&self, index: usize) -> Option<PortInfo> {
-        self.ports.get(index).copied()
-    }
 }

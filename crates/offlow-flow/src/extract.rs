@@ -595,13 +595,13 @@ fn parse_ipv4(
 /// Ordering ranks of RFC 8200 §4.1's recommended extension-header order,
 /// used to detect `exthdr::UNSEQ`.
 mod rank {
-    pub const HOP: u8 = 0;
-    pub const DEST_BEFORE_ROUTING: u8 = 1;
-    pub const ROUTER: u8 = 2;
-    pub const FRAG: u8 = 3;
-    pub const AUTH: u8 = 4;
-    pub const ESP: u8 = 5;
-    pub const DEST_FINAL: u8 = 6;
+    pub(super) const HOP: u8 = 0;
+    pub(super) const DEST_BEFORE_ROUTING: u8 = 1;
+    pub(super) const ROUTER: u8 = 2;
+    pub(super) const FRAG: u8 = 3;
+    pub(super) const AUTH: u8 = 4;
+    pub(super) const ESP: u8 = 5;
+    pub(super) const DEST_FINAL: u8 = 6;
 }
 
 /// Tracks the IPV6_EXTHDR bits while walking the chain.

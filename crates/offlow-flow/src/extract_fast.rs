@@ -56,11 +56,11 @@ const L4_MIN: usize = 8;
 /// field. A compile-time check below ties it to [`Field::loc`], so a change
 /// of the key layout breaks the build instead of the equivalence.
 mod word {
-    pub const PORT: usize = 0;
-    pub const ETH_DST_TYPE: usize = 3;
-    pub const ETH_SRC_VLAN: usize = 4;
-    pub const IPV4: usize = 5;
-    pub const L4_PROTO_TOS: usize = 6;
+    pub(super) const PORT: usize = 0;
+    pub(super) const ETH_DST_TYPE: usize = 3;
+    pub(super) const ETH_SRC_VLAN: usize = 4;
+    pub(super) const IPV4: usize = 5;
+    pub(super) const L4_PROTO_TOS: usize = 6;
 }
 
 const _: () = {

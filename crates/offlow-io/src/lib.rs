@@ -39,6 +39,9 @@
 //! interface between workers means one port per worker in the same fanout
 //! group ([`AfPacketConfig::fanout_group`]).
 #![warn(missing_docs)]
+// Exports are what other crates use; the rest is `pub(crate)`. (Crate
+// level until the lint can be a workspace one: see the root Cargo.toml.)
+#![warn(unreachable_pub)]
 
 pub mod afpacket;
 pub mod afxdp;

@@ -33,6 +33,9 @@
 //! and the benches' core-to-core probes use them without needing a
 //! classifier.
 #![warn(missing_docs)]
+// Exports are what other crates use; the rest is `pub(crate)`. (Crate
+// level until the lint can be a workspace one: see the root Cargo.toml.)
+#![warn(unreachable_pub)]
 
 pub mod idmap;
 mod padded;

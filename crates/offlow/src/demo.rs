@@ -33,7 +33,7 @@ use offlow_switch::{Endpoint, FailMode, PortConfig, PortKind, SwitchConfig};
 
 /// Flags of `offlow demo`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {
+pub(crate) struct DemoArgs {
     /// Hosts attached to the switch (2..=8).
     #[arg(long, default_value_t = 2)]
     pub hosts: usize,
@@ -92,7 +92,7 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 }
 
 /// The namespaces and links of the demo; deleted on drop.
-pub struct Topology {
+pub(crate) struct Topology {
     /// The switch's namespace.
     pub switch_ns: String,
     /// Host namespaces, host i at `10.0.0.(i+1)`.
@@ -104,7 +104,7 @@ pub struct Topology {
 
 impl Topology {
     /// Create the switch namespace and `n` hosts under `prefix`.
-    pub fn create(prefix: &str, n: usize, tx_csum_off: bool) -> anyhow::Result<Topology> {
+    pub(crate) fn create(prefix: &str, n: usize, tx_csum_off: bool) -> anyhow::Result<Topology> {
         let mut t = Topology {
             switch_ns: format!("{prefix}-sw"),
             hosts: Vec::new(),
@@ -210,7 +210,7 @@ struct Results {
 }
 
 /// Run the demo.
-pub fn main(args: &DemoArgs) -> anyhow::Result<()> {
+pub(crate) fn main(args: &DemoArgs) -> anyhow::Result<()> {
     if !(2..=8).contains(&args.hosts) {
         bail!("--hosts {}: must be 2..=8", args.hosts);
     }

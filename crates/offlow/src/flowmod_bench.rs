@@ -25,7 +25,7 @@ use offlow_openflow::{decode, encode_to_vec, frame_len, Body, Hello, Message};
 
 /// Flags of `offlow bench flow-mods`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct FlowModArgs {
+pub(crate) struct FlowModArgs {
     /// Flow file in ovs-ofctl syntax (one flow per line).
     #[arg(long)]
     pub flows: PathBuf,
@@ -42,7 +42,7 @@ pub struct FlowModArgs {
 
 /// One switch's result.
 #[derive(Debug, Clone)]
-pub struct LoadResult {
+pub(crate) struct LoadResult {
     /// The target.
     pub switch: String,
     /// Flow-mods sent.
@@ -55,7 +55,7 @@ pub struct LoadResult {
 
 impl LoadResult {
     /// Flow-mods per second.
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.flow_mods as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 }
@@ -156,7 +156,7 @@ fn encode_file(args: &FlowModArgs) -> anyhow::Result<(Vec<u8>, usize, u32)> {
 }
 
 /// Run the measurement.
-pub fn main(args: &FlowModArgs) -> anyhow::Result<()> {
+pub(crate) fn main(args: &FlowModArgs) -> anyhow::Result<()> {
     let (batch, n, barrier_xid) = encode_file(args)?;
     println!(
         "flow-mods: {n} from {} ({} bytes), pipelined, one barrier at the end",

@@ -12,7 +12,7 @@ use offlow_classifier::{Field, FlowKey, Match, PortRange, Rule, RuleId};
 use offlow_flow::key::present;
 
 /// The WUSTL data directory, if present.
-pub fn wustl_dir() -> Option<PathBuf> {
+pub(crate) fn wustl_dir() -> Option<PathBuf> {
     // `$OFFLOW_DATA_DIR`, else `shared/data` beside the checkout or a parent
     // (CI's layout), else the development machine's `/work/shared/data`.
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -59,7 +59,7 @@ fn hex(s: &str) -> u32 {
 }
 
 /// Parse a WUSTL rule file.
-pub fn load_rules(path: &Path) -> Vec<Rule> {
+pub(crate) fn load_rules(path: &Path) -> Vec<Rule> {
     let text = read_text(path);
     let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('@')).collect();
     let n = lines.len() as u32;
@@ -90,7 +90,7 @@ pub fn load_rules(path: &Path) -> Vec<Rule> {
 }
 
 /// A 5-tuple key as the loaders build it.
-pub fn key5(sip: u32, dip: u32, sp: u16, dp: u16, proto: u8) -> FlowKey {
+pub(crate) fn key5(sip: u32, dip: u32, sp: u16, dp: u16, proto: u8) -> FlowKey {
     let mut k = FlowKey::ZERO;
     k.set(Field::EthType, 0x0800);
     k.set(Field::Ipv4Src, sip as u128);
@@ -103,7 +103,7 @@ pub fn key5(sip: u32, dip: u32, sp: u16, dp: u16, proto: u8) -> FlowKey {
 }
 
 /// Parse a trace (plain or .gz): keys and expected first-match ids.
-pub fn load_trace(path: &Path) -> Vec<(FlowKey, Option<RuleId>)> {
+pub(crate) fn load_trace(path: &Path) -> Vec<(FlowKey, Option<RuleId>)> {
     read_text(path)
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -126,7 +126,7 @@ pub fn load_trace(path: &Path) -> Vec<(FlowKey, Option<RuleId>)> {
 }
 
 /// Every (rule file, trace file) pair in the WUSTL directory.
-pub fn wustl_sets(dir: &Path) -> Vec<(String, PathBuf, PathBuf)> {
+pub(crate) fn wustl_sets(dir: &Path) -> Vec<(String, PathBuf, PathBuf)> {
     let mut out = Vec::new();
     for base in ["acl1", "fw1", "ipc1"] {
         for suffix in ["", "_100", "_1K", "_5K", "_10K"] {

@@ -26,7 +26,7 @@ use offlow_pipeline::{PortNo, GROUP_ANY, TABLE_ALL};
 
 /// What the switch told us.
 #[derive(Debug)]
-pub struct SwitchDump {
+pub(crate) struct SwitchDump {
     /// `n_tables` from the FEATURES reply.
     pub n_tables: u8,
     /// Every flow entry, in the order received.
@@ -101,7 +101,7 @@ impl Session {
 }
 
 /// Parse `tcp:HOST:PORT` (or `HOST:PORT`) into a socket address string.
-pub fn target_addr(target: &str) -> anyhow::Result<String> {
+pub(crate) fn target_addr(target: &str) -> anyhow::Result<String> {
     let rest = target.strip_prefix("tcp:").unwrap_or(target);
     let (host, port) = rest
         .rsplit_once(':')
@@ -118,7 +118,7 @@ pub fn target_addr(target: &str) -> anyhow::Result<String> {
 }
 
 /// Connect to `target`, negotiate OpenFlow 1.3 and dump every flow.
-pub fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDump> {
+pub(crate) fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDump> {
     let addr = target_addr(target)?;
     let sock = {
         use std::net::ToSocketAddrs;

@@ -19,8 +19,8 @@
 //!
 //! Thread-safety: a one-shot command on the calling thread.
 
-pub mod fetch;
-pub mod frame;
+pub(crate) mod fetch;
+pub(crate) mod frame;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -54,7 +54,7 @@ fn format_instructions(ins: &[Instruction]) -> String {
 
 /// Arguments of `offlow trace`.
 #[derive(clap::Args, Debug)]
-pub struct TraceArgs {
+pub(crate) struct TraceArgs {
     /// Rules from an ovs-ofctl flow file (one flow per line, as
     /// `ovs-ofctl add-flows`; `#` comments).
     #[arg(long, value_name = "FILE", conflicts_with = "switch")]
@@ -85,7 +85,7 @@ pub struct TraceArgs {
 
 /// One table's part of the trace.
 #[derive(Debug, Serialize)]
-pub struct TableStep {
+pub(crate) struct TableStep {
     /// The table.
     pub table_id: u8,
     /// The rule hit, or `None` on a miss.
@@ -94,7 +94,7 @@ pub struct TableStep {
 
 /// The rule a packet hit.
 #[derive(Debug, Serialize)]
-pub struct RuleHit {
+pub(crate) struct RuleHit {
     /// Priority.
     pub priority: u32,
     /// Match in ovs-ofctl syntax.
@@ -120,7 +120,7 @@ pub struct RuleHit {
 
 /// A header field that an output's frame carries with a new value.
 #[derive(Debug, Serialize, PartialEq, Eq)]
-pub struct Change {
+pub(crate) struct Change {
     /// Field name.
     pub field: String,
     /// Value before.
@@ -131,7 +131,7 @@ pub struct Change {
 
 /// One frame the executor emitted.
 #[derive(Debug, Serialize)]
-pub struct OutputReport {
+pub(crate) struct OutputReport {
     /// Port (number or reserved name; `CONTROLLER` for packet-ins).
     pub port: String,
     /// Bytes handed over (cut to max_len for the controller).
@@ -147,7 +147,7 @@ pub struct OutputReport {
 
 /// What a packet-in would report (OpenFlow 1.3.5 §7.4.1).
 #[derive(Debug, Serialize)]
-pub struct PacketInReport {
+pub(crate) struct PacketInReport {
     /// `no_match` (sent by a table-miss entry) or `action`.
     pub reason: &'static str,
     /// The table of the entry that sent it.
@@ -158,7 +158,7 @@ pub struct PacketInReport {
 
 /// The whole trace.
 #[derive(Debug, Serialize)]
-pub struct TraceReport {
+pub(crate) struct TraceReport {
     /// Where the rules came from.
     pub source: String,
     /// Flow-stats reply messages the switch's dump took (`--switch`).
@@ -193,7 +193,7 @@ pub struct TraceReport {
 }
 
 /// Run `offlow trace`.
-pub fn main(args: &TraceArgs) -> anyhow::Result<()> {
+pub(crate) fn main(args: &TraceArgs) -> anyhow::Result<()> {
     let report = trace(args)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -204,7 +204,7 @@ pub fn main(args: &TraceArgs) -> anyhow::Result<()> {
 }
 
 /// Build the pipeline and trace the packet.
-pub fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
+pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
     let packet = parse_packet(&args.flow).map_err(|e| anyhow!("FLOW {e}"))?;
     let plain_ports = |v: &[u32]| -> Vec<PortInfo> {
         v.iter()
@@ -604,7 +604,7 @@ fn load_switch(
 }
 
 /// The text report.
-pub fn render(r: &TraceReport) -> String {
+pub(crate) fn render(r: &TraceReport) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     // Writing to a String cannot fail.

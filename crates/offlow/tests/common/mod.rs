@@ -50,17 +50,17 @@ use offlow_openflow::{decode, encode_to_vec, frame_len, Body, Hello, Message};
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Longest wait for a started process to accept connections.
-pub const START_WAIT: Duration = Duration::from_secs(15);
+pub(crate) const START_WAIT: Duration = Duration::from_secs(15);
 
 /// The `ovs-ofctl --timeout` most calls use.
-pub const OFCTL_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const OFCTL_TIMEOUT: Duration = Duration::from_secs(20);
 
 // ---------------------------------------------------------------------
 // Skip policy.
 
 /// Print why `what` is skipped, or fail when `CI` is set (CI must run
 /// every test: it has root and the packages).
-pub fn skip_or_fail(what: &str, why: &str) {
+pub(crate) fn skip_or_fail(what: &str, why: &str) {
     assert!(
         std::env::var_os("CI").is_none(),
         "CI must run {what}: {why}"
@@ -69,14 +69,14 @@ pub fn skip_or_fail(what: &str, why: &str) {
 }
 
 /// Whether this process runs as root.
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Whether `tool` is installed: it can be started (with `--version`; the
 /// exit status is not looked at, `ip --version` for one fails).
-pub fn have(tool: &str) -> bool {
+pub(crate) fn have(tool: &str) -> bool {
     Command::new(tool)
         .arg("--version")
         .stdin(Stdio::null())
@@ -88,7 +88,7 @@ pub fn have(tool: &str) -> bool {
 
 /// Whether `what` can run here: root when `root` is set, and every tool
 /// in `tools`. Otherwise a notice (and `false`), or a failure under CI.
-pub fn can_run(what: &str, root: bool, tools: &[&str]) -> bool {
+pub(crate) fn can_run(what: &str, root: bool, tools: &[&str]) -> bool {
     let mut missing: Vec<&str> = Vec::new();
     if root && !is_root() {
         missing.push("root");
@@ -106,7 +106,7 @@ pub fn can_run(what: &str, root: bool, tools: &[&str]) -> bool {
 
 /// Run `cmd` with a time limit, stdin empty; stdout and stderr are
 /// collected. Panics (after killing the child) when it outlives `limit`.
-pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+pub(crate) fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -148,7 +148,7 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
 /// `N` distinct loopback ports nobody listens on right now (the listeners
 /// are held together so the kernel cannot hand out one twice; the window
 /// before the user binds a port is acceptable in tests).
-pub fn free_ports<const N: usize>() -> [u16; N] {
+pub(crate) fn free_ports<const N: usize>() -> [u16; N] {
     let held: Vec<TcpListener> = (0..N)
         .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free port"))
         .collect();
@@ -156,20 +156,20 @@ pub fn free_ports<const N: usize>() -> [u16; N] {
 }
 
 /// One free loopback port (see [`free_ports`]).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     let [port] = free_ports();
     port
 }
 
 /// The `ovs-ofctl` target for a switch listening on 127.0.0.1:`port`.
-pub fn target(port: u16) -> String {
+pub(crate) fn target(port: u16) -> String {
     format!("tcp:127.0.0.1:{port}")
 }
 
 /// Wait until 127.0.0.1:`port` accepts a connection (bounded by
 /// [`START_WAIT`]); `what` names the listener in failures. With `child`,
 /// fail at once when it exits first.
-pub fn wait_accepting(port: u16, what: &str, mut child: Option<&mut Child>) {
+pub(crate) fn wait_accepting(port: u16, what: &str, mut child: Option<&mut Child>) {
     let deadline = Instant::now() + START_WAIT;
     while TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(Ok(Some(st))) = child.as_mut().map(|c| c.try_wait()) {
@@ -182,7 +182,7 @@ pub fn wait_accepting(port: u16, what: &str, mut child: Option<&mut Child>) {
 
 /// Start the built `offlow` binary with `args`: `RUST_LOG=warn`, no
 /// stdin, stdout discarded, stderr shown with the test's output.
-pub fn spawn_offlow(args: &[&str]) -> Child {
+pub(crate) fn spawn_offlow(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_offlow"))
         .args(args)
         .env("RUST_LOG", "warn")
@@ -194,7 +194,7 @@ pub fn spawn_offlow(args: &[&str]) -> Child {
 }
 
 /// A running `offlow` process, killed and reaped on drop.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub child: Child,
     /// Its passive OpenFlow listener on 127.0.0.1 (0 if it has none).
     pub port: u16,
@@ -210,7 +210,7 @@ impl Drop for Daemon {
 impl Daemon {
     /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` on a free
     /// port and wait until it accepts connections.
-    pub fn start(extra: &[&str]) -> Daemon {
+    pub(crate) fn start(extra: &[&str]) -> Daemon {
         let port = free_port();
         let listen = format!("ptcp:{port}:127.0.0.1");
         let mut args = vec!["run", "--listen", &listen];
@@ -228,7 +228,7 @@ impl Daemon {
     /// `RUST_LOG=info`, its log read on a thread (a full pipe would stall
     /// it): join the handle after the daemon has stopped to get the whole
     /// log. Waits until it accepts connections.
-    pub fn start_logged<S: AsRef<std::ffi::OsStr>>(
+    pub(crate) fn start_logged<S: AsRef<std::ffi::OsStr>>(
         extra: &[S],
     ) -> (Daemon, std::thread::JoinHandle<String>) {
         let port = free_port();
@@ -254,13 +254,13 @@ impl Daemon {
     }
 
     /// Its `ovs-ofctl` target.
-    pub fn target(&self) -> String {
+    pub(crate) fn target(&self) -> String {
         target(self.port)
     }
 
     /// `ovs-ofctl COMMAND TARGET ARGS...` against it (see [`ofctl_at`]),
     /// required to succeed; its stdout.
-    pub fn ofctl(&self, args: &[&str]) -> String {
+    pub(crate) fn ofctl(&self, args: &[&str]) -> String {
         ofctl_at(OFCTL_TIMEOUT, self.port, args)
     }
 }
@@ -271,7 +271,7 @@ impl Daemon {
 /// Run `ovs-ofctl -O OpenFlow13 --no-names --timeout=SECS ARGS`: ARGS
 /// hold the command and its target. `--timeout` bounds ovs-ofctl's own
 /// work; the process as a whole gets 10 s more before it is killed.
-pub fn ofctl_output(timeout: Duration, args: &[&str]) -> Output {
+pub(crate) fn ofctl_output(timeout: Duration, args: &[&str]) -> Output {
     let mut cmd = Command::new("ovs-ofctl");
     cmd.args(["-O", "OpenFlow13", "--no-names"])
         .arg(format!("--timeout={}", timeout.as_secs().max(1)))
@@ -280,7 +280,7 @@ pub fn ofctl_output(timeout: Duration, args: &[&str]) -> Output {
 }
 
 /// [`ofctl_output`], required to succeed; its stdout.
-pub fn ofctl_checked(timeout: Duration, args: &[&str]) -> String {
+pub(crate) fn ofctl_checked(timeout: Duration, args: &[&str]) -> String {
     let o = ofctl_output(timeout, args);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
@@ -293,7 +293,7 @@ pub fn ofctl_checked(timeout: Duration, args: &[&str]) -> String {
 }
 
 /// [`ofctl_checked`] with [`OFCTL_TIMEOUT`].
-pub fn ofctl(args: &[&str]) -> String {
+pub(crate) fn ofctl(args: &[&str]) -> String {
     ofctl_checked(OFCTL_TIMEOUT, args)
 }
 
@@ -301,7 +301,7 @@ pub fn ofctl(args: &[&str]) -> String {
 /// goes right after the command (the first argument that is not an
 /// option), as ovs-ofctl wants it: `["--strict", "del-flows", "table=1"]`
 /// runs `--strict del-flows tcp:127.0.0.1:PORT table=1`.
-pub fn ofctl_at(timeout: Duration, port: u16, args: &[&str]) -> String {
+pub(crate) fn ofctl_at(timeout: Duration, port: u16, args: &[&str]) -> String {
     let target = target(port);
     let command = args
         .iter()
@@ -317,7 +317,7 @@ pub fn ofctl_at(timeout: Duration, port: u16, args: &[&str]) -> String {
 // Namespaces.
 
 /// `ip ARGS` (or another tool), its output; panics if it cannot start.
-pub fn sh(cmd: &str, args: &[&str]) -> Output {
+pub(crate) fn sh(cmd: &str, args: &[&str]) -> Output {
     Command::new(cmd)
         .args(args)
         .output()
@@ -325,7 +325,7 @@ pub fn sh(cmd: &str, args: &[&str]) -> Output {
 }
 
 /// `ip ARGS`, required to succeed.
-pub fn ip(args: &[&str]) {
+pub(crate) fn ip(args: &[&str]) {
     let out = sh("ip", args);
     assert!(
         out.status.success(),
@@ -339,7 +339,7 @@ pub fn ip(args: &[&str]) {
 /// `eth0` in host namespaces `h[i]` (10.0.0.(i+1)/24): two hosts with
 /// [`Net::new`], more with [`Net::with_hosts`]. Every namespace is deleted
 /// on drop (the veth pairs go with them).
-pub struct Net {
+pub(crate) struct Net {
     pub sw: String,
     pub h: Vec<String>,
     pub ports: Vec<String>,
@@ -352,19 +352,19 @@ pub struct Net {
 impl Net {
     /// Two hosts, both linked, with names starting `tag` (three
     /// characters, one per test file) and these `ethtool -K eth0` settings.
-    pub fn new(tag: &str, offloads: &[&str]) -> Net {
+    pub(crate) fn new(tag: &str, offloads: &[&str]) -> Net {
         Net::with_hosts(tag, offloads, 2, &[0, 1])
     }
 
     /// [`Net::new`] with veths of `queues` receive and transmit queues
     /// each (multi-queue AF_XDP: one queue per worker).
-    pub fn new_with_queues(tag: &str, offloads: &[&str], queues: u32) -> Net {
+    pub(crate) fn new_with_queues(tag: &str, offloads: &[&str], queues: u32) -> Net {
         Net::build(tag, offloads, 2, &[0, 1], queues)
     }
 
     /// `hosts` host namespaces; only the hosts in `linked` get their veth
     /// pair now (the others with [`Net::link`]).
-    pub fn with_hosts(tag: &str, offloads: &[&str], hosts: usize, linked: &[usize]) -> Net {
+    pub(crate) fn with_hosts(tag: &str, offloads: &[&str], hosts: usize, linked: &[usize]) -> Net {
         Net::build(tag, offloads, hosts, linked, 1)
     }
 
@@ -398,7 +398,7 @@ impl Net {
     /// Create host `i`'s veth pair and configure its end; with
     /// `switch_down_for`, the switch's end stays down that long first (an
     /// interface the switch can see but not use yet).
-    pub fn link(&self, i: usize, switch_down_for: Option<Duration>) {
+    pub(crate) fn link(&self, i: usize, switch_down_for: Option<Duration>) {
         let q = self.queues.to_string();
         let queues = ["numtxqueues", &q, "numrxqueues", &q];
         let mut args = vec!["link", "add", &self.ports[i], "netns", &self.sw];
@@ -425,13 +425,13 @@ impl Net {
     }
 
     /// Delete host `i`'s veth pair from the switch side.
-    pub fn unlink(&self, i: usize) {
+    pub(crate) fn unlink(&self, i: usize) {
         ip(&["-n", &self.sw, "link", "del", &self.ports[i]]);
     }
 
     /// `ping -c COUNT` from host `from` to `to` (0.2 s apart, 1 s reply
     /// wait); whether it succeeded.
-    pub fn ping(&self, from: usize, to: &str, count: u32) -> bool {
+    pub(crate) fn ping(&self, from: usize, to: &str, count: u32) -> bool {
         sh(
             "ip",
             &[
@@ -463,7 +463,7 @@ impl Drop for Net {
 
 /// Send `bytes` over TCP from host 0 to host 1; true when every byte
 /// arrived intact. Every blocking call has a timeout.
-pub fn tcp_transfer(net: &Net, bytes: usize) -> bool {
+pub(crate) fn tcp_transfer(net: &Net, bytes: usize) -> bool {
     let l = in_netns(Some(&net.h[1]), || TcpListener::bind("10.0.0.2:7001"))
         .expect("enter host b")
         .expect("bind 10.0.0.2:7001");
@@ -515,7 +515,7 @@ pub fn tcp_transfer(net: &Net, bytes: usize) -> bool {
 /// Send `n` UDP datagrams from host 0 (source ports 7100 up, `sources` of
 /// them in turn) to 10.0.0.2:7002, sleeping 1 ms after every `burst`;
 /// returns how many arrived.
-pub fn udp(net: &Net, n: usize, sources: u16, burst: usize) -> usize {
+pub(crate) fn udp(net: &Net, n: usize, sources: u16, burst: usize) -> usize {
     let rx = in_netns(Some(&net.h[1]), || UdpSocket::bind("10.0.0.2:7002"))
         .expect("enter host b")
         .expect("bind udp");
@@ -569,7 +569,7 @@ pub fn udp(net: &Net, n: usize, sources: u16, burst: usize) -> usize {
 
 /// The number right after the first `key` in `text` (leading blanks
 /// skipped), if any.
-pub fn number_after(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn number_after(text: &str, key: &str) -> Option<u64> {
     text.split(key).nth(1).and_then(|r| {
         r.trim_start()
             .chars()
@@ -581,12 +581,12 @@ pub fn number_after(text: &str, key: &str) -> Option<u64> {
 }
 
 /// [`number_after`], required to be there.
-pub fn first_number_after(text: &str, key: &str) -> u64 {
+pub(crate) fn first_number_after(text: &str, key: &str) -> u64 {
     number_after(text, key).unwrap_or_else(|| panic!("no {key} in {text}"))
 }
 
 /// The flow lines of a `dump-flows` output (without the reply header).
-pub fn flow_lines(dump: &str) -> Vec<&str> {
+pub(crate) fn flow_lines(dump: &str) -> Vec<&str> {
     dump.lines().filter(|l| l.contains("actions=")).collect()
 }
 
@@ -596,24 +596,24 @@ pub fn flow_lines(dump: &str) -> Vec<&str> {
 /// A hand-driven OpenFlow 1.3 peer over TCP (a controller the test plays):
 /// messages encoded and decoded with `offlow_openflow`, reads bounded by a
 /// 10 s timeout.
-pub struct Peer {
+pub(crate) struct Peer {
     s: TcpStream,
     buf: Vec<u8>,
 }
 
 impl Peer {
-    pub fn new(s: TcpStream) -> Peer {
+    pub(crate) fn new(s: TcpStream) -> Peer {
         s.set_read_timeout(Some(Duration::from_secs(10)))
             .expect("read timeout");
         Peer { s, buf: Vec::new() }
     }
 
-    pub fn send(&mut self, m: &Message) {
+    pub(crate) fn send(&mut self, m: &Message) {
         let b = encode_to_vec(m).expect("encode");
         self.s.write_all(&b).expect("send");
     }
 
-    pub fn recv(&mut self) -> Message {
+    pub(crate) fn recv(&mut self) -> Message {
         loop {
             if let Ok(Some(n)) = frame_len(&self.buf) {
                 if n <= self.buf.len() {
@@ -631,14 +631,14 @@ impl Peer {
 
     /// Read until the switch closes the connection (an error if it is
     /// reset instead, or the read times out).
-    pub fn read_to_close(&mut self) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn read_to_close(&mut self) -> std::io::Result<Vec<u8>> {
         let mut rest = std::mem::take(&mut self.buf);
         self.s.read_to_end(&mut rest)?;
         Ok(rest)
     }
 
     /// HELLO both ways.
-    pub fn handshake(&mut self) {
+    pub(crate) fn handshake(&mut self) {
         self.send(&Message::new(1, Body::Hello(Hello::of13())));
         let m = self.recv();
         assert!(matches!(m.body, Body::Hello(_)), "{m:?}");
