@@ -16,7 +16,7 @@
 //! - The default `--verbose` level (3) prints one line per packet INSIDE the
 //!   timed loop, which caps it near 5 Mpps; timed runs here use
 //!   `--verbose=0`, and a separate `--iter=1 --verbose=2` run is only used to
-//!   read its answers ([`classify_answers`]).
+//!   read its answers (`classify_answers`).
 //! - `--rulenum` and `--tracenum` default to 65,536; longer traces are
 //!   silently truncated, so both are always passed.
 //! - avx512x16 needs the EAL option `--force-max-simd-bitwidth=512` to be

@@ -233,7 +233,7 @@ pub struct Traffic {
 impl Traffic {
     /// Open the sockets on `t`'s generator and receiver interfaces and
     /// start both threads (named `{name}-gen`, `{name}-rx`). `frame_size`
-    /// (with FCS) bounds the transmit slots; `pps`: see [`generator`].
+    /// (with FCS) bounds the transmit slots; `pps`: see `generator`.
     pub fn start(
         t: &Topo,
         frames: &Arc<Vec<Vec<u8>>>,

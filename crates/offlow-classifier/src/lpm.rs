@@ -5,7 +5,7 @@
 //! What:
 //! - [`BinaryTrie`] is the reference LPM structure: one address bit per level,
 //!   nodes in an arena. It is obviously correct and is also the control-plane
-//!   copy ("RIB") that [`Dir24`](crate::dir24::Dir24) keeps on the side so a
+//!   copy ("RIB") that [`Dir24`] keeps on the side so a
 //!   delete can restore the next shorter covering prefix.
 //! - [`FibClassifier`] serves rules of the shape "`eth_type=0x0800` plus an
 //!   `ipv4_dst` prefix, nothing else" from a DIR-24-8 table.

@@ -8,7 +8,7 @@
 //! are equal under that mask. A bucket is a short list of rules, each tested
 //! by a compact check of what the hash lookup has not already verified (the
 //! rule's mask bits outside the tuple mask, and its native port ranges; see
-//! [`Check`]). That is what gives native port ranges and arbitrary bit masks
+//! `Check`). That is what gives native port ranges and arbitrary bit masks
 //! for free: the tuple mask only has to be implied by the rule.
 //!
 //! Choosing the tuple of a rule (the "merge" of TupleMerge): the rule's

@@ -2,8 +2,8 @@
 //!
 //! What: flow tables 0..n (n <= 255), each a priority classifier
 //! ([`TableClassifier`]) over flow entries carrying instructions, a cookie,
-//! flags, timeouts and counters; flow-mod processing (ADD, MODIFY[_STRICT],
-//! DELETE[_STRICT], OpenFlow 1.3.5 §6.4) with validation that maps onto
+//! flags, timeouts and counters; flow-mod processing (ADD, MODIFY\[_STRICT\],
+//! DELETE\[_STRICT\], OpenFlow 1.3.5 §6.4) with validation that maps onto
 //! OpenFlow error codes; and [`Pipeline::lookup`], which resolves a
 //! [`FlowKey`](offlow_flow::FlowKey) to the final ordered action list, the
 //! outcome and the rules passed, following §5.1–§5.10 (goto-table, metadata,

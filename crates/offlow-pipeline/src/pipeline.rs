@@ -38,7 +38,7 @@
 //! entries, so any number of workers can credit exactly, through either copy.
 //!
 //! Invariants: every table's classifier holds exactly the rules of its entry
-//! map (same ids), and so does its [`MatchIndex`] (which answers identical-
+//! map (same ids), and so does its `MatchIndex` (which answers identical-
 //! match and overlap questions without scanning) as of the newest replica,
 //! the one whose applied-op count equals the indexes' (see
 //! `SharedIndexes`); a rule id is unique in the
@@ -69,7 +69,7 @@ use crate::validate::{validate_instructions, VID_PRESENT};
 
 /// The classifier used by every flow table: TupleMerge for incremental
 /// updates, with the DIR-24-8 FIB or an RFC snapshot installed by
-/// [`Pipeline::compile`] when a table's rules allow it. The single place to
+/// [`Pipeline::build_compiled`] (installed with `PipelineOp::Install`) when a table's rules allow it. The single place to
 /// switch implementation.
 pub type TableClassifier = Classifier;
 

@@ -28,7 +28,7 @@
 //! statistics request: their counters credited; a flow-mod while the last
 //! publish settles) makes its connection wait ([`Connection::is_waiting`]):
 //! that connection stops reading and re-checks ([`Connection::resume`]) at
-//! every turn of the event loop for [`WAIT_SPIN`], then every
+//! every turn of the event loop for `WAIT_SPIN`, then every
 //! millisecond, while the others go on. The expiry scan's counter sync
 //! waits the same way. Blocking waits remain where they are rare: a
 //! removal of flows flagged SEND_FLOW_REM (their final counts) and the
@@ -539,7 +539,7 @@ const WAIT_SPIN: Duration = Duration::from_micros(200);
 const WAIT_TICK: Duration = Duration::from_micros(500);
 
 /// Let the other tasks run, then return: at once (a yield) during the
-/// first [`WAIT_SPIN`] of a wait, after [`WAIT_TICK`] later on.
+/// first `WAIT_SPIN` of a wait, after [`WAIT_TICK`] later on.
 async fn pause(since: &mut Option<Instant>) {
     let start = *since.get_or_insert_with(Instant::now);
     if start.elapsed() < WAIT_SPIN {

@@ -27,7 +27,7 @@
 //! arrived) by the packet's flow hash, so a flow stays on one worker, and
 //! copies the frame into a per-destination staging batch. After the round's
 //! ports, each non-empty staging batch is appended to its destination's
-//! [`Inbox`] under the inbox's mutex (one lock per destination per round
+//! `Inbox` under the inbox's mutex (one lock per destination per round
 //! with steered traffic, none without); an inbox holds at most
 //! [`INBOX_FRAMES`] frames, the excess is dropped and counted
 //! ([`DataplaneStats::steer_dropped`]). Every round a worker checks its
@@ -42,15 +42,15 @@
 //!
 //! Ports that come back: an interface that is missing at start, or that
 //! is deleted while the switch runs, leaves its port's slot in every
-//! worker (an [`AbsentPort`] placeholder, or the dead socket bound to the
+//! worker (an `AbsentPort` placeholder, or the dead socket bound to the
 //! old interface). When the control side sees an interface of that name
 //! (again) it calls [`Dataplane::reopen`], which bumps the port's
-//! generation and then a shared epoch ([`Generations`]). Every round a
+//! generation and then a shared epoch (`Generations`). Every round a
 //! worker compares the epoch with the one it last saw (one atomic load;
 //! no lock, no syscall); on a change, between batches, it opens a fresh
 //! socket for every port whose generation moved, in the ports' namespace,
 //! and rebuilds its poll set. AF_PACKET sockets of a new generation join a
-//! fanout group of their own ([`fanout_id`]): the kernel binds a group to
+//! fanout group of their own (`fanout_id`): the kernel binds a group to
 //! the device of its first member and refuses (`EINVAL`) a socket on
 //! another device while the old group lives, and it lives until every
 //! worker has closed its old socket, which workers do at their own pace.

@@ -1,5 +1,5 @@
 //! Build a real Ethernet frame for a packet description, so the trace runs
-//! the same parser ([`offlow_flow::extract`]) and executor as the datapath.
+//! the same parser ([`offlow_flow::extract()`]) and executor as the datapath.
 //!
 //! The frame carries every header the described fields need: Ethernet, one
 //! 802.1Q tag when `vlan_vid` has `OFPVID_PRESENT`, then by `eth_type` an
