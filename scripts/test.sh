@@ -10,6 +10,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo doc (no warnings: broken or private intra-doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 echo "== controller environments (os-ken, Faucet from PyPI)"
 bash scripts/controllers-venv.sh
 echo "== cargo test (release: the data-set and property tests are heavy)"
