@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod adaptive;
+mod chunkvec;
 pub mod dir24;
 pub mod idtable;
 pub mod linear;
