@@ -512,7 +512,8 @@ struct Tuple {
     /// Masked key of bucket `b`: `bkeys[b * nwords .. (b + 1) * nwords]`.
     bkeys: LineVec<u64>,
     /// Rules of bucket `b`, sorted by rank desc. Empty buckets are free.
-    buckets: Vec<Bucket>,
+    /// A `LineVec` so that growth never copies the array (see there).
+    buckets: LineVec<Bucket>,
     /// Entry lines of bucket `b` beyond its head (none while it holds at
     /// most one rule). Apart from `buckets` so those stay 16 bytes each.
     /// Chunked: read only for buckets of two or more rules, and as a `Vec`
@@ -543,9 +544,9 @@ impl Tuple {
             words,
             wmasks,
             nwords,
-            slots: LineVec::from_elem(0, INITIAL_SLOTS),
+            slots: LineVec::zeroed(INITIAL_SLOTS),
             bkeys: LineVec::new(),
-            buckets: Vec::new(),
+            buckets: LineVec::new(),
             tails: ChunkVec::new(),
             free_buckets: Vec::new(),
             live_buckets: 0,
@@ -613,7 +614,7 @@ impl Tuple {
             return b;
         }
         if (self.live_buckets + 1) * 2 > self.slots.len() {
-            let mut bigger = LineVec::from_elem(0u64, self.slots.len() * 2);
+            let mut bigger = LineVec::zeroed(self.slots.len() * 2);
             for &s in self.slots.iter().filter(|&&s| s != 0) {
                 Self::place_slot(&mut bigger, s);
             }
