@@ -22,6 +22,7 @@
 #![warn(unreachable_pub)]
 
 pub mod adaptive;
+mod chunkvec;
 pub mod dir24;
 pub mod idtable;
 pub mod linear;

@@ -51,6 +51,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use offlow_flow::key::{present, KEY_WORDS};
 
+use crate::chunkvec::ChunkVec;
 use crate::linevec::LineVec;
 use crate::{Classify, Field, FlowKey, PortRange, Priority, Rule, RuleId};
 
@@ -511,10 +512,13 @@ struct Tuple {
     /// Masked key of bucket `b`: `bkeys[b * nwords .. (b + 1) * nwords]`.
     bkeys: LineVec<u64>,
     /// Rules of bucket `b`, sorted by rank desc. Empty buckets are free.
-    buckets: Vec<Bucket>,
+    /// A `LineVec` so that growth never copies the array (see there).
+    buckets: LineVec<Bucket>,
     /// Entry lines of bucket `b` beyond its head (none while it holds at
     /// most one rule). Apart from `buckets` so those stay 16 bytes each.
-    tails: Vec<Vec<EntryLine>>,
+    /// Chunked: read only for buckets of two or more rules, and as a `Vec`
+    /// its doubling copied 24 bytes a bucket on the control thread.
+    tails: ChunkVec<Vec<EntryLine>>,
     free_buckets: Vec<u32>,
     live_buckets: usize,
     /// Number of rules per priority, for `max_prio` after a removal.
@@ -540,10 +544,10 @@ impl Tuple {
             words,
             wmasks,
             nwords,
-            slots: LineVec::from_elem(0, INITIAL_SLOTS),
+            slots: LineVec::zeroed(INITIAL_SLOTS),
             bkeys: LineVec::new(),
-            buckets: Vec::new(),
-            tails: Vec::new(),
+            buckets: LineVec::new(),
+            tails: ChunkVec::new(),
             free_buckets: Vec::new(),
             live_buckets: 0,
             prio_count: BTreeMap::new(),
@@ -610,7 +614,7 @@ impl Tuple {
             return b;
         }
         if (self.live_buckets + 1) * 2 > self.slots.len() {
-            let mut bigger = LineVec::from_elem(0u64, self.slots.len() * 2);
+            let mut bigger = LineVec::zeroed(self.slots.len() * 2);
             for &s in self.slots.iter().filter(|&&s| s != 0) {
                 Self::place_slot(&mut bigger, s);
             }
@@ -688,10 +692,13 @@ pub struct TupleMerge {
     shapes: FastMap<[u64; KEY_WORDS], u32>,
     /// Whole rules by slot, for `get`, `rules` and the slow check path. A
     /// freed slot keeps its last rule (plain data) until reused; `placed`
-    /// says which slots are held.
-    rules: Vec<Rule>,
-    /// Where each slot's rule lives, parallel to `rules`.
-    placed: Vec<Placement>,
+    /// says which slots are held. Chunked, not a `Vec`: doubling a `Vec`
+    /// of 65,536 rules copied 19 MB on the control thread (per copy of a
+    /// left-right pair), a flow-mod stall growing with the table; lookups
+    /// read it only on the slow check path.
+    rules: ChunkVec<Rule>,
+    /// Where each slot's rule lives, parallel to `rules` (chunked likewise).
+    placed: ChunkVec<Placement>,
     /// Compact match test of the rule in the same slot; the only per-rule
     /// data a lookup reads (the slab holds whole rules for `get`/`remove`).
     checks: LineVec<Check>,
@@ -874,7 +881,7 @@ impl TupleMerge {
     fn held(&self) -> impl Iterator<Item = (&Rule, &Placement)> + '_ {
         self.rules
             .iter()
-            .zip(&self.placed)
+            .zip(self.placed.iter())
             .filter(|(_, p)| !p.is_free())
     }
 
