@@ -22,9 +22,12 @@
 //! packet's frame into a reused receive buffer (standing in for the NIC's
 //! DMA into a ring slot), then hands batches of `--batch` buffers to one
 //! [`Worker`]: parse, microflow cache, pipeline on a miss, execute, count,
-//! and copy each forwarded frame into its output port's transmit batch
-//! ([`TxBatches`]; the queues are emptied after each batch, where a port
-//! would send them).
+//! and hand each forwarded frame to the switch's own transmit sink
+//! ([`PortSink`], what the packet threads use), which copies it into its
+//! output port's transmit batch; after each batch the sink is flushed, as
+//! the packet threads do. The ports are [`DiscardPort`]s: their send is a
+//! real port's copy into its batch, their flush counts and forgets (no
+//! system call).
 //! The worker is warmed up with one pass over the sequence (steady state),
 //! then timed for `--seconds`. Mpps per core and the cache hit rate of the
 //! timed part are reported, for the cache on and off.
@@ -52,10 +55,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use offlow_datapath::{
-    Control, CountingSink, PacketBuf, PortInfo, TxBatches, Worker, WorkerConfig, WorkerStats,
+    Control, CountingSink, PacketBuf, PortInfo, Worker, WorkerConfig, WorkerStats,
 };
 use offlow_flow::{extract, ParseStats};
+use offlow_io::{DiscardPort, Port};
 use offlow_pipeline::{FlowFilter, FlowMod, Instruction, Pipeline, RuleId};
+use offlow_switch::port_sink::PortSink;
 use serde_json::json;
 
 use crate::classbench::{self, Header, RuleSet, Trace};
@@ -364,33 +369,44 @@ fn diff(a: WorkerStats, b: WorkerStats) -> WorkerStats {
     }
 }
 
-/// Transmit queues for the workload's output ports, one batch deep.
-pub(crate) fn tx_batches(batch: usize, frame_size: usize) -> TxBatches {
-    let ports: Vec<PortInfo> = (1..=N_PORTS)
+/// The switch's transmit sink over the workload's output ports
+/// ([`DiscardPort`]s one batch deep), frames arriving on [`IN_PORT`].
+pub(crate) fn port_sink(batch: usize, frame_size: usize) -> PortSink {
+    let infos: Vec<PortInfo> = (1..=N_PORTS)
         .map(|port| PortInfo {
             port,
             no_fwd: false,
             no_flood: false,
         })
         .collect();
-    TxBatches::new(&ports, batch, frame_size.max(64))
+    let ports = infos
+        .iter()
+        .map(|p| {
+            Box::new(DiscardPort::new(
+                &format!("p{}", p.port),
+                batch,
+                frame_size.max(64),
+            )) as Box<dyn Port>
+        })
+        .collect();
+    let mut sink = PortSink::new(infos, ports, None);
+    sink.set_in_port(IN_PORT);
+    sink
 }
 
-/// Stand-in for the port layer's send: the frames were copied into the
-/// queues (that cost is measured); sending them is the ports' business.
+/// What the packet threads do after each batch: flush the ports with
+/// frames queued (a [`DiscardPort`] counts them and forgets them).
 #[inline]
-pub(crate) fn transmit(tx: &mut TxBatches) {
-    for q in tx.queues() {
-        std::hint::black_box(q.len());
-        q.clear();
-    }
+pub(crate) fn transmit(sink: &mut PortSink) {
+    // A DiscardPort's flush cannot fail.
+    let _ = sink.flush();
 }
 
 /// Warm up with one pass over the sequence, then time `seconds`.
 fn measure(worker: &mut Worker, t: &Traffic, args: &DatapathArgs) -> Measured {
     let batch = args.batch.clamp(1, 256);
     let mut bufs = make_bufs(batch, args.frame_size);
-    let mut tx = tx_batches(batch, args.frame_size);
+    let mut tx = port_sink(batch, args.frame_size);
     let mut pos = 0usize;
     let warm = t.sequence.len().div_ceil(batch);
     for _ in 0..warm {

@@ -326,7 +326,7 @@ pub fn run(args: &UpdateArgs) -> anyhow::Result<UpdateReport> {
         let reader = s.spawn(|| {
             pin_to_cpu(1);
             let mut bufs = datapath::make_bufs(batch, 60);
-            let mut sink = datapath::tx_batches(batch, 60);
+            let mut sink = datapath::port_sink(batch, 60);
             let mut pos = 0usize;
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {

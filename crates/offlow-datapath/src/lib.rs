@@ -27,8 +27,6 @@
 //!   decisions it may shadow live with the new rule's match as a filter,
 //!   re-checked once per microflow ([`CachedRef`]), so only keys the new
 //!   rule matches are re-resolved.
-//! - [`TxBatches`]: per-port transmit queues of reused buffers, the sink a
-//!   worker's outputs go to before the port layer sends them in batches.
 //! - Steering: a decision carrying [`offlow_pipeline::Action::SetWorkers`]
 //!   is processed only by the workers in its mask; another worker hands the
 //!   unmodified frame to [`OutputSink::steer`] before executing or crediting
@@ -69,7 +67,6 @@ pub mod execute;
 pub mod microflow;
 mod state;
 pub mod steer;
-pub mod tx;
 pub mod worker;
 
 pub use action_table::{
@@ -88,5 +85,4 @@ pub use microflow::{
     MAX_BATCH, WAYS,
 };
 pub use steer::{SteerRule, SteeringTable};
-pub use tx::{TxBatches, TxQueue};
 pub use worker::{Worker, WorkerConfig, WorkerStats, DIRTY_PER_BATCH, FLUSH_EVERY_BATCHES};

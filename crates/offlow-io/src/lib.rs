@@ -11,7 +11,7 @@
 //!   a BPF link, native mode with a generic-mode fallback. Raw system
 //!   calls, no libbpf.
 //! - [`MemPort`]: an in-memory port for tests, fed and drained through a
-//!   [`MemPeer`].
+//!   [`MemPeer`]; [`DiscardPort`]: transmits into nowhere (benchmarks).
 //! - [`pcap::PcapPort`]: replay a capture file as input, write what is
 //!   transmitted to a capture file ([`pcap::PcapReader`] and
 //!   [`pcap::PcapWriter`] also stand alone).
@@ -58,7 +58,7 @@ pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState};
 pub use afxdp::{
     AfXdpConfig, AfXdpCounters, AfXdpPort, XdpAttach, XdpMode, XdpProgram, XdpStatistics, XskBind,
 };
-pub use mem::{MemPeer, MemPort};
+pub use mem::{DiscardPort, MemPeer, MemPort};
 
 /// What the kernel said about a received frame beyond its bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

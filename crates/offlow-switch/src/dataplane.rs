@@ -82,21 +82,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use offlow_datapath::{
-    OutputMeta, OutputSink, PacketBuf, PortInfo, SteeringTable, Worker, WorkerStats,
-    DEFAULT_HEADROOM,
-};
+use offlow_datapath::{PacketBuf, PortInfo, SteeringTable, Worker, WorkerStats, DEFAULT_HEADROOM};
 use offlow_io::afxdp::{active_queue_count, queue_count, AfXdpConfig, AfXdpQueues, XdpProgram};
 use offlow_io::pcap::PcapPort;
 use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
-use offlow_pipeline::PacketInOrigin;
-
-use offlow_openflow::packet_in_reason::{
-    ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
-};
 use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
 use crate::config::PortKind;
+pub use crate::port_sink::{PacketInFrame, INBOX_FRAMES};
+use crate::port_sink::{PacketInQueue, PortSink, SteerBatch};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -114,39 +108,6 @@ const SPIN_ROUNDS: u32 = 64;
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 /// Packet-ins queued towards the control thread before drops.
 pub const PACKET_IN_QUEUE: usize = 1024;
-/// Steered frames a worker's inbox holds before the excess is dropped.
-pub const INBOX_FRAMES: usize = 1024;
-
-/// Frames stored back to back: one byte arena and an index, both reused,
-/// so moving frames between workers allocates nothing once warm.
-#[derive(Debug, Default)]
-struct SteerBatch {
-    data: Vec<u8>,
-    /// `(in_port, start, len)` of each frame in `data`, in arrival order.
-    frames: Vec<(u32, usize, usize)>,
-}
-
-impl SteerBatch {
-    fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    fn push(&mut self, in_port: u32, frame: &[u8]) {
-        let start = self.data.len();
-        self.data.extend_from_slice(frame);
-        self.frames.push((in_port, start, frame.len()));
-    }
-
-    fn clear(&mut self) {
-        self.data.clear();
-        self.frames.clear();
-    }
-
-    fn frame(&self, i: usize) -> Option<(u32, &[u8])> {
-        let &(port, start, len) = self.frames.get(i)?;
-        Some((port, self.data.get(start..start + len)?))
-    }
-}
 
 /// One worker's queue of frames steered to it by the others.
 #[derive(Debug)]
@@ -204,26 +165,6 @@ impl Inbox {
             );
         }
     }
-}
-
-/// A frame for the controller (`OFPR_ACTION` or a table-miss entry's
-/// output to CONTROLLER).
-#[derive(Debug)]
-pub struct PacketInFrame {
-    /// Port it arrived on.
-    pub in_port: u32,
-    /// The whole frame (the control side cuts it to `max_len` and may
-    /// keep the rest in a packet buffer).
-    pub data: Vec<u8>,
-    /// The output action's `max_len` (`OFPCML_NO_BUFFER` for an expired
-    /// TTL: no output action gave a length).
-    pub max_len: u16,
-    /// The flow entry that sent it (table, cookie, table-miss or not), as
-    /// the pipeline resolved the packet when it was processed.
-    pub origin: PacketInOrigin,
-    /// A Dec-TTL expired (reason `OFPR_INVALID_TTL`) rather than an output
-    /// to CONTROLLER.
-    pub invalid_ttl: bool,
 }
 
 /// One configured data port as the workers see it.
@@ -704,26 +645,15 @@ impl Dataplane {
             let mut t = WorkerThread {
                 worker,
                 ports,
-                sink: PortSink {
-                    infos: infos.clone(),
-                    pending: vec![false; infos.len()],
-                    no_fwd: vec![false; infos.len()],
-                    no_fwd_drops: vec![0; infos.len()],
-                    no_packet_in: vec![false; infos.len()],
-                    packet_in: cfg.packet_in.clone(),
-                    packet_in_wanted: cfg.packet_in_wanted.clone(),
-                    drop_unknown_port: 0,
-                    drop_packet_in_unwanted: 0,
-                    packet_in_dropped: 0,
-                    packet_ins: 0,
-                    in_port: 0,
-                    ports_tx: Vec::new(),
-                    me: i,
-                    n_workers,
-                    staged: (0..n_workers).map(|_| SteerBatch::default()).collect(),
-                    no_steer: false,
-                    steer_dropped: 0,
-                },
+                sink: PortSink::new(
+                    infos.clone(),
+                    Vec::new(),
+                    Some(PacketInQueue {
+                        sender: cfg.packet_in.clone(),
+                        wanted: cfg.packet_in_wanted.clone(),
+                    }),
+                )
+                .with_steering(i, n_workers),
                 inboxes: inboxes.clone(),
                 incoming: SteerBatch::default(),
                 steered_out: 0,
@@ -895,174 +825,6 @@ fn pin_to(core: usize) {
         if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
             warn!(core, "could not pin worker");
         }
-    }
-}
-
-/// Where a worker's outputs go while it processes one port's batch.
-struct PortSink {
-    infos: Vec<PortInfo>,
-    /// Ports with frames queued since the last flush.
-    pending: Vec<bool>,
-    /// Per port: configured `no_fwd` or `port_down` (outputs dropped).
-    no_fwd: Vec<bool>,
-    /// Per port: outputs dropped so (published in its `tx_dropped`).
-    no_fwd_drops: Vec<u64>,
-    /// Per port: configured `no_packet_in` (its table misses send no
-    /// packet-in).
-    no_packet_in: Vec<bool>,
-    packet_in: mpsc::Sender<PacketInFrame>,
-    packet_in_wanted: Arc<AtomicU32>,
-    drop_unknown_port: u64,
-    drop_packet_in_unwanted: u64,
-    packet_in_dropped: u64,
-    packet_ins: u64,
-    /// Port the current batch came from.
-    in_port: u32,
-    /// The ports, lent for one batch (taken back after `process`).
-    ports_tx: Vec<Box<dyn Port>>,
-    /// This worker's index.
-    me: usize,
-    /// Running workers (mask bits at or past this are ignored).
-    n_workers: usize,
-    /// Frames steered this round, per destination worker.
-    staged: Vec<SteerBatch>,
-    /// Set while processing frames taken from the inbox: they stay here.
-    no_steer: bool,
-    /// Frames refused because their destination's staging batch was full.
-    steer_dropped: u64,
-}
-
-impl PortSink {
-    /// The worker of `mask` (among the running ones) that `hash` picks, if
-    /// the mask names any running worker.
-    fn steer_target(&self, mask: u64, hash: u64) -> Option<usize> {
-        let running = match self.n_workers {
-            n if n >= 64 => u64::MAX,
-            n => (1u64 << n) - 1,
-        };
-        let m = mask & running;
-        if m == 0 {
-            return None;
-        }
-        // Pick the k-th set bit: a flow's hash is stable, so is its worker.
-        // From the hash's high half: the low bits pick the receiving worker's
-        // microflow-cache bucket, and taking the worker from them too would
-        // leave each worker only the buckets of its own residue.
-        let k = (hash >> 32) % u64::from(m.count_ones());
-        let mut rest = m;
-        for _ in 0..k {
-            rest &= rest - 1; // clear the lowest set bit
-        }
-        Some(rest.trailing_zeros() as usize)
-    }
-
-    /// Whether some connection (or standalone learning) may take a
-    /// packet-in of `reason`; counts the ones nobody wants.
-    fn packet_in_wanted(&mut self, reason: u8) -> bool {
-        let wanted = self.packet_in_wanted.load(Ordering::Relaxed) & (1 << reason) != 0;
-        if !wanted {
-            self.drop_packet_in_unwanted += 1;
-        }
-        wanted
-    }
-
-    /// Queue a packet-in for the control thread; a full queue drops it
-    /// (counted): a worker never waits for the control side.
-    fn queue_packet_in(&mut self, pi: PacketInFrame) {
-        match self.packet_in.try_send(pi) {
-            Ok(()) => self.packet_ins += 1,
-            Err(_) => self.packet_in_dropped += 1,
-        }
-    }
-}
-
-impl OutputSink for PortSink {
-    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
-        match self.infos.iter().position(|p| p.port == port) {
-            Some(i) if self.no_fwd[i] => self.no_fwd_drops[i] += 1,
-            Some(i) => {
-                if let Some(p) = self.ports_tx.get_mut(i) {
-                    p.send(frame);
-                    self.pending[i] = true;
-                }
-            }
-            None => self.drop_unknown_port += 1,
-        }
-    }
-
-    fn controller(
-        &mut self,
-        frame: &[u8],
-        max_len: u16,
-        origin: PacketInOrigin,
-        _meta: OutputMeta,
-    ) {
-        // §7.2.1: a port configured no_packet_in sends no packet-in for
-        // its table misses (dropped here, before the copy).
-        if origin.table_miss {
-            let in_port = self.in_port;
-            if let Some(i) = self.infos.iter().position(|p| p.port == in_port) {
-                if self.no_packet_in[i] {
-                    return;
-                }
-            }
-        }
-        let reason = if origin.table_miss {
-            OFPR_NO_MATCH
-        } else {
-            OFPR_ACTION
-        };
-        if !self.packet_in_wanted(reason) {
-            return;
-        }
-        self.queue_packet_in(PacketInFrame {
-            in_port: self.in_port,
-            data: frame.to_vec(),
-            max_len,
-            origin,
-            invalid_ttl: false,
-        });
-    }
-
-    fn ttl_expired(&mut self, frame: &[u8], in_port: u32, origin: PacketInOrigin) {
-        if !self.packet_in_wanted(OFPR_INVALID_TTL) {
-            return;
-        }
-        // Whole: no output action gave a length; each connection cuts it
-        // to its miss_send_len (`Connection::send_async`).
-        self.queue_packet_in(PacketInFrame {
-            in_port,
-            data: frame.to_vec(),
-            max_len: offlow_pipeline::CONTROLLER_NO_BUFFER,
-            origin,
-            invalid_ttl: true,
-        });
-    }
-
-    fn port_count(&self) -> usize {
-        self.infos.len()
-    }
-
-    fn port_info(&self, index: usize) -> Option<PortInfo> {
-        self.infos.get(index).copied()
-    }
-
-    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], in_port: u32) -> bool {
-        if self.no_steer {
-            return false;
-        }
-        let Some(to) = self.steer_target(mask, hash).filter(|&t| t != self.me) else {
-            return false;
-        };
-        let Some(batch) = self.staged.get_mut(to) else {
-            return false;
-        };
-        if batch.len() >= INBOX_FRAMES {
-            self.steer_dropped += 1;
-        } else {
-            batch.push(in_port, frame);
-        }
-        true
     }
 }
 
@@ -1342,23 +1104,16 @@ impl WorkerThread {
     /// Hand the ports' queued frames to the kernel (frames it refuses are
     /// counted by the port).
     fn flush_pending(&mut self) {
-        for (i, p) in self.ports.iter_mut().enumerate() {
-            if std::mem::take(&mut self.sink.pending[i]) {
-                let r = p.flush();
-                // Left in a ring the kernel did not drain: try again next
-                // round (also when idle).
-                self.sink.pending[i] = p.tx_outstanding();
-                if let Err(e) = r {
-                    // Ports count refused frames; an error of the port
-                    // itself (a capture file that cannot be written) is
-                    // worth one line, not one per batch.
-                    if self.flush_failed & (1u64 << (i % 64)) == 0 {
-                        self.flush_failed |= 1u64 << (i % 64);
-                        warn!(port = p.name(), error = %e, "transmit failed (reported once)");
-                    }
-                }
+        let flush_failed = &mut self.flush_failed;
+        self.sink.flush_ports(&mut self.ports, |i, p, e| {
+            // Ports count refused frames; an error of the port itself (a
+            // capture file that cannot be written) is worth one line, not
+            // one per batch.
+            if *flush_failed & (1u64 << (i % 64)) == 0 {
+                *flush_failed |= 1u64 << (i % 64);
+                warn!(port = p.name(), error = %e, "transmit failed (reported once)");
             }
-        }
+        });
     }
 
     /// Append the frames steered this round to their destinations'
@@ -1576,29 +1331,15 @@ impl WorkerThread {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use offlow_datapath::{OutputMeta, OutputSink};
 
     fn sink(me: usize, n_workers: usize) -> PortSink {
-        let (tx, _rx) = mpsc::channel(1);
-        PortSink {
-            infos: Vec::new(),
-            pending: Vec::new(),
-            no_fwd: Vec::new(),
-            no_fwd_drops: Vec::new(),
-            no_packet_in: Vec::new(),
-            packet_in: tx,
-            packet_in_wanted: Arc::new(AtomicU32::new(0)),
-            drop_packet_in_unwanted: 0,
-            drop_unknown_port: 0,
-            packet_in_dropped: 0,
-            packet_ins: 0,
-            in_port: 0,
-            ports_tx: Vec::new(),
-            me,
-            n_workers,
-            staged: (0..n_workers).map(|_| SteerBatch::default()).collect(),
-            no_steer: false,
-            steer_dropped: 0,
-        }
+        let (sender, _rx) = mpsc::channel(1);
+        let queue = PacketInQueue {
+            sender,
+            wanted: Arc::new(AtomicU32::new(0)),
+        };
+        PortSink::new(Vec::new(), Vec::new(), Some(queue)).with_steering(me, n_workers)
     }
 
     /// A worker thread (not started) over `ports`, described by `data`.
@@ -1875,53 +1616,5 @@ mod tests {
         }
         // Generation 0 keeps the start-up layout: base + index.
         assert_eq!(fanout_id(100, 4, 2, 0), 102);
-    }
-
-    #[test]
-    fn steer_target_picks_running_set_bits_by_hash() {
-        let s = sink(0, 4);
-        // Bits past the worker count are ignored; none left: no target.
-        assert_eq!(s.steer_target(0b1_0000, 7), None);
-        assert_eq!(s.steer_target(0, 7), None);
-        for high in 0..64u64 {
-            let hash = high << 32 | 0x5a5a;
-            let t = s.steer_target(0b1_1010, hash).unwrap();
-            assert!(t == 1 || t == 3, "{t}");
-            // Reference: the (high half mod 2)-th of [1, 3].
-            assert_eq!(t, [1, 3][(high % 2) as usize]);
-            assert_eq!(s.steer_target(0b1_1010, hash), Some(t), "stable");
-            // The low half (which picks cache buckets) plays no part.
-            assert_eq!(s.steer_target(0b1_1010, high << 32 | 0x0001), Some(t));
-        }
-        // Every running bit of a full mask is reachable.
-        let mut seen = [false; 4];
-        for high in 0..16 {
-            seen[s.steer_target(u64::MAX, high << 32).unwrap()] = true;
-        }
-        assert_eq!(seen, [true; 4]);
-        // 64 workers: the top bit is a worker too.
-        assert_eq!(sink(0, 64).steer_target(1 << 63, 5 << 32), Some(63));
-    }
-
-    #[test]
-    fn steer_stages_copies_and_bounds() {
-        let mut s = sink(0, 2);
-        // One worker, or a mask naming only this one: nothing taken.
-        assert!(!sink(0, 1).steer(0b10, 0, b"x", 1));
-        assert!(!s.steer(0b01, 0, b"x", 1));
-        assert!(s.steer(0b10, 9, b"frame-a", 3));
-        assert!(s.steer(0b10, 9, b"frame-b", 4));
-        assert_eq!(s.staged[1].frame(0), Some((3, &b"frame-a"[..])));
-        assert_eq!(s.staged[1].frame(1), Some((4, &b"frame-b"[..])));
-        assert_eq!(s.staged[0].len(), 0);
-        // Frames from an inbox are never steered again.
-        s.no_steer = true;
-        assert!(!s.steer(0b10, 9, b"frame-c", 3));
-        s.no_steer = false;
-        for _ in 2..INBOX_FRAMES {
-            assert!(s.steer(0b10, 9, b"f", 3));
-        }
-        assert!(s.steer(0b10, 9, b"f", 3), "taken, and counted as dropped");
-        assert_eq!((s.staged[1].len(), s.steer_dropped), (INBOX_FRAMES, 1));
     }
 }

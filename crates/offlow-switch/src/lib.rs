@@ -4,7 +4,8 @@
 //! forwards frames and answers controllers. [`dataplane`] opens the ports
 //! (AF_PACKET, AF_XDP, capture files; re-opened when their interface comes
 //! back) and runs the packet worker threads over `offlow-datapath`'s
-//! workers. [`adapter`] is the seam between `offlow-openflow`'s sans-IO
+//! workers, whose outputs go to a [`port_sink::PortSink`] (also what
+//! `offlow bench datapath` measures). [`adapter`] is the seam between `offlow-openflow`'s sans-IO
 //! [`offlow_openflow::Switch`] trait and the datapath's single writer
 //! (`Control`): flow-mods, barriers, stats, packet-out, port-mod, table
 //! compiles, expiry; it is where wire messages become pipeline types and
@@ -15,7 +16,7 @@
 //! The `offlow` binary keeps the command line, the configuration file and
 //! the wiring; an embedder (the demo, a test) calls [`run_blocking`].
 //!
-//! Data flows one way: `config` ← `dataplane` ← `adapter` ← `standalone`
+//! Data flows one way: `port_sink` ← `dataplane`, `config` ← `dataplane` ← `adapter` ← `standalone`
 //! ← `control`; no two modules import each other.
 //!
 //! Invariants: the adapter is the pipeline's only writer, and it lives on
@@ -35,6 +36,7 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod flow_removed;
+pub mod port_sink;
 pub mod standalone;
 
 pub use adapter::{DatapathSwitch, SwitchPort};
