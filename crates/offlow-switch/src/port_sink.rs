@@ -160,7 +160,8 @@ impl PortSink {
         let mut by_number = vec![0u16; DIRECT_PORTS].into_boxed_slice();
         for (i, p) in infos.iter().enumerate() {
             // At most u16::MAX - 1 ports take a direct slot; others scan.
-            if let (Some(slot), Ok(i)) = (by_number.get_mut(p.port as usize), u16::try_from(i + 1)) {
+            if let (Some(slot), Ok(i)) = (by_number.get_mut(p.port as usize), u16::try_from(i + 1))
+            {
                 *slot = i;
             }
         }
