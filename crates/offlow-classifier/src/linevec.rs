@@ -175,12 +175,16 @@ impl<T: Copy> LineVec<T> {
 
     /// Make room for `total` elements (exactly, rounded up to whole lines).
     fn reserve_exact_elems(&mut self, total: usize) {
-        let bytes = total * std::mem::size_of::<T>();
+        // Checked as `Vec` checks: a wrapped size would leave `zeroed` with
+        // a length beyond its capacity.
+        let bytes = total
+            .checked_mul(std::mem::size_of::<T>())
+            .expect("LineVec capacity overflow");
         let lines = bytes.div_ceil(LINE);
         if lines <= self.cap {
             return;
         }
-        if lines * LINE >= MAP_MIN_BYTES {
+        if lines.checked_mul(LINE).expect("LineVec capacity overflow") >= MAP_MIN_BYTES {
             match &mut self.store {
                 Store::Map(m) => {
                     if m.grow(lines) {
@@ -205,21 +209,28 @@ impl<T: Copy> LineVec<T> {
                 }
             }
         }
-        // Small, or the kernel refused a mapping: the heap.
-        let mut v = match std::mem::replace(&mut self.store, Store::Heap(Vec::new())) {
-            Store::Heap(v) => v,
-            Store::Map(m) => {
-                let mut v = Vec::with_capacity(lines);
-                // SAFETY: the mapping holds `m.lines` lines, all readable
-                // (zero or written); `m` is dropped after the copy.
-                v.extend_from_slice(unsafe { std::slice::from_raw_parts(m.ptr.as_ptr(), m.lines) });
-                v
-            }
+        // Small, or the kernel refused a mapping: the heap. The new buffer
+        // is built whole before `self` changes, so a panic (allocation
+        // failure) leaves `self` describing its old, intact storage.
+        let mut v: Vec<Line> = Vec::with_capacity(lines);
+        let (old, used) = match &self.store {
+            Store::Heap(h) => (h.as_ptr(), h.len()),
+            Store::Map(m) => (m.ptr.as_ptr().cast_const(), m.lines),
         };
+        // SAFETY: `old` holds `used <= lines` lines (a heap Vec's length,
+        // or the mapping's size), `v` has capacity for `lines`, and the two
+        // are distinct allocations. An untyped copy: the lines hold `T`s,
+        // whose padding bytes may be uninitialised, so they are not read
+        // as `u8`s.
+        unsafe {
+            std::ptr::copy_nonoverlapping(old, v.as_mut_ptr(), used);
+            v.set_len(used);
+        }
         v.resize(lines, Line([0; LINE]));
         // A Vec's buffer is non-null (`lines > 0` here, so allocated).
         self.ptr = NonNull::new(v.as_mut_ptr()).unwrap_or(NonNull::dangling());
         self.cap = v.len();
+        // The old storage (a heap Vec or a mapping) is freed here.
         self.store = Store::Heap(v);
     }
 
@@ -227,7 +238,12 @@ impl<T: Copy> LineVec<T> {
     pub(crate) fn push(&mut self, v: T) {
         if self.len == self.capacity() {
             // Double (at least one line), like Vec, to keep pushes amortised O(1).
-            let want = (self.len * 2).max(LINE / std::mem::size_of::<T>()).max(1);
+            let want = self
+                .len
+                .checked_mul(2)
+                .expect("LineVec capacity overflow")
+                .max(LINE / std::mem::size_of::<T>())
+                .max(1);
             self.reserve_exact_elems(want);
         }
         let i = self.len;

@@ -746,6 +746,9 @@ impl Connection {
         if self.closed.is_none() {
             self.closed = Some(why);
             self.inbuf = Vec::new();
+            // The requests that waited went with `inbuf`.
+            self.waiting = None;
+            self.head_ready = false;
         }
     }
 

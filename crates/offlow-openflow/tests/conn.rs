@@ -730,6 +730,22 @@ fn requests_wait_for_the_switch_in_order() {
     );
 }
 
+/// A connection closed while a request waits no longer waits: the
+/// request went with its input (a caller looping on `is_waiting` stops).
+#[test]
+fn closing_ends_the_wait() {
+    let mut b = Bench::new();
+    let mut c = b.established();
+    b.sw.defer = true;
+    b.feed(&mut c, &enc(3, Body::BarrierRequest));
+    assert!(c.is_waiting());
+    c.close("switch stopping");
+    assert!(!c.is_waiting());
+    b.sw.done_up_to = u64::MAX;
+    c.resume(b.now, &mut b.sw, &mut b.roles);
+    assert!(drain(&mut c).is_empty(), "nothing answered after the close");
+}
+
 /// A ticket that is done at once costs nothing: the request is answered
 /// in the same call.
 #[test]

@@ -303,10 +303,11 @@ pub struct DatapathSwitch {
     last_compile: Duration,
     /// A compile building on its own thread, if one is.
     compile_job: Option<CompileJob>,
-    /// When the counter-sync request the last [`Need::Counters`] ticket
-    /// names stops being waited for (a worker that misses it is counted at
-    /// its next flush).
-    sync_deadline: std::time::Instant,
+    /// Counter-sync requests still waited for, oldest first: each with
+    /// the moment it stops being waited for (a worker that misses it is
+    /// counted at its next flush). Per request, so a later sync never
+    /// pushes an earlier one's bound back.
+    sync_deadlines: std::collections::VecDeque<(u64, std::time::Instant)>,
     /// A counter sync has just completed for the request being handled:
     /// its statistics need not sync again.
     counters_fresh: bool,
@@ -344,7 +345,7 @@ impl DatapathSwitch {
             exec: ExecStats::default(),
             packet_out: PacketOutStats::default(),
             buffers: PacketBuffers::default(),
-            sync_deadline: std::time::Instant::now(),
+            sync_deadlines: std::collections::VecDeque::new(),
             counters_fresh: false,
             port_status: Vec::new(),
             compiled_at: 0,
@@ -566,7 +567,16 @@ impl DatapathSwitch {
         let dataplane = self.dataplane.as_ref()?;
         self.counters_fresh = false;
         let epoch = self.control.sync_start(|| dataplane.wake_all());
-        self.sync_deadline = std::time::Instant::now() + SYNC_TIMEOUT;
+        let now = std::time::Instant::now();
+        // Requests whose bound passed long ago are nobody's any more.
+        while self
+            .sync_deadlines
+            .front()
+            .is_some_and(|&(_, d)| d + SYNC_TIMEOUT < now)
+        {
+            self.sync_deadlines.pop_front();
+        }
+        self.sync_deadlines.push_back((epoch, now + SYNC_TIMEOUT));
         Some(COUNTERS_TICKET | epoch)
     }
 
@@ -575,6 +585,8 @@ impl DatapathSwitch {
     /// Returns every entry removed (whether or not it is reported).
     pub fn expire(&mut self, now_ns: u64) -> Vec<RemovedFlow> {
         if self.control.pipeline().timed_len() == 0 {
+            // A sync done for this scan is not fresh for a later request.
+            self.counters_fresh = false;
             return Vec::new();
         }
         // Idle detection needs every packet counted so far.
@@ -1065,7 +1077,13 @@ impl offlow_openflow::Switch for DatapathSwitch {
             self.counters_fresh = true;
             return true;
         }
-        if std::time::Instant::now() >= self.sync_deadline {
+        let deadline = self
+            .sync_deadlines
+            .iter()
+            .find(|&&(e, _)| e == epoch)
+            .map(|&(_, d)| d);
+        // A ticket whose request is no longer listed has long timed out.
+        if deadline.is_none_or(|d| std::time::Instant::now() >= d) {
             tracing::debug!("a packet worker missed the counter sync");
             // As the blocking sync does after its timeout: answer with
             // what has been credited.

@@ -30,9 +30,14 @@
 //! that connection stops reading and re-checks ([`Connection::resume`]) at
 //! every turn of the event loop for `WAIT_SPIN`, then every
 //! millisecond, while the others go on. The expiry scan's counter sync
-//! waits the same way. Blocking waits remain where they are rare: a
-//! removal of flows flagged SEND_FLOW_REM (their final counts) and the
-//! install of compiled tables.
+//! waits the same way. Blocking waits remain where they are rare or
+//! short: a removal of flows flagged SEND_FLOW_REM (their final counts),
+//! the install of compiled tables, and a change the switch makes itself
+//! (expiry, standalone learning) while the last publish still settles
+//! (it waits for the workers' current batches). A FLOW_REMOVED caused by
+//! a DELETE travels through the event channel and may reach its
+//! connection after the barrier reply that follows the DELETE (as before
+//! this loop's rework; OpenFlow 1.3.5 §6.2.1 would have it first).
 //!
 //! Invariants: the switch and the roles live in one `RefCell`, borrowed
 //! only between awaits, never across one; so each controller message is

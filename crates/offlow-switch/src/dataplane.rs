@@ -21,7 +21,7 @@
 //!
 //! Steering (the `offlow_workers` action): worker `i` is datapath worker
 //! index `i`. A decision whose worker mask leaves out the receiving worker
-//! is handed over before execution ([`OutputSink::steer`]): the sink picks
+//! is handed over before execution ([`offlow_datapath::OutputSink::steer`]): the sink picks
 //! one worker among the mask's bits that name running workers (bits past
 //! the worker count are ignored; a mask naming none is processed where it
 //! arrived) by the packet's flow hash, so a flow stays on one worker, and
