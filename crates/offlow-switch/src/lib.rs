@@ -1,23 +1,29 @@
 //! offlow-switch: a running OpenFlow 1.3 switch, as a library.
 //!
 //! What: everything between a resolved [`SwitchConfig`] and a switch that
-//! forwards frames and answers controllers. [`dataplane`] opens the ports
-//! (AF_PACKET, AF_XDP, capture files; re-opened when their interface comes
-//! back) and runs the packet worker threads over `offlow-datapath`'s
-//! workers, whose outputs go to a [`port_sink::PortSink`] (also what
-//! `offlow bench datapath` measures). [`adapter`] is the seam between `offlow-openflow`'s sans-IO
-//! [`offlow_openflow::Switch`] trait and the datapath's single writer
-//! (`Control`): flow-mods, barriers, stats, packet-out, port-mod, table
-//! compiles, expiry; it is where wire messages become pipeline types and
-//! back. [`buffers`] keeps packet-in frames for a later PACKET_OUT,
-//! [`flow_removed`] builds FLOW_REMOVED, [`standalone`] is the fail-mode
-//! learning switch. [`control`] is the tokio loop that drives it all:
-//! listeners, reconnecting controllers, packet-ins, link polling, expiry.
+//! forwards frames and answers controllers.
+//! - [`dataplane`] opens the ports (AF_PACKET, AF_XDP, capture files;
+//!   re-opened when their interface comes back: `dataplane/ports.rs`) and
+//!   runs the packet worker threads over `offlow-datapath`'s workers,
+//!   publishing their counters (`dataplane/stats.rs`).
+//! - [`port_sink::PortSink`] is where a worker's outputs go (also what
+//!   `offlow bench datapath` measures).
+//! - [`adapter`] is the seam between `offlow-openflow`'s sans-IO
+//!   [`offlow_openflow::Switch`] trait and the datapath's single writer
+//!   (`Control`): flow-mods, barriers and counter syncs as tickets,
+//!   packet-out, port-mod (`adapter/port.rs`), statistics
+//!   (`adapter/stats.rs`), table compiles, expiry.
+//! - [`buffers`] keeps packet-in frames for a later PACKET_OUT,
+//!   [`flow_removed`] builds FLOW_REMOVED, [`standalone`] is the fail-mode
+//!   learning switch.
+//! - [`control`] is the tokio loop that drives it all: listeners,
+//!   reconnecting controllers, packet-ins, link polling, expiry.
+//!
 //! The `offlow` binary keeps the command line, the configuration file and
 //! the wiring; an embedder (the demo, a test) calls [`run_blocking`].
 //!
-//! Data flows one way: `port_sink` ← `dataplane`, `config` ← `dataplane` ← `adapter` ← `standalone`
-//! ← `control`; no two modules import each other.
+//! Data flows one way: `config` and `port_sink` ← `dataplane` ← `adapter`
+//! ← `standalone` ← `control`; no two modules import each other.
 //!
 //! Invariants: the adapter is the pipeline's only writer, and it lives on
 //! the control loop's one thread; the barrier guarantee and exact counters

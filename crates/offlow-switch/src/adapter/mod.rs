@@ -64,6 +64,10 @@
 //! again. Port counters stay monotonic: the workers keep per-port bases,
 //! and packet-out counts live in the [`SwitchPort`], not in the socket.
 //!
+//! Layout: this module holds [`DatapathSwitch`] and its `Switch`
+//! implementation; [`port`] the data ports as the control side keeps them
+//! ([`SwitchPort`]); `stats` the multipart replies.
+//!
 //! Thread-safety: single-threaded (the control loop owns it); `Control` is
 //! the pipeline's single writer.
 
@@ -74,25 +78,20 @@ use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
     PIPELINE_COPIES,
 };
-use offlow_flow::{Field, ParseStats};
-use offlow_io::netns::in_netns;
+use offlow_flow::ParseStats;
 use offlow_io::{AfPacketTx, LinkState};
-use offlow_openflow::multipart::{
-    Desc, FlowStats, FlowStatsRequest, MultipartReplyBody, MultipartRequestBody, TableFeatureProp,
-    TableFeatures, TableStats,
-};
-use offlow_openflow::oxm;
-use offlow_openflow::port::{
-    OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN, OFPPS_LINK_DOWN,
-};
+use offlow_openflow::multipart::{MultipartReplyBody, MultipartRequestBody};
+use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN};
 use offlow_openflow::{
-    BadActionCode, BadRequestCode, FixedStr, Instruction, Need, OfError, OxmMatch, PacketOut,
-    PortMod, PortModFailedCode, SwitchFeatures, TableFeaturesFailedCode, Ticket,
+    BadActionCode, BadRequestCode, Need, OfError, PacketOut, PortMod, PortModFailedCode,
+    SwitchFeatures, Ticket,
 };
-use offlow_pipeline::{
-    FlowFilter, FlowMatch, FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow, ToPipeline,
-    TABLE_ALL,
-};
+use offlow_pipeline::{FlowMod, PacketInOrigin, Pipeline, PortNo, RemovedFlow, ToPipeline};
+
+pub mod port;
+mod stats;
+
+pub use port::{SwitchPort, OFPPC_SETTABLE};
 
 /// `OFPC_FLOW_STATS | OFPC_TABLE_STATS | OFPC_PORT_STATS` (§7.3.1).
 pub const CAPABILITIES: u32 = 1 | 2 | 4;
@@ -122,122 +121,6 @@ pub const SYNC_TIMEOUT: Duration = Duration::from_millis(50);
 /// a controller's burst of flow-mods (a table being loaded) is over, short
 /// enough that a settled table soon gets its fast structure.
 pub const COMPILE_QUIET: Duration = Duration::from_secs(1);
-
-/// A data port as the control side sees it.
-pub struct SwitchPort {
-    /// OpenFlow port number.
-    pub number: u32,
-    /// Linux interface name.
-    pub name: String,
-    /// Backed by a Linux interface (AF_PACKET or AF_XDP), which may come
-    /// and go; a capture port is not.
-    pub interface: bool,
-    /// Packet-out transmit socket (`None`: outputs to it are dropped; for
-    /// an interface port, its interface is missing until the next poll
-    /// finds it).
-    pub tx: Option<AfPacketTx>,
-    /// Last link state read.
-    pub link: LinkState,
-    /// Packet-out frames sent on it.
-    pub tx_packets: u64,
-    /// Its OpenFlow configuration (`OFPPC_*` bits set by PORT_MOD; the
-    /// interface's own admin state adds `OFPPC_PORT_DOWN` in its
-    /// description).
-    pub config: u32,
-    /// An unexpected failure to open it was logged (reset when the
-    /// interface is found missing, so the next failure is logged again).
-    open_failed: bool,
-}
-
-/// The `OFPPC_*` bits PORT_MOD may set (OpenFlow 1.3.5 §7.2.1).
-pub const OFPPC_SETTABLE: u32 = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN;
-
-impl SwitchPort {
-    /// A port with its transmit socket (if any) and link state as read.
-    pub fn new(
-        number: u32,
-        name: &str,
-        interface: bool,
-        tx: Option<AfPacketTx>,
-        link: LinkState,
-    ) -> SwitchPort {
-        SwitchPort {
-            number,
-            name: name.to_string(),
-            interface,
-            tx,
-            link,
-            tx_packets: 0,
-            config: 0,
-            open_failed: false,
-        }
-    }
-
-    /// Look for the port's interface in namespace `netns` and, if it is
-    /// there, open a transmit socket on it; its link state, or `None`
-    /// (missing, or failed: logged once).
-    fn open_tx(&mut self, netns: Option<&str>) -> Option<LinkState> {
-        let name = self.name.as_str();
-        // `None`: no interface of that name (the expected case while it is
-        // missing, not worth a line every poll).
-        let opened = in_netns(netns, || {
-            offlow_io::afpacket::ifindex(name).ok()?;
-            Some(AfPacketTx::open(name).and_then(|tx| tx.link().map(|l| (tx, l))))
-        });
-        let failure = match opened {
-            Ok(None) => {
-                self.open_failed = false;
-                return None;
-            }
-            Ok(Some(Ok((tx, link)))) => {
-                self.tx = Some(tx);
-                self.open_failed = false;
-                return Some(link);
-            }
-            Ok(Some(Err(e))) => e,
-            Err(e) => e,
-        };
-        if !self.open_failed {
-            self.open_failed = true;
-            tracing::warn!(port = self.number, name = %self.name, error = %failure,
-                "port interface present but cannot be opened; retried every poll (logged once)");
-        }
-        None
-    }
-
-    /// The port's OpenFlow description.
-    pub fn desc(&self) -> offlow_openflow::Port {
-        offlow_openflow::Port {
-            port_no: self.number,
-            hw_addr: self.link.hw_addr,
-            name: FixedStr::new(&self.name),
-            config: self.config
-                | if self.link.admin_up {
-                    0
-                } else {
-                    OFPPC_PORT_DOWN
-                },
-            state: if self.link.link_up {
-                0
-            } else {
-                OFPPS_LINK_DOWN
-            },
-            // Virtual interfaces advertise no medium: 10 Gb/s full duplex
-            // copper, as Open vSwitch reports for veths.
-            curr: OFPPF_10GB_FD | OFPPF_COPPER,
-            advertised: 0,
-            supported: 0,
-            peer: 0,
-            curr_speed: 10_000_000,
-            max_speed: 0,
-        }
-    }
-}
-
-/// `OFPPF_10GB_FD`.
-const OFPPF_10GB_FD: u32 = 1 << 6;
-/// `OFPPF_COPPER`.
-const OFPPF_COPPER: u32 = 1 << 11;
 
 /// The sink of packet-outs: data ports by number, everything else a
 /// counted drop.
@@ -760,275 +643,6 @@ impl DatapathSwitch {
     fn n_tables(&self) -> u16 {
         self.control.pipeline().n_tables()
     }
-
-    /// The pipeline filter for a flow/aggregate stats request (§7.3.5.2:
-    /// non-strict match; table, out_port, out_group and cookie filters).
-    fn filter(&self, r: &FlowStatsRequest) -> Result<FlowFilter, OfError> {
-        if r.table_id != TABLE_ALL && u16::from(r.table_id) >= self.n_tables() {
-            return Err(OfError::BadRequest(BadRequestCode::BadTableId));
-        }
-        Ok(FlowFilter {
-            table_id: r.table_id,
-            strict: false,
-            priority: 0,
-            matcher: FlowMatch::new(r.matcher.to_match()),
-            cookie: r.cookie,
-            cookie_mask: r.cookie_mask,
-            out_port: PortNo(r.out_port),
-            out_group: r.out_group,
-        })
-    }
-
-    fn flow_stats(&mut self, r: &FlowStatsRequest, now_ns: u64) -> Result<Vec<FlowStats>, OfError> {
-        let filter = self.filter(r)?;
-        self.sync_counters();
-        let out = self
-            .control
-            .pipeline()
-            .dump(&filter)
-            .into_iter()
-            .map(|f| {
-                let age = now_ns.saturating_sub(f.installed_at_ns);
-                FlowStats {
-                    table_id: f.table_id,
-                    // Seconds of a u64 ns count fit u32 for 136 years.
-                    duration_sec: (age / 1_000_000_000).min(u64::from(u32::MAX)) as u32,
-                    // Below 1e9.
-                    duration_nsec: (age % 1_000_000_000) as u32,
-                    // OpenFlow rules carry 16-bit priorities; the pipeline's
-                    // wider ones only come from ClassBench loaders.
-                    priority: f.priority.min(u32::from(u16::MAX)) as u16,
-                    idle_timeout: f.idle_timeout,
-                    hard_timeout: f.hard_timeout,
-                    flags: f.flags.0,
-                    cookie: f.cookie,
-                    packet_count: f.packets,
-                    byte_count: f.bytes,
-                    matcher: OxmMatch::from_match(&f.matcher.matcher),
-                    instructions: f.instructions.iter().map(Instruction::from).collect(),
-                }
-            })
-            .collect();
-        Ok(out)
-    }
-
-    /// §7.3.5.8: one port, or all with OFPP_ANY.
-    fn port_stats(
-        &self,
-        port_no: u32,
-    ) -> Result<Vec<offlow_openflow::multipart::PortStats>, OfError> {
-        let stats = self.dataplane_stats();
-        let age = self.started.elapsed();
-        let mut out = Vec::new();
-        for p in &self.ports {
-            if port_no != PortNo::ANY.0 && port_no != p.number {
-                continue;
-            }
-            let s = stats
-                .as_ref()
-                .and_then(|s| s.port(p.number))
-                .unwrap_or_default();
-            out.push(offlow_openflow::multipart::PortStats {
-                port_no: p.number,
-                rx_packets: s.rx_packets,
-                tx_packets: s.tx_packets + p.tx_packets,
-                rx_bytes: s.rx_bytes,
-                tx_bytes: s.tx_bytes,
-                rx_dropped: s.rx_dropped,
-                tx_dropped: s.tx_dropped,
-                rx_errors: s.rx_errors,
-                tx_errors: 0,
-                rx_frame_err: 0,
-                rx_over_err: 0,
-                rx_crc_err: 0,
-                collisions: 0,
-                // u32 seconds last 136 years.
-                duration_sec: age.as_secs().min(u64::from(u32::MAX)) as u32,
-                duration_nsec: age.subsec_nanos(),
-            });
-        }
-        if out.is_empty() && port_no != PortNo::ANY.0 {
-            return Err(OfError::BadRequest(BadRequestCode::BadPort));
-        }
-        Ok(out)
-    }
-
-    fn table_features(&self) -> Vec<TableFeatures> {
-        let n = self.n_tables();
-        let common = feature_props();
-        (0..n)
-            .map(|t| {
-                // At most 255 tables (MAX_TABLES), so ids fit u8.
-                let id = t as u8;
-                let mut props = common.clone();
-                // OFPTFPT_NEXT_TABLES: goto-table only goes forward.
-                props.insert(
-                    1,
-                    TableFeatureProp {
-                        prop_type: tfpt::NEXT_TABLES,
-                        data: (t + 1..n).map(|x| x as u8).collect(),
-                    },
-                );
-                TableFeatures {
-                    table_id: id,
-                    name: FixedStr::new(&format!("table{id}")),
-                    metadata_match: u64::MAX,
-                    metadata_write: u64::MAX,
-                    config: 0,
-                    max_entries: u32::MAX,
-                    properties: props,
-                }
-            })
-            .collect()
-    }
-}
-
-/// `enum ofp_table_feature_prop_type` values used here (§7.3.5.18.2).
-mod tfpt {
-    pub const INSTRUCTIONS: u16 = 0;
-    pub const NEXT_TABLES: u16 = 2;
-    pub const WRITE_ACTIONS: u16 = 4;
-    pub const APPLY_ACTIONS: u16 = 6;
-    pub const MATCH: u16 = 8;
-    pub const WILDCARDS: u16 = 10;
-    pub const WRITE_SETFIELD: u16 = 12;
-    pub const APPLY_SETFIELD: u16 = 14;
-}
-
-/// `OFPAT_*` the executor implements: output, copy-TTL out/in, set/dec
-/// MPLS TTL, push/pop VLAN, push/pop MPLS, set-queue, set/dec NW TTL,
-/// set-field (groups are not supported).
-const ACTION_TYPES: [u16; 13] = [0, 11, 12, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25];
-
-/// An OXM header (class OPENFLOW_BASIC) for `f`, with the mask bit and
-/// doubled length when `masked`.
-fn oxm_header(f: Field, masked: bool) -> [u8; 4] {
-    let size = oxm::oxm_size(f) * if masked { 2 } else { 1 };
-    let [c0, c1] = oxm::OXM_CLASS_BASIC.to_be_bytes();
-    // Field numbers are below 128 and sizes at most 32: both fit a byte.
-    [c0, c1, ((f as u8) << 1) | u8::from(masked), size as u8]
-}
-
-/// The table-feature properties every table shares, in type order (Open
-/// vSwitch refuses a reply lacking any of the eight non-miss properties).
-fn feature_props() -> Vec<TableFeatureProp> {
-    let headers4 = |types: &mut dyn Iterator<Item = u16>| {
-        types
-            .flat_map(|t| {
-                let [a, b] = t.to_be_bytes();
-                [a, b, 0, 4]
-            })
-            .collect::<Vec<u8>>()
-    };
-    let oxms = |fields: &mut dyn Iterator<Item = (Field, bool)>| {
-        fields
-            .flat_map(|(f, m)| oxm_header(f, m))
-            .collect::<Vec<u8>>()
-    };
-    let actions = headers4(&mut ACTION_TYPES.into_iter());
-    let settable = oxms(
-        &mut Field::ALL
-            .into_iter()
-            .filter(|&f| offlow_pipeline::is_settable(f))
-            .map(|f| (f, false)),
-    );
-    vec![
-        TableFeatureProp {
-            prop_type: tfpt::INSTRUCTIONS,
-            // goto-table, write-metadata, write/apply/clear-actions.
-            data: headers4(&mut (1u16..=5)),
-        },
-        TableFeatureProp {
-            prop_type: tfpt::WRITE_ACTIONS,
-            data: actions.clone(),
-        },
-        TableFeatureProp {
-            prop_type: tfpt::APPLY_ACTIONS,
-            data: actions,
-        },
-        TableFeatureProp {
-            prop_type: tfpt::MATCH,
-            data: oxms(&mut Field::ALL.into_iter().map(|f| (f, oxm::oxm_maskable(f)))),
-        },
-        TableFeatureProp {
-            prop_type: tfpt::WILDCARDS,
-            data: oxms(&mut Field::ALL.into_iter().map(|f| (f, false))),
-        },
-        TableFeatureProp {
-            prop_type: tfpt::WRITE_SETFIELD,
-            data: settable.clone(),
-        },
-        TableFeatureProp {
-            prop_type: tfpt::APPLY_SETFIELD,
-            data: settable,
-        },
-    ]
-}
-
-impl DatapathSwitch {
-    /// The reply to a multipart request (see the module docs for what each
-    /// kind answers).
-    fn multipart_reply(
-        &mut self,
-        req: &MultipartRequestBody,
-        now_ns: u64,
-    ) -> Result<MultipartReplyBody, OfError> {
-        use MultipartRequestBody as R;
-        Ok(match req {
-            R::Desc => MultipartReplyBody::Desc(Box::new(Desc {
-                mfr_desc: FixedStr::new("offlow"),
-                hw_desc: FixedStr::new("offlow software switch"),
-                sw_desc: FixedStr::new(concat!("offlow ", env!("CARGO_PKG_VERSION"))),
-                serial_num: FixedStr::new("none"),
-                dp_desc: FixedStr::new(&format!("offlow dpid {:#018x}", self.dpid)),
-            })),
-            R::Flow(r) => MultipartReplyBody::Flow(self.flow_stats(r, now_ns)?),
-            R::Aggregate(r) => {
-                let filter = self.filter(r)?;
-                self.sync_counters();
-                let flows = self.control.pipeline().dump(&filter);
-                MultipartReplyBody::Aggregate {
-                    packet_count: flows.iter().map(|f| f.packets).sum(),
-                    byte_count: flows.iter().map(|f| f.bytes).sum(),
-                    // A pipeline holds fewer than 2^32 rules (u32 ids).
-                    flow_count: flows.len() as u32,
-                }
-            }
-            R::Table => {
-                self.sync_counters();
-                MultipartReplyBody::Table(
-                    self.control
-                        .pipeline()
-                        .table_stats()
-                        .into_iter()
-                        .map(|t| TableStats {
-                            table_id: t.table_id,
-                            active_count: t.active_count,
-                            lookup_count: t.lookup_count,
-                            matched_count: t.matched_count,
-                        })
-                        .collect(),
-                )
-            }
-            R::TableFeatures(set) if set.is_empty() => {
-                MultipartReplyBody::TableFeatures(self.table_features())
-            }
-            // §7.3.5.18: a switch that cannot reconfigure its tables
-            // refuses the request.
-            R::TableFeatures(_) => {
-                return Err(OfError::TableFeaturesFailed(TableFeaturesFailedCode::Eperm))
-            }
-            R::PortStats(p) => MultipartReplyBody::PortStats(self.port_stats(*p)?),
-            R::PortDesc => {
-                MultipartReplyBody::PortDesc(self.ports.iter().map(SwitchPort::desc).collect())
-            }
-            R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
-            // Groups and meters (raw bodies) and experimenter requests.
-            R::Raw { .. } | R::Experimenter(_) => {
-                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
-            }
-        })
-    }
 }
 
 impl offlow_openflow::Switch for DatapathSwitch {
@@ -1240,9 +854,14 @@ impl offlow_openflow::Switch for DatapathSwitch {
 
 #[cfg(test)]
 mod tests {
+    use super::stats::tfpt;
     use super::*;
     use offlow_flow::{Field, Match};
+    use offlow_openflow::multipart::FlowStatsRequest;
+    use offlow_openflow::port::OFPPS_LINK_DOWN;
+    use offlow_openflow::OxmMatch;
     use offlow_openflow::Switch;
+    use offlow_pipeline::TABLE_ALL;
     use offlow_pipeline::{FlowModCommand, Instruction as PInstr};
 
     fn ip_dst_match(net: u32, bits: u32) -> Match {

@@ -2,7 +2,7 @@
 //! and the datapath's [`Worker`]s.
 //!
 //! Each worker thread owns one port per configured interface — AF_PACKET
-//! ([`AfPacketPort`]), AF_XDP or a capture file, the last two with one
+//! ([`offlow_io::AfPacketPort`]), AF_XDP or a capture file, the last two with one
 //! worker only — (with several workers, the AF_PACKET ports of one
 //! interface form a fanout group:
 //! the kernel's symmetric flow hash picks the worker, so both directions of
@@ -76,16 +76,14 @@
 //! the other workers only through the inboxes.
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use offlow_datapath::{PacketBuf, PortInfo, SteeringTable, Worker, WorkerStats, DEFAULT_HEADROOM};
-use offlow_io::afxdp::{active_queue_count, queue_count, AfXdpConfig, AfXdpQueues, XdpProgram};
-use offlow_io::pcap::PcapPort;
-use offlow_io::{csum, netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
+use offlow_datapath::{PacketBuf, PortInfo, SteeringTable, Worker, DEFAULT_HEADROOM};
+use offlow_io::{csum, Port, PortStats, RxMeta};
 use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
 use crate::config::PortKind;
@@ -93,6 +91,13 @@ pub use crate::port_sink::{PacketInFrame, INBOX_FRAMES};
 use crate::port_sink::{PacketInQueue, PortSink, SteerBatch};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
+
+mod ports;
+mod stats;
+
+pub use ports::DataPort;
+use ports::{fanout_id, open_port, xdp_program, AbsentPort, Generations, XdpShare};
+pub use stats::{DataplaneStats, StatsHandle};
 
 /// Bytes of an Ethernet header (two addresses and the EtherType).
 const ETH_HLEN: usize = 14;
@@ -164,376 +169,6 @@ impl Inbox {
                 8,
             );
         }
-    }
-}
-
-/// One configured data port as the workers see it.
-#[derive(Debug, Clone)]
-pub struct DataPort {
-    /// Linux interface (or the capture port's name).
-    pub ifname: String,
-    /// OpenFlow port number.
-    pub number: u32,
-    /// What carries its frames.
-    pub kind: PortKind,
-    /// Its interface did not exist at start: the workers hold a
-    /// placeholder until [`Dataplane::reopen`].
-    pub missing: bool,
-}
-
-/// Re-open requests from the control side to the workers.
-///
-/// Written only by the control side (bump a port, then the epoch, both
-/// Release); workers load the epoch every round and, when it moved, every
-/// port's generation (Acquire): a worker that sees an epoch sees the port
-/// bumps made before it.
-#[derive(Debug)]
-struct Generations {
-    /// Number of bumps of any port.
-    epoch: AtomicU64,
-    /// Per port (configuration order): bumps of that port.
-    ports: Box<[AtomicU64]>,
-    /// Per port: the last generation some worker failed to re-open (0:
-    /// none; generations start at 1). Written by workers, read by the
-    /// control side to ask again ([`Dataplane::retry_failed_reopen`]).
-    failed: Box<[AtomicU64]>,
-    /// Per port: the workers (bit `1 << index`, the first 64) whose last
-    /// open of it failed. A retry ([`Generations::retry`]) re-opens only
-    /// theirs; the others keep their working sockets.
-    failed_workers: Box<[AtomicU64]>,
-    /// Per port: retries asked for (each moves the epoch too).
-    retries: Box<[AtomicU64]>,
-    /// Per port: its OpenFlow configuration bits (`OFPPC_*`, from
-    /// PORT_MOD); a change also moves the epoch.
-    config: Box<[AtomicU32]>,
-    /// Per AF_XDP port: the redirect program every worker's sockets share,
-    /// with the generation it was attached for. The first worker to
-    /// re-open the port at a new generation attaches a new one; the others
-    /// take it. Locked only when opening a port.
-    xdp: Box<[Mutex<Option<SharedProgram>>]>,
-}
-
-impl Generations {
-    fn new(n_ports: usize) -> Generations {
-        Generations {
-            epoch: AtomicU64::new(0),
-            ports: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
-            failed: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
-            failed_workers: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
-            retries: (0..n_ports).map(|_| AtomicU64::new(0)).collect(),
-            config: (0..n_ports).map(|_| AtomicU32::new(0)).collect(),
-            xdp: (0..n_ports).map(|_| Mutex::new(None)).collect(),
-        }
-    }
-
-    /// Set port `index`'s `OFPPC_*` bits; false if there is no such port.
-    fn set_config(&self, index: usize, bits: u32) -> bool {
-        let Some(c) = self.config.get(index) else {
-            return false;
-        };
-        c.store(bits, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::Release);
-        true
-    }
-
-    /// Some worker failed to re-open port `index` at its latest
-    /// generation (a newer bump is not known to have failed yet) and has
-    /// not opened it since.
-    fn latest_failed(&self, index: usize) -> bool {
-        match (
-            self.ports.get(index),
-            self.failed.get(index),
-            self.failed_workers.get(index),
-        ) {
-            (Some(g), Some(f), Some(w)) => {
-                let failed = f.load(Ordering::Acquire);
-                failed != 0 && failed == g.load(Ordering::Acquire) && w.load(Ordering::Acquire) != 0
-            }
-            _ => false,
-        }
-    }
-
-    /// Ask the workers whose last open of port `index` failed to try
-    /// again, at the same generation; false if there is no such port.
-    fn retry(&self, index: usize) -> bool {
-        let Some(r) = self.retries.get(index) else {
-            return false;
-        };
-        r.fetch_add(1, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::Release);
-        true
-    }
-
-    /// Ask every worker to re-open port `index`; false if there is none.
-    fn bump(&self, index: usize) -> bool {
-        let Some(g) = self.ports.get(index) else {
-            return false;
-        };
-        g.fetch_add(1, Ordering::Release);
-        self.epoch.fetch_add(1, Ordering::Release);
-        true
-    }
-}
-
-/// The fanout group of port `index` (of `n_ports`) at `generation`, for
-/// the process's `base`: generation 0 uses `base + index`; each later
-/// generation moves past every port's id of the previous one, so a
-/// re-opened socket never meets the group its predecessors (bound to the
-/// old device) may still hold. Distinct for 65536 / `n_ports`
-/// consecutive generations; u16 arithmetic wraps on purpose.
-fn fanout_id(base: u16, n_ports: usize, index: usize, generation: u64) -> u16 {
-    let stride = (n_ports.max(1) as u16).wrapping_mul(generation as u16);
-    base.wrapping_add(index as u16).wrapping_add(stride)
-}
-
-/// Stands in for a port whose interface is missing (at start, or after a
-/// re-open failed): receives nothing, drops and counts what is sent.
-struct AbsentPort {
-    name: String,
-    stats: PortStats,
-}
-
-impl AbsentPort {
-    fn new(name: &str) -> AbsentPort {
-        AbsentPort {
-            name: name.to_string(),
-            stats: PortStats::default(),
-        }
-    }
-}
-
-impl Port for AbsentPort {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn recv(
-        &mut self,
-        _max: usize,
-        _on_frame: &mut dyn FnMut(&[u8], RxMeta),
-    ) -> std::io::Result<usize> {
-        Ok(0)
-    }
-
-    fn send(&mut self, _frame: &[u8]) -> bool {
-        self.stats.tx_dropped += 1;
-        false
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-
-    fn poll_fd(&self) -> Option<RawFd> {
-        None
-    }
-
-    fn stats(&mut self) -> PortStats {
-        self.stats
-    }
-}
-
-/// An AF_XDP port's program and the generation it was attached for.
-type SharedProgram = (u64, Arc<XdpShare>);
-
-/// An AF_XDP port is one socket per receive queue of its interface, all
-/// registered in one redirect program attached to the interface (a frame
-/// can only reach the socket bound to its queue: a queue without one would
-/// hand its frames to the kernel stack). The workers share the queues:
-/// worker *i* of *n* takes queues *i*, *i + n*, ... ([`AfXdpQueues::share`]),
-/// so the interface's spreading of flows over its queues spreads them over
-/// the workers.
-#[derive(Debug)]
-struct XdpShare {
-    /// The interface's receive queues (when the program was attached).
-    queues: u32,
-    program: Arc<XdpProgram>,
-}
-
-/// The redirect program of AF_XDP port `p`, attached to its interface in
-/// the ports' namespace, and the interface's queue count. An interface
-/// with fewer receive queues than `n_workers` is an error that says how to
-/// give it more (a worker without a queue could not receive on the port).
-fn xdp_program(p: &DataPort, netns: Option<&str>, n_workers: usize) -> anyhow::Result<XdpShare> {
-    let attach = AfXdpConfig::new(&p.ifname).attach;
-    let (queues, program) = in_netns(netns, || {
-        // Sockets for the queues the interface has now; the program's map
-        // covers the most it could have.
-        let queues = active_queue_count(&p.ifname).unwrap_or(1);
-        let map_slots = queue_count(&p.ifname).unwrap_or(1).max(queues);
-        if (queues as usize) < n_workers {
-            return Err(anyhow::anyhow!(
-                "AF_XDP port {} ({}) has {queues} receive queue(s); {n_workers} workers need                  one each (`ethtool -L {} combined {n_workers}`, or a veth created with                  `numrxqueues {n_workers} numtxqueues {n_workers}`), or use --workers 1",
-                p.number,
-                p.ifname,
-                p.ifname
-            ));
-        }
-        let program = XdpProgram::redirect_to_sockets(&p.ifname, map_slots, attach)
-            .with_context(|| format!("attaching the AF_XDP program to {}", p.ifname))?;
-        Ok((queues, program))
-    })
-    .context("entering the ports' network namespace")??;
-    Ok(XdpShare {
-        queues,
-        program: Arc::new(program),
-    })
-}
-
-/// Open the socket (or capture files) of one data port for worker
-/// `worker` of `n_workers`, inside the ports' namespace; `fanout`: the
-/// AF_PACKET fanout group to join (several workers); `xdp`: the program
-/// and queue count of an AF_XDP port (required for one).
-fn open_port(
-    p: &DataPort,
-    netns: Option<&str>,
-    fanout: Option<u16>,
-    xdp: Option<(&XdpShare, usize, usize)>,
-) -> anyhow::Result<Box<dyn Port>> {
-    Ok(match &p.kind {
-        PortKind::AfPacket => {
-            let mut pc = AfPacketConfig::new(&p.ifname);
-            pc.fanout_group = fanout;
-            let port = in_netns(netns, || AfPacketPort::open(&pc))
-                .context("entering the ports' network namespace")?
-                .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
-            Box::new(port)
-        }
-        PortKind::AfXdp => {
-            let (share, worker, n_workers) =
-                xdp.context("an AF_XDP port opened without its program")?;
-            let queues = AfXdpQueues::share(share.queues, worker, n_workers);
-            let xc = AfXdpConfig::new(&p.ifname);
-            let port = in_netns(netns, || AfXdpQueues::open(&xc, &share.program, &queues))
-                .context("entering the ports' network namespace")?
-                .with_context(|| format!("opening AF_XDP port {} ({})", p.number, p.ifname))?;
-            info!(port = p.number, ifname = %p.ifname, worker, queues = ?queues,
-                xdp_mode = ?share.program.mode(),
-                zerocopy = port.sockets().iter().all(|s| s.zerocopy()),
-                "AF_XDP port open");
-            Box::new(port)
-        }
-        // The configuration allows capture ports with one worker only:
-        // this is it.
-        PortKind::Pcap { input, output } => Box::new(
-            PcapPort::open(&p.ifname, input.as_deref(), output.as_deref())
-                .with_context(|| format!("opening capture port {}", p.number))?,
-        ),
-    })
-}
-
-/// Counters of one worker thread.
-#[derive(Debug, Clone, Default)]
-pub struct DataplaneStats {
-    /// The datapath worker's counters.
-    pub worker: WorkerStats,
-    /// Per port the workers serve, in configuration order.
-    pub ports: Vec<PortStats>,
-    /// Their OpenFlow numbers (filled in sums from a [`StatsHandle`]).
-    pub port_numbers: Vec<u32>,
-    /// Frames longer than [`MAX_FRAME`] (dropped).
-    pub oversize: u64,
-    /// Frames shorter than an Ethernet header (dropped).
-    pub runts: u64,
-    /// Port errors seen (interface gone or down): the port is no longer
-    /// polled until it is re-opened.
-    pub failed_ports: u64,
-    /// Ports re-opened after their interface (re)appeared.
-    pub reopened: u64,
-    /// Re-opens that failed (the port stays a placeholder until the next).
-    pub reopen_failed: u64,
-    /// Partial checksums finished in software.
-    pub csum_finished: u64,
-    /// Outputs to a port number this switch does not have (or LOCAL).
-    pub drop_unknown_port: u64,
-    /// Frames received on a port configured `no_recv` or `port_down`
-    /// (dropped; in the port's `rx_dropped`, not its `rx_packets`).
-    pub drop_no_recv: u64,
-    /// Outputs to a port configured `no_fwd` or `port_down` (dropped;
-    /// also in the port's `tx_dropped`).
-    pub drop_no_fwd: u64,
-    /// Packet-ins dropped because the control thread was behind.
-    pub packet_in_dropped: u64,
-    /// Frames sent to CONTROLLER for a reason no connection (nor standalone
-    /// learning) wanted: counted, not copied.
-    pub drop_packet_in_unwanted: u64,
-    /// Packet-ins queued.
-    pub packet_ins: u64,
-    /// Frames this worker handed to another worker's inbox.
-    pub steered_out: u64,
-    /// Frames other workers steered here, processed.
-    pub steered_in: u64,
-    /// Frames to steer away dropped because the destination's inbox
-    /// was full.
-    pub steer_dropped: u64,
-}
-
-impl DataplaneStats {
-    /// The counters of OpenFlow port `number`, if a worker serves it.
-    pub fn port(&self, number: u32) -> Option<PortStats> {
-        let i = self.port_numbers.iter().position(|&n| n == number)?;
-        self.ports.get(i).copied()
-    }
-
-    /// Field-wise sum (ports by position).
-    pub fn add(&mut self, o: &DataplaneStats) {
-        self.worker.add(&o.worker);
-        if self.ports.len() < o.ports.len() {
-            self.ports.resize(o.ports.len(), PortStats::default());
-        }
-        for (a, b) in self.ports.iter_mut().zip(&o.ports) {
-            a.add(b);
-        }
-        self.oversize += o.oversize;
-        self.runts += o.runts;
-        self.failed_ports += o.failed_ports;
-        self.reopened += o.reopened;
-        self.reopen_failed += o.reopen_failed;
-        self.csum_finished += o.csum_finished;
-        self.drop_unknown_port += o.drop_unknown_port;
-        self.drop_no_recv += o.drop_no_recv;
-        self.drop_no_fwd += o.drop_no_fwd;
-        self.packet_in_dropped += o.packet_in_dropped;
-        self.drop_packet_in_unwanted += o.drop_packet_in_unwanted;
-        self.packet_ins += o.packet_ins;
-        self.steered_out += o.steered_out;
-        self.steered_in += o.steered_in;
-        self.steer_dropped += o.steer_dropped;
-    }
-}
-
-/// Reads the workers' published counters from any thread (they are at
-/// most [`PUBLISH_EVERY`] old).
-#[derive(Clone)]
-pub struct StatsHandle {
-    slots: Vec<Arc<Mutex<DataplaneStats>>>,
-    /// OpenFlow numbers of the ports, in the order of `DataplaneStats::ports`.
-    numbers: Vec<u32>,
-}
-
-impl StatsHandle {
-    /// Sum over the workers.
-    pub fn stats(&self) -> DataplaneStats {
-        let mut total = DataplaneStats {
-            ports: vec![PortStats::default(); self.numbers.len()],
-            port_numbers: self.numbers.clone(),
-            ..DataplaneStats::default()
-        };
-        for s in &self.slots {
-            total.add(&lock(s));
-        }
-        total
-    }
-
-    /// Each worker's counters, by worker index.
-    pub fn per_worker(&self) -> Vec<DataplaneStats> {
-        self.slots
-            .iter()
-            .map(|s| DataplaneStats {
-                port_numbers: self.numbers.clone(),
-                ..lock(s).clone()
-            })
-            .collect()
     }
 }
 
