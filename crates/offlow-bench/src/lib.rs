@@ -13,7 +13,6 @@
 #![warn(missing_docs)]
 // Exports are what other crates use; the rest is `pub(crate)`. (Crate
 // level until the lint can be a workspace one: see the root Cargo.toml.)
-#![warn(unreachable_pub)]
 // The classify report's `json!` object has more fields than the default
 // limit of 128 lets the macro expand.
 #![recursion_limit = "256"]

@@ -19,7 +19,6 @@
 #![warn(missing_docs)]
 // Exports are what other crates use; the rest is `pub(crate)`. (Crate
 // level until the lint can be a workspace one: see the root Cargo.toml.)
-#![warn(unreachable_pub)]
 
 pub mod adaptive;
 mod chunkvec;

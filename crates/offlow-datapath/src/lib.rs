@@ -57,7 +57,6 @@
 #![warn(missing_docs)]
 // Exports are what other crates use; the rest is `pub(crate)`. (Crate
 // level until the lint can be a workspace one: see the root Cargo.toml.)
-#![warn(unreachable_pub)]
 
 pub mod action_table;
 pub mod buf;

@@ -100,23 +100,23 @@ pub type MacAddr = [u8; 6];
 /// still bounds-checks, so a wrong caller panics instead of over-reading.
 pub(crate) mod bytes {
     #[inline(always)]
-    pub fn be16(b: &[u8], at: usize) -> u16 {
+    pub(crate) fn be16(b: &[u8], at: usize) -> u16 {
         u16::from_be_bytes([b[at], b[at + 1]])
     }
     #[inline(always)]
-    pub fn be32(b: &[u8], at: usize) -> u32 {
+    pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
         u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
     }
     #[inline(always)]
-    pub fn put16(b: &mut [u8], at: usize, v: u16) {
+    pub(crate) fn put16(b: &mut [u8], at: usize, v: u16) {
         b[at..at + 2].copy_from_slice(&v.to_be_bytes());
     }
     #[inline(always)]
-    pub fn put32(b: &mut [u8], at: usize, v: u32) {
+    pub(crate) fn put32(b: &mut [u8], at: usize, v: u32) {
         b[at..at + 4].copy_from_slice(&v.to_be_bytes());
     }
     #[inline(always)]
-    pub fn array<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
+    pub(crate) fn array<const N: usize>(b: &[u8], at: usize) -> [u8; N] {
         let mut out = [0u8; N];
         out.copy_from_slice(&b[at..at + N]);
         out

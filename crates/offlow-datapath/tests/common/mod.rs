@@ -6,24 +6,24 @@ use offlow_datapath::{sctp_checksum, OutputMeta, OutputSink, PortInfo};
 use offlow_flow::{extract, Field, L3Kind, L4Kind, Layout, Match, ParseStats, Parsed};
 // Not every test crate including this module uses every name.
 #[allow(unused_imports)]
-pub use offlow_testkit::{v6, Checksum, FrameBuilder};
+pub(crate) use offlow_testkit::{v6, Checksum, FrameBuilder};
 use offlow_wire::checksum::{checksum, fold, pseudo_ipv4, pseudo_ipv6, sum};
 use offlow_wire::tcp;
 
-pub const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
-pub const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
+pub(crate) const MAC_A: [u8; 6] = [0x02, 0, 0, 0, 0, 0xaa];
+pub(crate) const MAC_B: [u8; 6] = [0x02, 0, 0, 0, 0, 0xbb];
 
-pub fn parse(frame: &[u8]) -> Parsed {
+pub(crate) fn parse(frame: &[u8]) -> Parsed {
     extract(frame, 1, &mut ParseStats::default())
 }
 
 /// A frame from [`MAC_A`] to [`MAC_B`] (the builder is `offlow_testkit`'s).
-pub fn frame() -> FrameBuilder {
+pub(crate) fn frame() -> FrameBuilder {
     FrameBuilder::eth(MAC_B, MAC_A)
 }
 
 /// [`frame`] with IPv4 as these tests send it: identification 0x1234, DF.
-pub fn frame4(src: [u8; 4], dst: [u8; 4], ttl: u8, tos: u8) -> FrameBuilder {
+pub(crate) fn frame4(src: [u8; 4], dst: [u8; 4], ttl: u8, tos: u8) -> FrameBuilder {
     frame()
         .ipv4(src, dst)
         .ttl(ttl)
@@ -33,21 +33,22 @@ pub fn frame4(src: [u8; 4], dst: [u8; 4], ttl: u8, tos: u8) -> FrameBuilder {
 }
 
 /// [`frame`] with IPv6.
-pub fn frame6(src: [u8; 16], dst: [u8; 16], hop: u8, tc: u8, flabel: u32) -> FrameBuilder {
+pub(crate) fn frame6(src: [u8; 16], dst: [u8; 16], hop: u8, tc: u8, flabel: u32) -> FrameBuilder {
     frame().ipv6(src, dst).ttl(hop).tos(tc).flow_label(flabel)
 }
 
 /// The TCP flags these tests' segments carry.
-pub const PSH_ACK: u16 = tcp::flags::PSH | tcp::flags::ACK;
+pub(crate) const PSH_ACK: u16 = tcp::flags::PSH | tcp::flags::ACK;
 
 /// An SCTP packet's verification tag and chunks, as these tests send it.
-pub const SCTP_TAG: u32 = 0xdead_beef;
+pub(crate) const SCTP_TAG: u32 = 0xdead_beef;
 /// One DATA chunk header with 4 bytes of data.
-pub const SCTP_DATA: [u8; 20] = [0, 3, 0, 20, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4];
+pub(crate) const SCTP_DATA: [u8; 20] =
+    [0, 3, 0, 20, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4];
 
 /// The body of an NS or NA (after type, code, checksum) with one
 /// link-layer option of `opt_kind`.
-pub fn nd_body(target: [u8; 16], opt_kind: u8, mac: [u8; 6]) -> Vec<u8> {
+pub(crate) fn nd_body(target: [u8; 16], opt_kind: u8, mac: [u8; 6]) -> Vec<u8> {
     let mut i = vec![0, 0, 0, 0];
     i.extend_from_slice(&target);
     // A nonce-like unrelated option first (type 14, 8 bytes), then ours.
@@ -94,7 +95,7 @@ fn l4_csum(lay: &Layout) -> Option<(usize, u8)> {
 }
 
 /// Verify every checksum of `frame` from scratch.
-pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
+pub(crate) fn verify_checksums(frame: &[u8]) -> Result<(), String> {
     let p = parse(frame);
     let lay = p.layout;
     if lay.l3_kind == L3Kind::Ipv4 {
@@ -127,7 +128,7 @@ pub fn verify_checksums(frame: &[u8]) -> Result<(), String> {
 
 /// A sink that records everything.
 #[derive(Default)]
-pub struct RecSink {
+pub(crate) struct RecSink {
     pub ports: Vec<PortInfo>,
     pub sent: Vec<(u32, Vec<u8>, OutputMeta)>,
     pub to_ctrl: Vec<(Vec<u8>, usize, OutputMeta)>,
@@ -162,7 +163,7 @@ impl OutputSink for RecSink {
 /// A match over the property tests' small frame domain: eth_src
 /// 02:00:00:00:00:`src`, ipv4_dst 10.0.0.`dst`, udp_dst 50 + `dport`
 /// (adding the eth_type / ip_proto prerequisites those fields need).
-pub fn small_domain_match(src: Option<u8>, dst: Option<u8>, dport: Option<u8>) -> Match {
+pub(crate) fn small_domain_match(src: Option<u8>, dst: Option<u8>, dport: Option<u8>) -> Match {
     let mut m = Match::ANY;
     if let Some(s) = src {
         let mut b = [0u8; 16];
@@ -186,7 +187,7 @@ pub fn small_domain_match(src: Option<u8>, dst: Option<u8>, dport: Option<u8>) -
 }
 
 /// `ip,nw_dst=10.0.0.D` (exact).
-pub fn dst_match(d: u8) -> Match {
+pub(crate) fn dst_match(d: u8) -> Match {
     let mut m = Match::ANY;
     m.set_exact(Field::EthType, 0x0800);
     m.set_exact(

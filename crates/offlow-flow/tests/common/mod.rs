@@ -11,25 +11,25 @@ use offlow_wire::{ethernet, tcp, udp};
 
 const ETH_LEN: usize = ethernet::HEADER_LEN;
 
-pub const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
-pub const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
+pub(crate) const DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x01];
+pub(crate) const SRC: [u8; 6] = [0x02, 0, 0, 0, 0, 0x02];
 
-pub fn cat(parts: &[&[u8]]) -> Vec<u8> {
+pub(crate) fn cat(parts: &[&[u8]]) -> Vec<u8> {
     parts.iter().flat_map(|p| p.iter().copied()).collect()
 }
 
 /// The tests' frame start: [`SRC`] → [`DST`].
-pub fn frame() -> FrameBuilder {
+pub(crate) fn frame() -> FrameBuilder {
     FrameBuilder::eth(DST, SRC)
 }
 
 /// Ethernet II header + raw `payload` under `ethertype`.
-pub fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn eth(ethertype: u16, payload: &[u8]) -> Vec<u8> {
     frame().ethertype(ethertype).payload(payload).build()
 }
 
 /// Ethernet with VLAN tags `(tpid, tci)`, outer first, then `ethertype`.
-pub fn eth_tagged(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn eth_tagged(tags: &[(u16, u16)], ethertype: u16, payload: &[u8]) -> Vec<u8> {
     let mut b = frame();
     for &(tpid, tci) in tags {
         b = b.tag(tpid, tci);
@@ -45,7 +45,7 @@ fn ip_packet(b: FrameBuilder) -> Vec<u8> {
 /// IPv4 header (with `options`, a multiple of 4 bytes) + raw `payload` as
 /// protocol `proto`. `frag` is the raw flags/offset word; TOS 0xb9 (DSCP
 /// 46, ECN 1), identification 0x1234, TTL 64, valid header checksum.
-pub fn ipv4(
+pub(crate) fn ipv4(
     proto: u8,
     src: [u8; 4],
     dst: [u8; 4],
@@ -67,7 +67,7 @@ pub fn ipv4(
 
 /// IPv6 header (TC 0xb9, flow label 0x12345, hop limit 64) + raw `payload`
 /// under next header `next`.
-pub fn ipv6(next: u8, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> Vec<u8> {
+pub(crate) fn ipv6(next: u8, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> Vec<u8> {
     ip_packet(
         frame()
             .ipv6(src, dst)
@@ -79,7 +79,7 @@ pub fn ipv6(next: u8, src: [u8; 16], dst: [u8; 16], payload: &[u8]) -> Vec<u8> {
 }
 
 /// Generic IPv6 extension header of `units` 8-byte units (>= 1).
-pub fn ext(next: u8, units: usize) -> Vec<u8> {
+pub(crate) fn ext(next: u8, units: usize) -> Vec<u8> {
     let mut h = vec![0u8; units * 8];
     h[0] = next;
     h[1] = (units - 1) as u8;
@@ -87,7 +87,7 @@ pub fn ext(next: u8, units: usize) -> Vec<u8> {
 }
 
 /// IPv6 fragment header.
-pub fn frag6(next: u8, offset_units: u16, more: bool) -> Vec<u8> {
+pub(crate) fn frag6(next: u8, offset_units: u16, more: bool) -> Vec<u8> {
     let w = (offset_units << 3) | more as u16;
     let mut h = vec![next, 0];
     h.extend_from_slice(&w.to_be_bytes());
@@ -98,7 +98,7 @@ pub fn frag6(next: u8, offset_units: u16, more: bool) -> Vec<u8> {
 /// TCP segment (20-byte header, sequence 1, SYN, window 65535) + payload,
 /// written by `offlow_wire`'s `tcp::Repr`. Checksum 0: the segment is built
 /// without its IP header, and the parser never reads it.
-pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     let r = tcp::Repr {
         src_port: sport,
         dst_port: dport,
@@ -115,7 +115,7 @@ pub fn tcp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 /// UDP datagram with a correct length field (checksum 0, "none").
-pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     let r = udp::Repr {
         src_port: sport,
         dst_port: dport,
@@ -127,11 +127,11 @@ pub fn udp(sport: u16, dport: u16, payload: &[u8]) -> Vec<u8> {
     h
 }
 
-pub fn v4(a: u8, b: u8, c: u8, d: u8) -> [u8; 4] {
+pub(crate) fn v4(a: u8, b: u8, c: u8, d: u8) -> [u8; 4] {
     [a, b, c, d]
 }
 
-pub fn v6(last: u8) -> [u8; 16] {
+pub(crate) fn v6(last: u8) -> [u8; 16] {
     let mut a = [0u8; 16];
     a[0] = 0x20;
     a[1] = 0x01;
@@ -141,7 +141,7 @@ pub fn v6(last: u8) -> [u8; 16] {
 
 /// A spread of well-formed frames covering every protocol the parser
 /// knows; property tests mutate and truncate them.
-pub fn seed_frames() -> Vec<Vec<u8>> {
+pub(crate) fn seed_frames() -> Vec<Vec<u8>> {
     let sll = [1u8, 1, 2, 3, 4, 5, 6, 7];
     let tll = [2u8, 1, 8, 9, 10, 11, 12, 13];
     let nd = |t: u8, opts: &[u8]| cat(&[&[t, 0, 0, 0], &[0; 4], &v6(0x33), opts]);

@@ -35,7 +35,7 @@ use offlow_testkit::{FrameBuilder, MAC_SRC};
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// `ip ARGS`, required to succeed; its stdout.
-pub fn ip(args: &[&str]) -> String {
+pub(crate) fn ip(args: &[&str]) -> String {
     let out = Command::new("ip").args(args).output().expect("running ip");
     assert!(
         out.status.success(),
@@ -48,7 +48,7 @@ pub fn ip(args: &[&str]) -> String {
 
 /// Whether IPv6 stays enabled on the veth pair.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Ipv6 {
+pub(crate) enum Ipv6 {
     On,
     /// Off before the links come up: no router solicitations or MLD
     /// reports mixed into what the test counts.
@@ -57,12 +57,12 @@ pub enum Ipv6 {
 
 /// A namespace (its name in `.0`) holding veth pair `va`/`vb`, both up;
 /// deleted on drop, with the pair and anything attached to it.
-pub struct Netns(pub String);
+pub(crate) struct Netns(pub String);
 
 impl Netns {
     /// A fresh namespace named `TAG-PID-N`; `None` (after a notice) when
     /// not root, a failure under CI.
-    pub fn new(tag: &str, ipv6: Ipv6) -> Option<Netns> {
+    pub(crate) fn new(tag: &str, ipv6: Ipv6) -> Option<Netns> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             assert!(std::env::var_os("CI").is_none(), "CI runs as root");
@@ -94,12 +94,12 @@ impl Netns {
     }
 
     /// `f` run inside the namespace (on this thread only).
-    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
         in_netns(Some(&self.0), f).expect("entering the namespace")
     }
 
     /// `ip -d link show DEV` in the namespace.
-    pub fn link_details(&self, dev: &str) -> String {
+    pub(crate) fn link_details(&self, dev: &str) -> String {
         ip(&["-n", &self.0, "-d", "link", "show", dev])
     }
 }
@@ -113,7 +113,7 @@ impl Drop for Netns {
 /// Test frame `i`: broadcast from 02:00:00:00:00:01, experimental
 /// ethertype 0x88b5 (optionally behind an 802.1Q tag, VLAN 42), the index,
 /// `extra` bytes of a pattern depending on `i`, padded to 60 bytes.
-pub fn test_frame(i: u16, tagged: bool, extra: usize) -> Vec<u8> {
+pub(crate) fn test_frame(i: u16, tagged: bool, extra: usize) -> Vec<u8> {
     let mut b = FrameBuilder::eth([0xff; 6], MAC_SRC);
     if tagged {
         b = b.vlan(42, 0);
@@ -126,14 +126,14 @@ pub fn test_frame(i: u16, tagged: bool, extra: usize) -> Vec<u8> {
         .build()
 }
 /// Whether `f` is a test frame (ethertype 0x88b5, tagged or not).
-pub fn is_test(f: &[u8]) -> bool {
+pub(crate) fn is_test(f: &[u8]) -> bool {
     let et = |at: usize| f.get(at..at + 2).map(|b| [b[0], b[1]]);
     et(12) == Some([0x88, 0xb5]) || (et(12) == Some([0x81, 0x00]) && et(16) == Some([0x88, 0xb5]))
 }
 
 /// Receive frames `keep` accepts until `want` arrived or two seconds
 /// passed; re-inserts VLAN tags the port reports as stripped.
-pub fn receive(
+pub(crate) fn receive(
     port: &mut dyn Port,
     want: usize,
     keep: impl Fn(&[u8]) -> bool,
@@ -164,7 +164,7 @@ pub fn receive(
 /// Whether the UDP checksum of `frame` (Ethernet, IPv4 without options,
 /// UDP) verifies: the one's complement sum over pseudo-header and segment
 /// is 0xffff.
-pub fn udp_checksum_verifies(frame: &[u8]) -> bool {
+pub(crate) fn udp_checksum_verifies(frame: &[u8]) -> bool {
     let seg = &frame[34..];
     let mut pseudo = frame[26..34].to_vec();
     pseudo.extend_from_slice(&[0, 17]);

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use proptest::strategy::BoxedStrategy;
 
 /// A value (and maybe a mask) for `f`, valid on the wire.
-pub fn oxm(f: Field) -> BoxedStrategy<Oxm> {
+pub(crate) fn oxm(f: Field) -> BoxedStrategy<Oxm> {
     let full = f.full_mask();
     let mask = if oxm_maskable(f) {
         prop::option::of(any::<u128>().prop_map(move |m| m & full)).boxed()
@@ -98,7 +98,7 @@ fn l4(v6: bool) -> BoxedStrategy<Vec<Oxm>> {
 }
 
 /// A valid OXM match (prerequisites hold, no duplicates), in random order.
-pub fn arb_match() -> BoxedStrategy<OxmMatch> {
+pub(crate) fn arb_match() -> BoxedStrategy<OxmMatch> {
     use Field::*;
     let in_port = (opt(InPort), opt(InPhyPort)).prop_map(|(a, b)| {
         if a.is_empty() {
@@ -187,7 +187,7 @@ fn bytes(max: usize) -> BoxedStrategy<Vec<u8>> {
     vec(any::<u8>(), 0..max).boxed()
 }
 
-pub fn arb_action() -> BoxedStrategy<Action> {
+pub(crate) fn arb_action() -> BoxedStrategy<Action> {
     let set_field = (0u8..40).prop_flat_map(|n| {
         let f = Field::from_oxm(n).expect("0..40 are basic fields");
         any::<u128>().prop_map(move |v| Action::SetField(f, v & f.full_mask()))
@@ -220,11 +220,11 @@ pub fn arb_action() -> BoxedStrategy<Action> {
     .boxed()
 }
 
-pub fn arb_actions() -> BoxedStrategy<Vec<Action>> {
+pub(crate) fn arb_actions() -> BoxedStrategy<Vec<Action>> {
     vec(arb_action(), 0..4).boxed()
 }
 
-pub fn arb_instruction() -> BoxedStrategy<Instruction> {
+pub(crate) fn arb_instruction() -> BoxedStrategy<Instruction> {
     prop_oneof![
         any::<u8>().prop_map(Instruction::GotoTable),
         (any::<u64>(), any::<u64>())
@@ -488,7 +488,7 @@ fn arb_async() -> BoxedStrategy<AsyncConfig> {
 }
 
 /// Any valid body.
-pub fn arb_body() -> BoxedStrategy<Body> {
+pub(crate) fn arb_body() -> BoxedStrategy<Body> {
     let flow_mod = (
         any::<(u64, u64, u8, u8, u16, u16, u16)>(),
         any::<(u32, u32, u32, u16)>(),
@@ -662,7 +662,7 @@ pub fn arb_body() -> BoxedStrategy<Body> {
 }
 
 /// Any valid message.
-pub fn arb_message() -> BoxedStrategy<Message> {
+pub(crate) fn arb_message() -> BoxedStrategy<Message> {
     (any::<u32>(), arb_body())
         .prop_map(|(xid, body)| Message::new(xid, body))
         .boxed()
@@ -671,7 +671,7 @@ pub fn arb_message() -> BoxedStrategy<Message> {
 /// A small Ethernet/IPv4/TCP frame for packet-in / packet-out samples: a
 /// SYN 10.0.0.1:80 -> 10.0.0.2:8080. Both checksums are left zero, as the
 /// golden vectors carrying this frame were made with them so.
-pub fn sample_frame() -> Vec<u8> {
+pub(crate) fn sample_frame() -> Vec<u8> {
     FrameBuilder::eth([0x02, 0, 0, 0, 0, 2], [0x02, 0, 0, 0, 0, 1])
         .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
         .ident(1)
@@ -728,7 +728,7 @@ fn sample_port(no: u32) -> Port {
 }
 
 /// One sample per message kind: (file stem, message).
-pub fn samples() -> Vec<(&'static str, Message)> {
+pub(crate) fn samples() -> Vec<(&'static str, Message)> {
     use multipart::mp_type;
     let flow_req = FlowStatsRequest {
         table_id: 0xff,
@@ -1132,12 +1132,12 @@ pub fn samples() -> Vec<(&'static str, Message)> {
 }
 
 /// Lower-case hex without separators.
-pub fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Parse hex, ignoring whitespace.
-pub fn unhex(s: &str) -> Vec<u8> {
+pub(crate) fn unhex(s: &str) -> Vec<u8> {
     let d: Vec<u8> = s.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
     d.chunks(2)
         .map(|c| u8::from_str_radix(std::str::from_utf8(c).unwrap(), 16).unwrap())

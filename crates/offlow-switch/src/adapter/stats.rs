@@ -143,14 +143,14 @@ impl DatapathSwitch {
 
 /// `enum ofp_table_feature_prop_type` values used here (§7.3.5.18.2).
 pub(super) mod tfpt {
-    pub const INSTRUCTIONS: u16 = 0;
-    pub const NEXT_TABLES: u16 = 2;
-    pub const WRITE_ACTIONS: u16 = 4;
-    pub const APPLY_ACTIONS: u16 = 6;
-    pub const MATCH: u16 = 8;
-    pub const WILDCARDS: u16 = 10;
-    pub const WRITE_SETFIELD: u16 = 12;
-    pub const APPLY_SETFIELD: u16 = 14;
+    pub(crate) const INSTRUCTIONS: u16 = 0;
+    pub(crate) const NEXT_TABLES: u16 = 2;
+    pub(crate) const WRITE_ACTIONS: u16 = 4;
+    pub(crate) const APPLY_ACTIONS: u16 = 6;
+    pub(crate) const MATCH: u16 = 8;
+    pub(crate) const WILDCARDS: u16 = 10;
+    pub(crate) const WRITE_SETFIELD: u16 = 12;
+    pub(crate) const APPLY_SETFIELD: u16 = 14;
 }
 
 /// `OFPAT_*` the executor implements: output, copy-TTL out/in, set/dec

@@ -65,7 +65,7 @@ fn parse_port(s: &str, what: &str) -> anyhow::Result<u16> {
 }
 
 /// Parse `tcp:HOST:PORT` (active only).
-pub fn parse_active(s: &str) -> anyhow::Result<Endpoint> {
+pub(crate) fn parse_active(s: &str) -> anyhow::Result<Endpoint> {
     let Some(rest) = s.strip_prefix("tcp:") else {
         bail!("`{s}`: a controller is `tcp:HOST:PORT`");
     };
@@ -83,7 +83,7 @@ pub fn parse_active(s: &str) -> anyhow::Result<Endpoint> {
 }
 
 /// Parse `ptcp:PORT[:ADDR]` (passive only); ADDR defaults to 127.0.0.1.
-pub fn parse_passive(s: &str) -> anyhow::Result<Endpoint> {
+pub(crate) fn parse_passive(s: &str) -> anyhow::Result<Endpoint> {
     let Some(rest) = s.strip_prefix("ptcp:") else {
         bail!("`{s}`: a listening endpoint is `ptcp:PORT[:ADDR]`");
     };
@@ -103,7 +103,7 @@ pub fn parse_passive(s: &str) -> anyhow::Result<Endpoint> {
 
 /// Flags of `offlow run`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// TOML configuration file (dpid, tables, listen, controllers); flags
     /// override its values.
     #[arg(long, value_name = "FILE")]
@@ -242,7 +242,7 @@ fn parse_dpid(s: &str) -> Result<u64, String> {
 
 /// The resolved configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunConfig {
+pub(crate) struct RunConfig {
     /// Datapath id.
     pub dpid: u64,
     /// Flow tables.
@@ -271,7 +271,7 @@ pub struct RunConfig {
 
 /// One `[[steer]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SteerConfig {
+pub(crate) struct SteerConfig {
     /// The packets it applies to.
     pub matcher: offlow_flow::Match,
     /// The worker indices (each below 64).
@@ -282,7 +282,7 @@ pub struct SteerConfig {
 
 impl SteerConfig {
     /// The worker mask (bit i = worker i).
-    pub fn mask(&self) -> u64 {
+    pub(crate) fn mask(&self) -> u64 {
         // Indices are checked below 64 when parsed.
         self.workers.iter().fold(0, |m, &w| m | 1u64 << (w % 64))
     }
@@ -290,7 +290,7 @@ impl SteerConfig {
 
 impl RunConfig {
     /// The workers' steering table (empty without `[[steer]]` entries).
-    pub fn steering(&self) -> offlow_datapath::SteeringTable {
+    pub(crate) fn steering(&self) -> offlow_datapath::SteeringTable {
         offlow_datapath::SteeringTable::new(self.steer.iter().map(|s| offlow_datapath::SteerRule {
             matcher: s.matcher,
             workers: s.mask(),
@@ -299,7 +299,7 @@ impl RunConfig {
 
     /// What the switch library starts with: the flow file read and parsed
     /// (errors name `FILE:LINE`), the steering table built.
-    pub fn into_switch_config(self) -> anyhow::Result<SwitchConfig> {
+    pub(crate) fn into_switch_config(self) -> anyhow::Result<SwitchConfig> {
         let steering = self.steering();
         let flows = match &self.flows {
             Some(path) => load_flows(path)?,
@@ -462,7 +462,7 @@ fn check_tables(n: u16) -> anyhow::Result<u16> {
 }
 
 /// Parse a configuration file's text (`path` is only used in messages).
-pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
+pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
     let shown = path.display();
     // toml's message already says "at line L, column C" and quotes the key.
     let f: FileConfig =
@@ -618,7 +618,7 @@ pub fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
 
 impl RunArgs {
     /// The file (if any) overridden by the flags.
-    pub fn resolve(&self) -> anyhow::Result<RunConfig> {
+    pub(crate) fn resolve(&self) -> anyhow::Result<RunConfig> {
         let mut c = match &self.config {
             Some(p) => {
                 let text = std::fs::read_to_string(p)

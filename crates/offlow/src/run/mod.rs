@@ -7,19 +7,19 @@
 //! Thread-safety: the control loop runs on the calling thread; see
 //! `offlow_switch` for the packet threads.
 
-pub mod config;
+pub(crate) mod config;
 
-pub use config::RunArgs;
+pub(crate) use config::RunArgs;
 
 /// Run the daemon until SIGINT / SIGTERM.
-pub fn main(args: &RunArgs) -> anyhow::Result<()> {
+pub(crate) fn main(args: &RunArgs) -> anyhow::Result<()> {
     init_logging();
     let cfg = args.resolve()?.into_switch_config()?;
     offlow_switch::run_blocking(cfg, shutdown_signal(), None)
 }
 
 /// Logs to stderr, `RUST_LOG` filtering (default `info`).
-pub fn init_logging() {
+pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // A subscriber already installed (tests) is fine.

@@ -25,7 +25,7 @@ use offlow_wire::{icmpv6, ip, mpls, tcp, vlan, vxlan};
 const VID_PRESENT: u128 = 0x1000;
 
 /// The frame for packet match `m` (exact values), with IP TTL `ttl`.
-pub fn build_frame(m: &Match, ttl: u8) -> Vec<u8> {
+pub(crate) fn build_frame(m: &Match, ttl: u8) -> Vec<u8> {
     let g = |f: Field| m.value.get(f);
     let mut b = FrameBuilder::eth(mac(g(Field::EthDst)), mac(g(Field::EthSrc)));
     let vid = g(Field::VlanVid);
