@@ -1,0 +1,262 @@
+//! What a backend declares it can do, and the check every entry passes
+//! before it is handed to the backend.
+
+use core::fmt;
+use core::ops::{BitOr, BitOrAssign};
+
+use offlow_flow::Field;
+
+use crate::key::OffloadKey;
+use crate::program::{OffloadProgram, Verdict};
+use crate::Refusal;
+
+/// A set of action kinds ([`OffloadProgram::kinds`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ActionKinds(u32);
+
+impl ActionKinds {
+    /// No action.
+    pub const EMPTY: ActionKinds = ActionKinds(0);
+    /// Drop the frame.
+    pub const DROP: ActionKinds = ActionKinds(1 << 0);
+    /// Output to another port.
+    pub const OUTPUT: ActionKinds = ActionKinds(1 << 1);
+    /// Output back out of the ingress port.
+    pub const IN_PORT: ActionKinds = ActionKinds(1 << 2);
+    /// Hand the frame to a chosen CPU.
+    pub const STEER_CPU: ActionKinds = ActionKinds(1 << 3);
+    /// Remove the outer VLAN tag.
+    pub const POP_VLAN: ActionKinds = ActionKinds(1 << 4);
+    /// Rewrite or insert the outer VLAN tag (push, set VID/PCP).
+    pub const WRITE_VLAN: ActionKinds = ActionKinds(1 << 5);
+    /// Set Ethernet source/destination.
+    pub const SET_ETH: ActionKinds = ActionKinds(1 << 6);
+    /// Set DSCP / ECN.
+    pub const SET_IP_TOS: ActionKinds = ActionKinds(1 << 7);
+    /// Set the IPv4 TTL.
+    pub const SET_TTL: ActionKinds = ActionKinds(1 << 8);
+    /// Decrement the IPv4 TTL.
+    pub const DEC_TTL: ActionKinds = ActionKinds(1 << 9);
+    /// Set IPv4 source/destination (NAT).
+    pub const SET_IPV4: ActionKinds = ActionKinds(1 << 10);
+    /// Set TCP/UDP ports (NAPT).
+    pub const SET_L4_PORT: ActionKinds = ActionKinds(1 << 11);
+    /// Every kind above.
+    pub const ALL: ActionKinds = ActionKinds((1 << 12) - 1);
+
+    const NAMES: [&'static str; 12] = [
+        "drop",
+        "output",
+        "in_port",
+        "steer_cpu",
+        "pop_vlan",
+        "write_vlan",
+        "set_eth",
+        "set_ip_tos",
+        "set_ttl",
+        "dec_ttl",
+        "set_ipv4",
+        "set_l4_port",
+    ];
+
+    /// Are all kinds of `other` in `self`?
+    pub const fn contains(self, other: ActionKinds) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The kinds of `self` that are not in `other`.
+    pub const fn without(self, other: ActionKinds) -> ActionKinds {
+        ActionKinds(self.0 & !other.0)
+    }
+
+    /// Is the set empty?
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The names of the kinds in the set, in a fixed order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        (0..Self::NAMES.len())
+            .filter(move |i| self.0 & (1 << i) != 0)
+            .map(|i| Self::NAMES[i])
+    }
+}
+
+impl BitOr for ActionKinds {
+    type Output = ActionKinds;
+    fn bitor(self, rhs: ActionKinds) -> ActionKinds {
+        ActionKinds(self.0 | rhs.0)
+    }
+}
+
+impl BitOrAssign for ActionKinds {
+    fn bitor_assign(&mut self, rhs: ActionKinds) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl fmt::Debug for ActionKinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.names()).finish()
+    }
+}
+
+impl fmt::Display for ActionKinds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for n in self.names() {
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            f.write_str(n)?;
+        }
+        Ok(())
+    }
+}
+
+/// The fields an [`OffloadKey`] matches: a backend must match all of them
+/// exactly to serve a microflow (otherwise two microflows with different
+/// decisions could share its entry).
+pub const CLASS_FIELDS: [Field; 13] = [
+    Field::InPort,
+    Field::EthDst,
+    Field::EthSrc,
+    Field::EthType,
+    Field::VlanVid,
+    Field::VlanPcp,
+    Field::Ipv4Src,
+    Field::Ipv4Dst,
+    Field::IpProto,
+    Field::IpDscp,
+    Field::IpEcn,
+    Field::TcpSrc,
+    Field::TcpDst,
+];
+
+/// What a backend can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Fields it matches exactly (UDP ports and ICMP type/code share the
+    /// TCP port fields' storage in the key: `TcpSrc`/`TcpDst` cover them).
+    pub match_fields: Vec<Field>,
+    /// Whether it can match with masks (wildcards). The tier places exact
+    /// microflows, so this is informational today.
+    pub masks: bool,
+    /// The action kinds it executes.
+    pub actions: ActionKinds,
+    /// How many entries fit.
+    pub room: usize,
+    /// Whether it keeps per-entry packet and byte counters. The tier needs
+    /// them: DESIGN invariant 4 (counters stay exact) would not hold without.
+    pub counters: bool,
+    /// The OpenFlow ports it receives on and can output to.
+    pub ports: Vec<u32>,
+}
+
+impl Capabilities {
+    /// Can the backend serve `key` with `program`? The reason if not.
+    /// (Room is the backend's to check: it knows its occupancy.)
+    pub fn admits(&self, key: &OffloadKey, program: &OffloadProgram) -> Result<(), Refusal> {
+        if !self.counters {
+            return Err(Refusal::NoCounters);
+        }
+        if let Some(&f) = CLASS_FIELDS.iter().find(|f| !self.match_fields.contains(f)) {
+            return Err(Refusal::MatchField(f));
+        }
+        if !self.ports.contains(&key.in_port) {
+            return Err(Refusal::Port(key.in_port));
+        }
+        if let Verdict::Port(p) = program.verdict {
+            if !self.ports.contains(&p) {
+                return Err(Refusal::Port(p));
+            }
+        }
+        let missing = program.kinds().without(self.actions);
+        if !missing.is_empty() {
+            return Err(Refusal::Actions(missing));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::program::{TtlOp, VlanOp};
+
+    fn caps() -> Capabilities {
+        Capabilities {
+            match_fields: CLASS_FIELDS.to_vec(),
+            masks: false,
+            actions: ActionKinds::OUTPUT | ActionKinds::DROP | ActionKinds::SET_IPV4,
+            room: 4,
+            counters: true,
+            ports: vec![1, 2],
+        }
+    }
+
+    fn key() -> OffloadKey {
+        OffloadKey {
+            in_port: 1,
+            eth_dst: 2,
+            eth_src: 1,
+            vlan: None,
+            ipv4_src: 1,
+            ipv4_dst: 2,
+            ip_proto: 17,
+            ip_dscp: 0,
+            ip_ecn: 0,
+            tp_src: 1,
+            tp_dst: 2,
+        }
+    }
+
+    #[test]
+    fn admits_checks_every_declared_limit() {
+        let c = caps();
+        let fwd = OffloadProgram::plain(Verdict::Port(2));
+        assert_eq!(c.admits(&key(), &fwd), Ok(()));
+        assert_eq!(
+            c.admits(&key(), &OffloadProgram::plain(Verdict::Port(3))),
+            Err(Refusal::Port(3))
+        );
+        assert_eq!(
+            c.admits(
+                &OffloadKey {
+                    in_port: 9,
+                    ..key()
+                },
+                &fwd
+            ),
+            Err(Refusal::Port(9))
+        );
+        let dec = OffloadProgram {
+            ttl: TtlOp::Dec,
+            vlan: VlanOp::Strip,
+            ..fwd
+        };
+        assert_eq!(
+            c.admits(&key(), &dec),
+            Err(Refusal::Actions(
+                ActionKinds::POP_VLAN | ActionKinds::DEC_TTL
+            ))
+        );
+        let mut five_tuple = caps();
+        five_tuple.match_fields.retain(|f| *f != Field::EthSrc);
+        assert_eq!(
+            five_tuple.admits(&key(), &fwd),
+            Err(Refusal::MatchField(Field::EthSrc))
+        );
+        let mut blind = caps();
+        blind.counters = false;
+        assert_eq!(blind.admits(&key(), &fwd), Err(Refusal::NoCounters));
+    }
+
+    #[test]
+    fn kinds_print_by_name() {
+        let k = ActionKinds::POP_VLAN | ActionKinds::DEC_TTL;
+        assert_eq!(k.to_string(), "pop_vlan,dec_ttl");
+        assert!(ActionKinds::ALL.contains(k));
+    }
+}

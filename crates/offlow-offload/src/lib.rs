@@ -1,0 +1,80 @@
+//! offlow-offload: the offload tier. Hot microflows are served by a place
+//! beside the CPU (an XDP program in the kernel today; a NIC's flow director
+//! or a SmartNIC behind the same interface), everything else by the
+//! userspace fast path.
+//!
+//! # What
+//! - [`OffloadKey`]: the exact-match key of a microflow of the offloadable
+//!   class (Ethernet, ≤ 1 VLAN tag, option-less unfragmented IPv4, TCP/UDP/
+//!   ICMP or a protocol without ports); it is the [`offlow_flow::FlowKey`]
+//!   of those frames, losslessly ([`key`]).
+//! - [`OffloadProgram`] and [`compile`]: an entry's rewrites and verdict in
+//!   a fixed order of stages, compiled exactly from the pipeline's final
+//!   action list or refused with a [`Refusal`] ([`program`]).
+//! - [`Capabilities`]: what a backend declares (match fields, masks, action
+//!   kinds, room, counters, ports), checked by [`Capabilities::admits`]
+//!   before anything reaches the backend ([`caps`]).
+//! - [`OffloadBackend`]: install, replace, remove, read counters
+//!   ([`backend`]); [`ModelBackend`], a software model with configurable
+//!   capabilities ([`model`]).
+//!
+//! # Invariants
+//! - Never a silent partial offload: an entry the backend cannot serve
+//!   completely, or past its room, is an error and the flow stays in
+//!   software.
+//! - An offloaded entry serves only frames whose full key equals the entry's
+//!   microflow key, so it makes the decision the pipeline would make.
+//! - A backend's `remove`/`install` returns only once no frame can use the
+//!   old program; counters are cumulative and a removal returns the final
+//!   ones, so the switch can fold them into OpenFlow counters exactly.
+//!
+//! # Thread-safety
+//! Keys, programs and capabilities are plain data. A backend is `Send` and
+//! driven by one thread (the switch's control side); its data path runs
+//! elsewhere (in the kernel) and shares nothing with this process but the
+//! maps.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod caps;
+pub mod key;
+pub mod model;
+pub mod program;
+
+pub use backend::{EntryCounters, OffloadBackend, OffloadError};
+pub use caps::{ActionKinds, Capabilities, CLASS_FIELDS};
+pub use key::{OffloadKey, VlanTag};
+pub use model::ModelBackend;
+pub use program::{compile, OffloadProgram, TtlOp, Verdict, VlanOp};
+
+use offlow_flow::Field;
+
+/// Why a flow is not offloaded. Each is a reason the flow stays in
+/// software, shown by `offlow trace`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The microflow is outside the offloadable class.
+    #[error("outside the offloadable class: {0}")]
+    OutsideClass(&'static str),
+    /// An action the stages cannot express.
+    #[error("action not offloadable: {0}")]
+    Unsupported(&'static str),
+    /// Set-field of a field the stages do not rewrite.
+    #[error("set-field of {} not offloadable", .0.name())]
+    Field(Field),
+    /// The backend lacks these action kinds.
+    #[error("backend lacks actions: {0}")]
+    Actions(ActionKinds),
+    /// The backend does not match this field.
+    #[error("backend does not match {}", .0.name())]
+    MatchField(Field),
+    /// The backend is not attached to this port.
+    #[error("backend not on port {0}")]
+    Port(u32),
+    /// The backend keeps no counters.
+    #[error("backend keeps no counters")]
+    NoCounters,
+    /// The backend is full.
+    #[error("backend full ({0} entries)")]
+    Full(usize),
+}
