@@ -219,7 +219,7 @@ mod tests {
         )
             .prop_map(
                 |(tagged, vid, pcp, ip_proto, sport, dport, tos, frag, in_port, cut)| {
-                    let mut b = FrameBuilder::eth(A.into(), B.into());
+                    let mut b = FrameBuilder::eth(A, B);
                     if tagged {
                         b = b.vlan(vid, pcp);
                     }
@@ -270,20 +270,20 @@ mod tests {
 
     #[test]
     fn keys_outside_the_class_are_refused_with_a_reason() {
-        let arp = FrameBuilder::eth(A.into(), B.into())
-            .arp(1, A.into(), [10, 0, 0, 1], B.into(), [10, 0, 0, 2])
+        let arp = FrameBuilder::eth(A, B)
+            .arp(1, A, [10, 0, 0, 1], B, [10, 0, 0, 2])
             .build();
         let general = offlow_flow::extract(&arp, 1, &mut Default::default());
         assert_eq!(
             OffloadKey::from_flow_key(&general.key),
             Err(Refusal::OutsideClass("not IPv4"))
         );
-        let vxlan = FrameBuilder::eth(A.into(), B.into())
+        let vxlan = FrameBuilder::eth(A, B)
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .udp(1, vxlan::UDP_PORT)
             .build();
         assert_eq!(OffloadKey::parse(&vxlan, 1), None);
-        let frag = FrameBuilder::eth(A.into(), B.into())
+        let frag = FrameBuilder::eth(A, B)
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .fragment(8, false)
             .udp(1, 2)
@@ -293,7 +293,7 @@ mod tests {
             OffloadKey::from_flow_key(&general.key),
             Err(Refusal::OutsideClass(_))
         ));
-        let udp = FrameBuilder::eth(A.into(), B.into())
+        let udp = FrameBuilder::eth(A, B)
             .vlan(7, 3)
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .tos(0x2e << 2 | 1)
