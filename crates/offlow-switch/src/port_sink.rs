@@ -125,7 +125,7 @@ pub struct PortSink {
     pub(crate) packet_in: Option<PacketInQueue>,
     pub(crate) drop_unknown_port: u64,
     pub(crate) drop_packet_in_unwanted: u64,
-    pub(crate) packet_in_dropped: u64,
+    pub(crate) drop_packet_in_backlog: u64,
     pub(crate) packet_ins: u64,
     /// Port the current batch came from.
     pub(crate) in_port: u32,
@@ -140,7 +140,7 @@ pub struct PortSink {
     /// Set while processing frames taken from the inbox: they stay here.
     pub(crate) no_steer: bool,
     /// Frames refused because their destination's staging batch was full.
-    pub(crate) steer_dropped: u64,
+    pub(crate) drop_steer_inbox_full: u64,
 }
 
 impl PortSink {
@@ -175,7 +175,7 @@ impl PortSink {
             packet_in,
             drop_unknown_port: 0,
             drop_packet_in_unwanted: 0,
-            packet_in_dropped: 0,
+            drop_packet_in_backlog: 0,
             packet_ins: 0,
             in_port: 0,
             ports_tx: ports,
@@ -183,7 +183,7 @@ impl PortSink {
             n_workers: 1,
             staged: vec![SteerBatch::default()],
             no_steer: false,
-            steer_dropped: 0,
+            drop_steer_inbox_full: 0,
         }
     }
 
@@ -292,7 +292,7 @@ impl PortSink {
         match self.packet_in.as_ref().map(|q| q.sender.try_send(pi)) {
             Some(Ok(())) => self.packet_ins += 1,
             // No queue: `packet_in_wanted` said no before the copy.
-            Some(Err(_)) | None => self.packet_in_dropped += 1,
+            Some(Err(_)) | None => self.drop_packet_in_backlog += 1,
         }
     }
 }
@@ -395,7 +395,7 @@ impl OutputSink for PortSink {
             return false;
         };
         if batch.len() >= INBOX_FRAMES {
-            self.steer_dropped += 1;
+            self.drop_steer_inbox_full += 1;
         } else {
             batch.push(in_port, frame);
         }
@@ -499,6 +499,9 @@ mod tests {
             assert!(s.steer(0b10, 9, b"f", 3));
         }
         assert!(s.steer(0b10, 9, b"f", 3), "taken, and counted as dropped");
-        assert_eq!((s.staged[1].len(), s.steer_dropped), (INBOX_FRAMES, 1));
+        assert_eq!(
+            (s.staged[1].len(), s.drop_steer_inbox_full),
+            (INBOX_FRAMES, 1)
+        );
     }
 }

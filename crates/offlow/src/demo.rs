@@ -530,15 +530,15 @@ fn report(topo: &Topology, args: &DemoArgs, r: &Results, s: &DataplaneStats, flo
     );
     println!(
         "  packet-ins (MAC learning)       {:>10}  (dropped, control side busy: {})",
-        s.packet_ins, s.packet_in_dropped
+        s.packet_ins, s.drop_packet_in_backlog
     );
     println!(
         "  drops: table miss {} / no output {} / TTL {} / runt {} / oversize {} / rx ring full {} / tx refused {}",
         w.drop_table_miss,
         w.drop_no_output,
         w.drop_ttl,
-        s.runts,
-        s.oversize,
+        s.drop_runt,
+        s.drop_oversize,
         s.ports.iter().map(|p| p.rx_dropped).sum::<u64>(),
         s.ports.iter().map(|p| p.tx_dropped).sum::<u64>()
     );

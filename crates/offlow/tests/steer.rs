@@ -42,7 +42,7 @@ fn worker_lines(log: &str) -> Vec<(u64, WorkerLine)> {
                     packets: n("packets="),
                     steered_out: n("steered_out="),
                     steered_in: n("steered_in="),
-                    steer_dropped: n("steer_dropped="),
+                    steer_dropped: n("drop_steer_inbox_full="),
                 },
             )
         })

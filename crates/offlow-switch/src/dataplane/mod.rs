@@ -17,7 +17,7 @@
 //!
 //! Frames for the controller (Output:CONTROLLER) are copied into a bounded
 //! channel to the control thread; when it is full they are counted and
-//! dropped ([`DataplaneStats::packet_in_dropped`]), never waited for.
+//! dropped ([`DataplaneStats::drop_packet_in_backlog`]), never waited for.
 //!
 //! Steering (the `offlow_workers` action): worker `i` is datapath worker
 //! index `i`. A decision whose worker mask leaves out the receiving worker
@@ -30,7 +30,7 @@
 //! `Inbox` under the inbox's mutex (one lock per destination per round
 //! with steered traffic, none without); an inbox holds at most
 //! [`INBOX_FRAMES`] frames, the excess is dropped and counted
-//! ([`DataplaneStats::steer_dropped`]). Every round a worker checks its
+//! ([`DataplaneStats::drop_steer_inbox_full`]). Every round a worker checks its
 //! inbox's flag (one relaxed-cost atomic load; the mutex is taken only when
 //! it is set), swaps the batch out and processes its frames with their
 //! ingress ports; a sleeping worker is woken by its inbox's eventfd.
@@ -295,8 +295,8 @@ impl Dataplane {
                 steered_in: 0,
                 stop: stop.clone(),
                 slot,
-                oversize: 0,
-                runts: 0,
+                drop_oversize: 0,
+                drop_runt: 0,
                 csum_finished: 0,
                 failed_ports: 0,
                 flush_failed: 0,
@@ -428,7 +428,7 @@ impl Dataplane {
                 outputs = d.worker.outputs,
                 steered_out = d.steered_out,
                 steered_in = d.steered_in,
-                steer_dropped = d.steer_dropped,
+                drop_steer_inbox_full = d.drop_steer_inbox_full,
                 "worker stopped"
             );
         }
@@ -475,8 +475,8 @@ struct WorkerThread {
     steered_in: u64,
     stop: Arc<AtomicBool>,
     slot: Arc<Mutex<DataplaneStats>>,
-    oversize: u64,
-    runts: u64,
+    drop_oversize: u64,
+    drop_runt: u64,
     csum_finished: u64,
     failed_ports: u64,
     /// Ports whose transmit error was reported (bit per port index).
@@ -775,7 +775,7 @@ impl WorkerThread {
             drop(q);
             inbox.ring();
             self.steered_out += moved as u64;
-            self.sink.steer_dropped += (batch.len() - moved) as u64;
+            self.sink.drop_steer_inbox_full += (batch.len() - moved) as u64;
             batch.clear();
         }
     }
@@ -817,7 +817,7 @@ impl WorkerThread {
                         if bufs[n].load(f).is_ok() {
                             n += 1;
                         } else {
-                            self.oversize += 1;
+                            self.drop_oversize += 1;
                         }
                         i += 1;
                     }
@@ -880,8 +880,8 @@ impl WorkerThread {
     /// Copy up to a batch from port `i` into `bufs`; returns the count.
     fn receive(&mut self, i: usize, bufs: &mut [PacketBuf]) -> usize {
         let mut n = 0;
-        let oversize = &mut self.oversize;
-        let runts = &mut self.runts;
+        let oversize = &mut self.drop_oversize;
+        let runts = &mut self.drop_runt;
         let csum_finished = &mut self.csum_finished;
         let r = self.ports[i].recv(bufs.len(), &mut |frame: &[u8], meta: RxMeta| {
             let Some(buf) = bufs.get_mut(n) else { return };
@@ -945,8 +945,8 @@ impl WorkerThread {
             total.tx_dropped += self.sink.no_fwd_drops.get(i).copied().unwrap_or(0);
             *d = total;
         }
-        s.oversize = self.oversize;
-        s.runts = self.runts;
+        s.drop_oversize = self.drop_oversize;
+        s.drop_runt = self.drop_runt;
         s.failed_ports = self.failed_ports;
         s.reopened = self.reopened;
         s.reopen_failed = self.reopen_failed;
@@ -954,12 +954,12 @@ impl WorkerThread {
         s.drop_unknown_port = self.sink.drop_unknown_port;
         s.drop_no_recv = self.no_recv_drops.iter().sum();
         s.drop_no_fwd = self.sink.no_fwd_drops.iter().sum();
-        s.packet_in_dropped = self.sink.packet_in_dropped;
+        s.drop_packet_in_backlog = self.sink.drop_packet_in_backlog;
         s.drop_packet_in_unwanted = self.sink.drop_packet_in_unwanted;
         s.packet_ins = self.sink.packet_ins;
         s.steered_out = self.steered_out;
         s.steered_in = self.steered_in;
-        s.steer_dropped = self.sink.steer_dropped;
+        s.drop_steer_inbox_full = self.sink.drop_steer_inbox_full;
     }
 }
 
@@ -996,8 +996,8 @@ mod tests {
                 ports: vec![PortStats::default(); n],
                 ..DataplaneStats::default()
             })),
-            oversize: 0,
-            runts: 0,
+            drop_oversize: 0,
+            drop_runt: 0,
             csum_finished: 0,
             failed_ports: 0,
             flush_failed: 0,

@@ -18,9 +18,9 @@ pub struct DataplaneStats {
     /// Their OpenFlow numbers (filled in sums from a [`StatsHandle`]).
     pub port_numbers: Vec<u32>,
     /// Frames longer than [`super::MAX_FRAME`] (dropped).
-    pub oversize: u64,
+    pub drop_oversize: u64,
     /// Frames shorter than an Ethernet header (dropped).
-    pub runts: u64,
+    pub drop_runt: u64,
     /// Port errors seen (interface gone or down): the port is no longer
     /// polled until it is re-opened.
     pub failed_ports: u64,
@@ -39,7 +39,7 @@ pub struct DataplaneStats {
     /// also in the port's `tx_dropped`).
     pub drop_no_fwd: u64,
     /// Packet-ins dropped because the control thread was behind.
-    pub packet_in_dropped: u64,
+    pub drop_packet_in_backlog: u64,
     /// Frames sent to CONTROLLER for a reason no connection (nor standalone
     /// learning) wanted: counted, not copied.
     pub drop_packet_in_unwanted: u64,
@@ -51,7 +51,7 @@ pub struct DataplaneStats {
     pub steered_in: u64,
     /// Frames to steer away dropped because the destination's inbox
     /// was full.
-    pub steer_dropped: u64,
+    pub drop_steer_inbox_full: u64,
 }
 
 impl DataplaneStats {
@@ -70,8 +70,8 @@ impl DataplaneStats {
         for (a, b) in self.ports.iter_mut().zip(&o.ports) {
             a.add(b);
         }
-        self.oversize += o.oversize;
-        self.runts += o.runts;
+        self.drop_oversize += o.drop_oversize;
+        self.drop_runt += o.drop_runt;
         self.failed_ports += o.failed_ports;
         self.reopened += o.reopened;
         self.reopen_failed += o.reopen_failed;
@@ -79,12 +79,12 @@ impl DataplaneStats {
         self.drop_unknown_port += o.drop_unknown_port;
         self.drop_no_recv += o.drop_no_recv;
         self.drop_no_fwd += o.drop_no_fwd;
-        self.packet_in_dropped += o.packet_in_dropped;
+        self.drop_packet_in_backlog += o.drop_packet_in_backlog;
         self.drop_packet_in_unwanted += o.drop_packet_in_unwanted;
         self.packet_ins += o.packet_ins;
         self.steered_out += o.steered_out;
         self.steered_in += o.steered_in;
-        self.steer_dropped += o.steer_dropped;
+        self.drop_steer_inbox_full += o.drop_steer_inbox_full;
     }
 }
 
