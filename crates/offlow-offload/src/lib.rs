@@ -17,6 +17,9 @@
 //! - [`OffloadBackend`]: install, replace, remove, read counters
 //!   ([`backend`]); [`ModelBackend`], a software model with configurable
 //!   capabilities ([`model`]).
+//! - [`Placement`]: which flows go down — heavy hitters by measured load
+//!   with hysteresis, pins, refusals remembered until the rules change
+//!   ([`placement`]).
 //!
 //! # Invariants
 //! - Never a silent partial offload: an entry the backend cannot serve
@@ -39,12 +42,14 @@ pub mod backend;
 pub mod caps;
 pub mod key;
 pub mod model;
+pub mod placement;
 pub mod program;
 
 pub use backend::{EntryCounters, OffloadBackend, OffloadError};
 pub use caps::{ActionKinds, Capabilities, CLASS_FIELDS};
 pub use key::{OffloadKey, VlanTag};
 pub use model::ModelBackend;
+pub use placement::{Pin, Placement, PlacementConfig, Plan, Tier};
 pub use program::{compile, OffloadProgram, TtlOp, Verdict, VlanOp};
 
 use offlow_flow::Field;
