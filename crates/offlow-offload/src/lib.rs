@@ -19,7 +19,7 @@
 //!   capabilities ([`model`]).
 //! - [`Placement`]: which flows go down — heavy hitters by measured load
 //!   with hysteresis, pins, refusals remembered until the rules change
-//!   ([`placement`]).
+//!   ([`placement`]), fed by each worker's [`Sampler`] ([`sample`]).
 //!
 //! # Invariants
 //! - Never a silent partial offload: an entry the backend cannot serve
@@ -44,6 +44,7 @@ pub mod key;
 pub mod model;
 pub mod placement;
 pub mod program;
+pub mod sample;
 
 pub use backend::{EntryCounters, OffloadBackend, OffloadError};
 pub use caps::{ActionKinds, Capabilities, CLASS_FIELDS};
@@ -51,6 +52,7 @@ pub use key::{OffloadKey, VlanTag};
 pub use model::ModelBackend;
 pub use placement::{Pin, Placement, PlacementConfig, Plan, Tier};
 pub use program::{compile, OffloadProgram, TtlOp, Verdict, VlanOp};
+pub use sample::{Sampler, SAMPLE_SLOTS};
 
 use offlow_flow::Field;
 
