@@ -42,6 +42,7 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod flow_removed;
+pub mod offload;
 pub mod port_sink;
 pub mod standalone;
 

@@ -1,0 +1,931 @@
+//! The offload tier as the switch runs it: which microflows an
+//! [`OffloadBackend`] serves, kept consistent with the flow table and
+//! counted into the OpenFlow counters.
+//!
+//! # What it does
+//! - **Placement.** Packet workers sample the flows they forward
+//!   ([`offlow_offload::Sampler`], handed over with their statistics);
+//!   every [`OffloadTier::tick`] feeds those estimates and the backend's
+//!   exact per-entry counters to [`Placement`], and carries out its plan:
+//!   each flow to offload is looked up in the writer's pipeline, its
+//!   action list compiled ([`offlow_offload::compile`]) and checked against
+//!   the backend's capabilities; a refusal keeps it in software with the
+//!   reason, which `offlow trace` shows.
+//! - **Consistency (DESIGN invariant 3).** Each flow-mod's effect marks the
+//!   rules it changed and the tables it added to; at the next publish
+//!   ([`OffloadTier::revalidate`]) every offloaded entry whose walk used a
+//!   changed rule, or visited a table that gained one, is looked up again:
+//!   unchanged entries stay, the others are removed and (if still
+//!   offloadable) installed anew. The adapter's commit ticket completes
+//!   only when the backend has applied that batch ([`OffloadTier::done`]),
+//!   so a barrier reply follows it; the backend's contract is that no frame
+//!   uses an old program once the call returns.
+//! - **Counters (DESIGN invariant 4).** The backend's cumulative per-entry
+//!   counters are read every tick and before each statistics reply
+//!   ([`OffloadTier::request_counters`]); each delta is credited to the
+//!   rules and tables of the entry's walk ([`Pipeline::credit`]) and to its
+//!   ports, and a removed entry's final counters to the walk it had. An
+//!   entry that hands frames to a CPU (the `SetWorkers` action) credits
+//!   nothing: the worker that gets the frame counts it.
+//! - **Ports.** A port configured `no_recv`, `no_fwd` or `port_down` takes
+//!   its entries (in or out) back to software and is refused until
+//!   cleared: the userspace path applies those bits.
+//!
+//! The backend itself runs on a thread of its own (`thread.rs`): the
+//! control loop sends it batches and collects answers without waiting.
+//!
+//! Thread-safety: owned by the control loop's thread, like the adapter.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use offlow_offload::{
+    compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram, Placement,
+    PlacementConfig, Refusal, Tier, Verdict,
+};
+use offlow_pipeline::{FlowCounters, FlowModEffect, FlowModFlags, PathStep, Pipeline, RuleId};
+use std::sync::Arc;
+use tracing::{info, warn};
+
+mod thread;
+
+use thread::{BackendLink, Cmd, Done, Gen};
+
+/// How often the tier re-plans and reads the backend's counters.
+pub const OFFLOAD_TICK: Duration = Duration::from_millis(100);
+
+/// Longest blocking wait for the backend (a barrier without a ticket, a
+/// statistics reply's counter read).
+pub const BACKEND_WAIT: Duration = Duration::from_secs(1);
+
+/// What the tier has done, for the demo and logs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OffloadStats {
+    /// Entries the backend serves now.
+    pub entries: u64,
+    /// Frames served by offloaded entries (credited so far).
+    pub hits: u64,
+    /// Their bytes.
+    pub hit_bytes: u64,
+    /// Installs that succeeded.
+    pub installs: u64,
+    /// Removals (placement, rule changes, port configuration).
+    pub removals: u64,
+    /// Entries replaced or removed because a rule change altered their
+    /// decision.
+    pub revalidated: u64,
+    /// Flows placement chose that stayed in software (refused by the
+    /// compiler or the backend).
+    pub refused: u64,
+    /// Backend failures (logged).
+    pub errors: u64,
+}
+
+/// Per-port frames served by the backend (added to the port counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PortOffloadCounters {
+    /// Frames received on the port and served by the backend.
+    pub rx_packets: u64,
+    /// Their bytes.
+    pub rx_bytes: u64,
+    /// Frames the backend sent out of the port.
+    pub tx_packets: u64,
+    /// Their bytes.
+    pub tx_bytes: u64,
+}
+
+/// One entry the tier asked the backend to serve.
+#[derive(Debug, Clone)]
+struct Entry {
+    gen: Gen,
+    program: OffloadProgram,
+    /// The walk: rules and tables credited per frame.
+    path: Vec<PathStep>,
+    miss_table: Option<u8>,
+    /// The counters of the walk's rules, held so that frames served before
+    /// a rule's removal still reach it (and its FLOW_REMOVED); with
+    /// whether the rule counts packets and bytes.
+    rules: Vec<RuleCounters>,
+    /// Counters credited so far (cumulative, as the backend reports).
+    credited: EntryCounters,
+    /// The backend confirmed the install.
+    installed: bool,
+}
+
+impl Entry {
+    fn visits_table(&self, t: u8) -> bool {
+        self.miss_table == Some(t) || self.path.iter().any(|s| s.table_id == t)
+    }
+}
+
+/// One rule's counters, as an entry credits them.
+#[derive(Debug, Clone)]
+struct RuleCounters {
+    counters: Arc<FlowCounters>,
+    packets: bool,
+    bytes: bool,
+}
+
+/// A decision: the compiled program and the walk behind it.
+struct Decision {
+    program: OffloadProgram,
+    path: Vec<PathStep>,
+    miss_table: Option<u8>,
+    rules: Vec<RuleCounters>,
+}
+
+/// The offload tier (module docs).
+pub struct OffloadTier {
+    placement: Placement,
+    describe: String,
+    /// The backend's ports and whether they are usable (port config).
+    blocked_ports: HashSet<u32>,
+    backend_ports: Vec<u32>,
+    /// Entries installed or on their way, by key.
+    entries: HashMap<OffloadKey, Entry>,
+    /// Entries whose removal was sent and not yet answered.
+    retiring: HashMap<(OffloadKey, Gen), Entry>,
+    next_gen: Gen,
+    link: BackendLink,
+    /// Last sequence number sent, and last answered.
+    sent: u64,
+    answered: u64,
+    /// Rules changed and tables added to since the last revalidation.
+    changed_rules: HashSet<RuleId>,
+    added_tables: [bool; 256],
+    any_change: bool,
+    stats: OffloadStats,
+    ports: HashMap<u32, PortOffloadCounters>,
+    last_tick: Instant,
+    /// The backend thread's loss was reported.
+    warned_dead: bool,
+}
+
+impl OffloadTier {
+    /// Run `backend` for the switch, with these placement thresholds.
+    pub fn new(
+        backend: Box<dyn OffloadBackend>,
+        placement: PlacementConfig,
+    ) -> std::io::Result<OffloadTier> {
+        let caps = backend.capabilities().clone();
+        let describe = backend.describe();
+        info!(backend = %describe, room = caps.room, actions = %caps.actions, "offload tier on");
+        Ok(OffloadTier {
+            placement: Placement::new(placement, caps.room),
+            describe,
+            blocked_ports: HashSet::new(),
+            backend_ports: caps.ports.clone(),
+            entries: HashMap::new(),
+            retiring: HashMap::new(),
+            next_gen: 1,
+            link: BackendLink::spawn(backend)?,
+            sent: 0,
+            answered: 0,
+            changed_rules: HashSet::new(),
+            added_tables: [false; 256],
+            any_change: false,
+            stats: OffloadStats::default(),
+            ports: HashMap::new(),
+            last_tick: Instant::now(),
+            warned_dead: false,
+        })
+    }
+
+    /// The backend, as it describes itself.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// What the tier has done.
+    pub fn stats(&self) -> OffloadStats {
+        OffloadStats {
+            entries: self.entries.values().filter(|e| e.installed).count() as u64,
+            ..self.stats
+        }
+    }
+
+    /// Frames the backend served per port (credited so far).
+    pub fn port_counters(&self, port: u32) -> PortOffloadCounters {
+        self.ports.get(&port).copied().unwrap_or_default()
+    }
+
+    /// Where placement has `key`'s microflow.
+    pub fn tier(&self, key: &OffloadKey) -> Tier {
+        self.placement.tier(key)
+    }
+
+    /// Pin a flow down or up.
+    pub fn pin(&mut self, key: OffloadKey, pin: Option<offlow_offload::Pin>) {
+        self.placement.pin(key, pin);
+    }
+
+    /// Sampled software-path packets of a flow (from a worker).
+    pub fn observe(&mut self, key: OffloadKey, packets: u64) {
+        self.placement.observe(key, packets);
+    }
+
+    /// Every command up to `seq` has been answered (and its answer taken
+    /// into account).
+    pub fn done(&mut self, seq: u64, pipeline: &Pipeline) -> bool {
+        self.poll(pipeline);
+        self.answered >= seq
+    }
+
+    /// The last command sent: a commit's ticket waits for it.
+    pub fn last_sent(&self) -> u64 {
+        self.sent
+    }
+
+    /// Note what a flow-mod changed (cheap when nothing is offloaded).
+    pub fn note_effect(&mut self, effect: &FlowModEffect, pipeline: &Pipeline) {
+        self.any_change = true;
+        if self.entries.is_empty() {
+            return;
+        }
+        self.changed_rules.extend(effect.modified.iter().copied());
+        self.changed_rules
+            .extend(effect.removed.iter().map(|e| e.id));
+        for id in &effect.added {
+            if let Some(e) = pipeline.entry(*id) {
+                self.added_tables[e.table_id as usize] = true;
+            }
+        }
+    }
+
+    /// Note rules removed outside a flow-mod (expiry).
+    pub fn note_removed(&mut self, ids: impl IntoIterator<Item = RuleId>) {
+        self.any_change = true;
+        if !self.entries.is_empty() {
+            self.changed_rules.extend(ids);
+        }
+    }
+
+    /// A port's OpenFlow configuration changed: entries touching a port
+    /// that must not receive or forward go back to software.
+    pub fn port_config(&mut self, port: u32, blocked: bool) {
+        let changed = if blocked {
+            self.blocked_ports.insert(port)
+        } else {
+            self.blocked_ports.remove(&port)
+        };
+        if !changed {
+            return;
+        }
+        if blocked {
+            let touching: Vec<OffloadKey> = self
+                .entries
+                .iter()
+                .filter(|(k, e)| k.in_port == port || out_port(k, &e.program) == Some(port))
+                .map(|(k, _)| *k)
+                .collect();
+            let remove = touching.iter().map(|k| self.retire(*k)).collect();
+            self.send_apply(remove, Vec::new());
+        }
+        self.placement.rules_changed();
+    }
+
+    /// After a publish: bring the offloaded entries in line with the
+    /// pipeline (module docs). The sequence number a barrier must wait for,
+    /// if anything was sent.
+    pub fn revalidate(&mut self, pipeline: &Pipeline) -> Option<u64> {
+        if !std::mem::take(&mut self.any_change) {
+            return None;
+        }
+        // A refusal may not hold under the new rules.
+        self.placement.rules_changed();
+        let changed = std::mem::take(&mut self.changed_rules);
+        let tables = std::mem::replace(&mut self.added_tables, [false; 256]);
+        let affected: Vec<OffloadKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.path.iter().any(|s| changed.contains(&s.rule))
+                    || (0..256).any(|t| tables[t] && e.visits_table(t as u8))
+            })
+            .map(|(k, _)| *k)
+            .collect();
+        if affected.is_empty() {
+            return None;
+        }
+        let mut remove = Vec::new();
+        let mut install = Vec::new();
+        for key in affected {
+            let old = &self.entries[&key];
+            match self.decide(&key, pipeline) {
+                Ok(d)
+                    if d.program == old.program
+                        && d.path == old.path
+                        && d.miss_table == old.miss_table
+                        && same_counters(&d.rules, &old.rules) => {}
+                outcome => {
+                    self.stats.revalidated += 1;
+                    remove.push(self.retire(key));
+                    match outcome {
+                        Ok(d) => install.push(self.admit(key, d)),
+                        Err(r) => self.placement.installed(&key, Err(r)),
+                    }
+                }
+            }
+        }
+        self.send_apply(remove, install);
+        Some(self.sent)
+    }
+
+    /// Close a placement tick (call every [`OFFLOAD_TICK`]): read the
+    /// backend's counters, plan, and send the plan. `pipeline` is the
+    /// writer's, with every flow-mod published.
+    pub fn tick(&mut self, pipeline: &Pipeline) {
+        self.poll(pipeline);
+        let secs = self.last_tick.elapsed().as_secs_f64();
+        self.last_tick = Instant::now();
+        let plan = self.placement.tick(secs);
+        let mut remove = Vec::new();
+        for key in plan.remove {
+            if self.entries.contains_key(&key) {
+                remove.push(self.retire(key));
+            }
+        }
+        let mut install = Vec::new();
+        for key in plan.install {
+            match self.decide(&key, pipeline) {
+                Ok(d) => install.push(self.admit(key, d)),
+                Err(r) => {
+                    self.stats.refused += 1;
+                    self.placement.installed(&key, Err(r));
+                }
+            }
+        }
+        if !remove.is_empty() || !install.is_empty() {
+            self.send_apply(remove, install);
+        }
+        self.request_counters();
+    }
+
+    /// Ask the backend for its counters; the sequence number to wait for.
+    pub fn request_counters(&mut self) -> u64 {
+        self.sent += 1;
+        if !self.link.send(Cmd::Read { seq: self.sent }) {
+            self.backend_gone();
+        }
+        self.sent
+    }
+
+    /// Wait (bounded by [`BACKEND_WAIT`]) until `seq` is answered.
+    pub fn wait(&mut self, seq: u64, pipeline: &Pipeline) -> bool {
+        let deadline = Instant::now() + BACKEND_WAIT;
+        while !self.done(seq, pipeline) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                warn!(seq, "offload backend did not answer in time");
+                return false;
+            }
+            match self.link.done.recv_timeout(left) {
+                Ok(d) => self.take(d, pipeline),
+                Err(_) => {
+                    // Gone or timed out: `done` says which next round.
+                    if self.link.cmds.is_none() {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Take every answer the backend has sent (never blocks).
+    pub fn poll(&mut self, pipeline: &Pipeline) {
+        while let Ok(d) = self.link.done.try_recv() {
+            self.take(d, pipeline);
+        }
+    }
+
+    fn backend_gone(&mut self) {
+        if !self.warned_dead {
+            warn!("offload backend thread is gone; flows stay in software");
+            self.warned_dead = true;
+        }
+        self.stats.errors += 1;
+        // Nothing will answer: let waiters through.
+        self.answered = self.sent;
+    }
+
+    /// Look `key` up and compile its decision.
+    fn decide(&self, key: &OffloadKey, pipeline: &Pipeline) -> Result<Decision, Refusal> {
+        if self.blocked_ports.contains(&key.in_port) {
+            return Err(Refusal::Port(key.in_port));
+        }
+        let res = pipeline.lookup(&key.to_flow_key());
+        let program = compile(key, &res.actions)?;
+        if let Some(p) = out_port(key, &program) {
+            if self.blocked_ports.contains(&p) {
+                return Err(Refusal::Port(p));
+            }
+        }
+        if !self.backend_ports.contains(&key.in_port) {
+            return Err(Refusal::Port(key.in_port));
+        }
+        let rules = res
+            .path
+            .iter()
+            .filter_map(|s| pipeline.entry_in(s.table_id, s.rule))
+            .map(|e| RuleCounters {
+                counters: e.counters.clone(),
+                packets: !e.flags.has(FlowModFlags::NO_PKT_COUNTS),
+                bytes: !e.flags.has(FlowModFlags::NO_BYT_COUNTS),
+            })
+            .collect();
+        Ok(Decision {
+            program,
+            path: res.path.clone(),
+            miss_table: res.miss_table(),
+            rules,
+        })
+    }
+
+    /// Record a new entry for `key` (a new generation); its install command.
+    fn admit(&mut self, key: OffloadKey, d: Decision) -> (OffloadKey, Gen, OffloadProgram) {
+        let gen = self.next_gen;
+        self.next_gen += 1;
+        let program = d.program;
+        self.entries.insert(
+            key,
+            Entry {
+                gen,
+                program,
+                path: d.path,
+                miss_table: d.miss_table,
+                rules: d.rules,
+                credited: EntryCounters::default(),
+                installed: false,
+            },
+        );
+        (key, gen, program)
+    }
+
+    /// Take `key`'s entry out (its removal command); it is credited when
+    /// the backend returns its final counters.
+    fn retire(&mut self, key: OffloadKey) -> (OffloadKey, Gen) {
+        let e = self.entries.remove(&key).expect("retire of a listed entry");
+        let gen = e.gen;
+        self.retiring.insert((key, gen), e);
+        self.placement.removed(&key);
+        (key, gen)
+    }
+
+    fn send_apply(
+        &mut self,
+        remove: Vec<(OffloadKey, Gen)>,
+        install: Vec<(OffloadKey, Gen, OffloadProgram)>,
+    ) {
+        if remove.is_empty() && install.is_empty() {
+            return;
+        }
+        self.sent += 1;
+        let cmd = Cmd::Apply {
+            seq: self.sent,
+            remove,
+            install,
+        };
+        if !self.link.send(cmd) {
+            self.backend_gone();
+        }
+    }
+
+    /// Take one answer into account.
+    fn take(&mut self, done: Done, pipeline: &Pipeline) {
+        let seq = done.seq();
+        match done {
+            Done::Applied {
+                removed, installed, ..
+            } => {
+                for (key, gen, r) in removed {
+                    let Some(e) = self.retiring.remove(&(key, gen)) else {
+                        continue;
+                    };
+                    match r {
+                        Ok(last) => {
+                            self.stats.removals += 1;
+                            self.credit(&key, &e, last.since(e.credited), pipeline);
+                        }
+                        // Never installed (its install was refused).
+                        Err(OffloadError::NotFound) => {}
+                        Err(err) => {
+                            self.stats.errors += 1;
+                            warn!(?key, %err, "offload removal failed");
+                        }
+                    }
+                }
+                for (key, gen, r) in installed {
+                    let current = self.entries.get(&key).is_some_and(|e| e.gen == gen);
+                    match r {
+                        Ok(()) => {
+                            self.stats.installs += 1;
+                            if current {
+                                if let Some(e) = self.entries.get_mut(&key) {
+                                    e.installed = true;
+                                }
+                                self.placement.installed(&key, Ok(()));
+                            }
+                        }
+                        Err(err) => {
+                            if current {
+                                self.entries.remove(&key);
+                                let refusal = match err {
+                                    OffloadError::Refused(r) => r,
+                                    OffloadError::Backend(ref m) => {
+                                        self.stats.errors += 1;
+                                        warn!(?key, error = %m, "offload install failed");
+                                        Refusal::Unsupported("backend error")
+                                    }
+                                    OffloadError::NotFound => Refusal::Unsupported("backend error"),
+                                };
+                                if !matches!(refusal, Refusal::Full(_)) {
+                                    self.stats.refused += 1;
+                                }
+                                self.placement.installed(&key, Err(refusal));
+                            }
+                        }
+                    }
+                }
+            }
+            Done::Read { counters, .. } => {
+                for (key, gen, c) in counters {
+                    if let Some(e) = self.entries.get(&key).filter(|e| e.gen == gen) {
+                        let delta = c.since(e.credited);
+                        let e = e.clone();
+                        self.credit(&key, &e, delta, pipeline);
+                        if let Some(e) = self.entries.get_mut(&key) {
+                            e.credited = c;
+                        }
+                        self.placement.observe_offloaded(key, delta.packets);
+                    } else if let Some(e) = self.retiring.get(&(key, gen)).cloned() {
+                        let delta = c.since(e.credited);
+                        self.credit(&key, &e, delta, pipeline);
+                        if let Some(r) = self.retiring.get_mut(&(key, gen)) {
+                            r.credited = c;
+                        }
+                    }
+                }
+            }
+        }
+        self.answered = self.answered.max(seq);
+    }
+
+    /// Credit `delta` frames of `e` to its walk's rules (removed or not: a
+    /// removed rule's counters are what its FLOW_REMOVED reports) and
+    /// tables, and to its ports.
+    fn credit(&mut self, key: &OffloadKey, e: &Entry, delta: EntryCounters, pipeline: &Pipeline) {
+        if delta.packets == 0 || matches!(e.program.verdict, Verdict::Cpu(_)) {
+            return;
+        }
+        self.stats.hits += delta.packets;
+        self.stats.hit_bytes += delta.bytes;
+        let rx = self.ports.entry(key.in_port).or_default();
+        rx.rx_packets += delta.packets;
+        rx.rx_bytes += delta.bytes;
+        if let Some(out) = out_port(key, &e.program) {
+            let grow = tag_growth(key, &e.program);
+            let tx = self.ports.entry(out).or_default();
+            tx.tx_packets += delta.packets;
+            tx.tx_bytes += (delta.bytes as i64 + grow * delta.packets as i64).max(0) as u64;
+        }
+        let (n, b) = (delta.packets, delta.bytes);
+        for r in &e.rules {
+            r.counters
+                .add(if r.packets { n } else { 0 }, if r.bytes { b } else { 0 });
+        }
+        for step in &e.path {
+            if let Some(t) = pipeline.table_counters(step.table_id) {
+                t.add(n, n);
+            }
+        }
+        if let Some(t) = e.miss_table.and_then(|t| pipeline.table_counters(t)) {
+            t.add(n, 0);
+        }
+    }
+}
+
+/// The same rule counters, one for one?
+fn same_counters(a: &[RuleCounters], b: &[RuleCounters]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(x, y)| {
+            Arc::ptr_eq(&x.counters, &y.counters) && x.packets == y.packets && x.bytes == y.bytes
+        })
+}
+
+/// The port an entry sends its frames out of, if any.
+fn out_port(key: &OffloadKey, p: &OffloadProgram) -> Option<u32> {
+    match p.verdict {
+        Verdict::Port(n) => Some(n),
+        Verdict::InPort => Some(key.in_port),
+        Verdict::Drop | Verdict::Cpu(_) => None,
+    }
+}
+
+/// Bytes a frame gains (or loses) on the way out: a tag inserted or
+/// stripped.
+fn tag_growth(key: &OffloadKey, p: &OffloadProgram) -> i64 {
+    use offlow_offload::VlanOp;
+    match (p.vlan, key.vlan.is_some()) {
+        (VlanOp::Strip, true) => -4,
+        (VlanOp::Write { .. }, false) => 4,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use offlow_flow::{Field, Match};
+    use offlow_offload::{
+        Capabilities, EntryCounters, ModelBackend, OffloadBackend, OffloadError, Pin,
+    };
+    use offlow_pipeline::{
+        Action, FlowFilter, FlowMod, FlowModCommand, Instruction, PortNo, TABLE_ALL,
+    };
+    use std::sync::{Arc, Mutex};
+
+    /// The model backend, shared with the test so it can play the device.
+    #[derive(Clone)]
+    struct Shared(Arc<Mutex<ModelBackend>>, Capabilities);
+
+    impl OffloadBackend for Shared {
+        fn capabilities(&self) -> &Capabilities {
+            &self.1
+        }
+        fn describe(&self) -> String {
+            self.0.lock().unwrap().describe()
+        }
+        fn install(&mut self, k: &OffloadKey, p: &OffloadProgram) -> Result<(), OffloadError> {
+            self.0.lock().unwrap().install(k, p)
+        }
+        fn remove(&mut self, k: &OffloadKey) -> Result<EntryCounters, OffloadError> {
+            self.0.lock().unwrap().remove(k)
+        }
+        fn counters(&mut self, k: &OffloadKey) -> Result<EntryCounters, OffloadError> {
+            self.0.lock().unwrap().counters(k)
+        }
+        fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadKey, EntryCounters)) {
+            self.0.lock().unwrap().all_counters(visit)
+        }
+        fn len(&self) -> usize {
+            self.0.lock().unwrap().len()
+        }
+    }
+
+    fn key(sport: u16) -> OffloadKey {
+        OffloadKey {
+            in_port: 1,
+            eth_dst: 0x0200_0000_0002,
+            eth_src: 0x0200_0000_0001,
+            vlan: None,
+            ipv4_src: 0x0a00_0001,
+            ipv4_dst: 0x0a00_0002,
+            ip_proto: 17,
+            ip_dscp: 0,
+            ip_ecn: 0,
+            tp_src: sport,
+            tp_dst: 9,
+        }
+    }
+
+    fn udp_to(dst: u32) -> Match {
+        let mut m = Match::ANY;
+        m.set_exact(Field::EthType, 0x0800);
+        m.set_exact(Field::IpProto, 17);
+        m.set_exact(Field::Ipv4Dst, dst.into());
+        m
+    }
+
+    fn apply(actions: Vec<Action>) -> Vec<Instruction> {
+        vec![Instruction::ApplyActions(actions)]
+    }
+
+    fn setup(room: usize) -> (OffloadTier, Arc<Mutex<ModelBackend>>, Pipeline) {
+        let model = ModelBackend::full(vec![1, 2, 3], room);
+        let caps = model.capabilities().clone();
+        let shared = Arc::new(Mutex::new(model));
+        let tier = OffloadTier::new(
+            Box::new(Shared(shared.clone(), caps)),
+            PlacementConfig::default(),
+        )
+        .unwrap();
+        (tier, shared, Pipeline::new(2))
+    }
+
+    fn flow_mod(tier: &mut OffloadTier, p: &mut Pipeline, fm: &FlowMod) {
+        let effect = p.flow_mod(fm, 0).unwrap();
+        tier.note_effect(&effect, p);
+    }
+
+    /// Publish: revalidate and wait, as the adapter's barrier does.
+    fn barrier(tier: &mut OffloadTier, p: &Pipeline) {
+        if let Some(seq) = tier.revalidate(p) {
+            assert!(tier.wait(seq, p));
+        }
+    }
+
+    fn settle(tier: &mut OffloadTier, p: &Pipeline) {
+        tier.tick(p);
+        let seq = tier.last_sent();
+        assert!(tier.wait(seq, p));
+    }
+
+    fn rule_packets(p: &Pipeline) -> Vec<u64> {
+        p.dump(&FlowFilter::all())
+            .iter()
+            .map(|s| s.packets)
+            .collect()
+    }
+
+    #[test]
+    fn offloaded_frames_are_credited_and_rule_changes_reach_the_backend_before_the_barrier() {
+        let (mut tier, model, mut p) = setup(16);
+        let set_src = Action::SetField(Field::Ipv4Src, 0x0b00_0001);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                10,
+                udp_to(0x0a00_0002),
+                apply(vec![set_src, Action::output(PortNo(2))]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        tier.pin(key(1), Some(Pin::Down));
+        settle(&mut tier, &p);
+        let prog = *model.lock().unwrap().program(&key(1)).expect("offloaded");
+        assert_eq!(prog.verdict, Verdict::Port(2));
+        assert_eq!(prog.ipv4_src, Some(0x0b00_0001));
+        assert_eq!(tier.tier(&key(1)), Tier::Offloaded);
+
+        // The device serves 5 frames; a counter read credits them.
+        for _ in 0..5 {
+            model.lock().unwrap().serve(&key(1), 60);
+        }
+        let seq = tier.request_counters();
+        assert!(tier.wait(seq, &p));
+        assert_eq!(rule_packets(&p), vec![5]);
+        let ts = p.table_stats();
+        assert_eq!((ts[0].lookup_count, ts[0].matched_count), (5, 5));
+        assert_eq!(tier.port_counters(1).rx_packets, 5);
+        assert_eq!(tier.port_counters(2).tx_packets, 5);
+        assert_eq!(tier.port_counters(2).tx_bytes, 300);
+
+        // A MODIFY changes the decision: after the barrier the backend has
+        // the new program; frames served before it count for the rule.
+        model.lock().unwrap().serve(&key(1), 60);
+        let mut m = FlowMod::new(FlowModCommand::Modify, 0, 10, udp_to(0x0a00_0002));
+        m.instructions = apply(vec![Action::output(PortNo(3))]);
+        flow_mod(&mut tier, &mut p, &m);
+        barrier(&mut tier, &p);
+        let prog = *model
+            .lock()
+            .unwrap()
+            .program(&key(1))
+            .expect("still offloaded");
+        assert_eq!(prog, OffloadProgram::plain(Verdict::Port(3)));
+        assert_eq!(rule_packets(&p), vec![6]);
+        assert_eq!(tier.stats().revalidated, 1);
+
+        // A DELETE changes it before the barrier (the flow now misses table
+        // 0, which has no table-miss entry: dropped, still offloaded); the
+        // old entry's last frames count for the deleted rule.
+        model.lock().unwrap().serve(&key(1), 60);
+        let d = FlowMod::new(FlowModCommand::Delete, TABLE_ALL, 0, Match::ANY);
+        let effect = p.flow_mod(&d, 0).unwrap();
+        tier.note_effect(&effect, &p);
+        barrier(&mut tier, &p);
+        let prog = *model
+            .lock()
+            .unwrap()
+            .program(&key(1))
+            .expect("re-installed");
+        assert_eq!(prog, OffloadProgram::plain(Verdict::Drop));
+        // The rule is gone from the table; the entry's final counters
+        // still reached it (what its FLOW_REMOVED reports).
+        let removed: Vec<(u64, u64)> = effect.removed.iter().map(|e| e.counters.get()).collect();
+        assert_eq!(removed, vec![(7, 420)]);
+        assert_eq!(tier.stats().hits, 7);
+    }
+
+    #[test]
+    fn a_flow_the_compiler_refuses_stays_in_software_with_its_reason() {
+        let (mut tier, model, mut p) = setup(16);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                10,
+                udp_to(0x0a00_0002),
+                apply(vec![Action::output(PortNo::CONTROLLER)]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        tier.pin(key(1), Some(Pin::Down));
+        settle(&mut tier, &p);
+        assert!(model.lock().unwrap().is_empty());
+        assert_eq!(
+            tier.tier(&key(1)),
+            Tier::Software(Some(Refusal::Unsupported("output to a reserved port")))
+        );
+        // Once the rule allows it, the next tick offloads it.
+        let mut m = FlowMod::new(FlowModCommand::Modify, 0, 10, udp_to(0x0a00_0002));
+        m.instructions = apply(vec![Action::output(PortNo(2))]);
+        flow_mod(&mut tier, &mut p, &m);
+        barrier(&mut tier, &p);
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn an_add_that_shadows_an_entry_rewrites_it_and_unrelated_adds_do_not() {
+        let (mut tier, model, mut p) = setup(16);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                10,
+                udp_to(0x0a00_0002),
+                apply(vec![Action::output(PortNo(2))]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        tier.pin(key(1), Some(Pin::Down));
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().operations, 1);
+        // A rule in table 1, which the entry's walk never visits.
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(1, 50, Match::ANY, apply(vec![])),
+        );
+        barrier(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().operations, 1, "no backend work");
+        // A higher-priority rule in table 0 matching the flow: it drops now.
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(0, 20, udp_to(0x0a00_0002), apply(vec![])),
+        );
+        barrier(&mut tier, &p);
+        let prog = *model.lock().unwrap().program(&key(1)).unwrap();
+        assert_eq!(prog.verdict, Verdict::Drop);
+    }
+
+    #[test]
+    fn blocked_ports_take_their_entries_back_to_software() {
+        let (mut tier, model, mut p) = setup(16);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                10,
+                udp_to(0x0a00_0002),
+                apply(vec![Action::output(PortNo(2))]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        tier.pin(key(1), Some(Pin::Down));
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().len(), 1);
+        tier.port_config(2, true);
+        settle(&mut tier, &p);
+        assert!(model.lock().unwrap().is_empty());
+        assert_eq!(tier.tier(&key(1)), Tier::Software(Some(Refusal::Port(2))));
+        tier.port_config(2, false);
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn heavy_hitters_go_down_while_room_lasts() {
+        let (mut tier, model, mut p) = setup(2);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                10,
+                udp_to(0x0a00_0002),
+                apply(vec![Action::output(PortNo(2))]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        for _ in 0..3 {
+            tier.observe(key(1), 10_000);
+            tier.observe(key(2), 20_000);
+            tier.observe(key(3), 5_000);
+            tier.observe(key(4), 10);
+            std::thread::sleep(Duration::from_millis(20));
+            settle(&mut tier, &p);
+        }
+        let m = model.lock().unwrap();
+        assert_eq!(m.len(), 2);
+        assert!(m.program(&key(2)).is_some() && m.program(&key(1)).is_some());
+    }
+}
