@@ -129,6 +129,43 @@ pub struct SwitchConfig {
     /// Which workers process which packets (empty: every worker takes
     /// what its ports give it).
     pub steering: SteeringTable,
+    /// The offload tier.
+    pub offload: Offload,
+}
+
+/// Whether (and how) hot flows are offloaded.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Offload {
+    /// No offload tier: every frame takes the userspace path.
+    #[default]
+    Off,
+    /// An XDP program on every interface port serves the hot flows.
+    Xdp(OffloadOptions),
+}
+
+/// The offload tier's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OffloadOptions {
+    /// Entries the backend holds at most.
+    pub room: usize,
+    /// Placement thresholds.
+    pub placement: offlow_offload::PlacementConfig,
+    /// Each worker samples one received frame in this many (on average).
+    pub sample_every: u32,
+    /// Attach in generic (SKB) mode even where the driver has native XDP.
+    pub generic: bool,
+}
+
+impl Default for OffloadOptions {
+    /// 65,536 entries, the default thresholds, one frame in 16.
+    fn default() -> Self {
+        OffloadOptions {
+            room: 65_536,
+            placement: offlow_offload::PlacementConfig::default(),
+            sample_every: 16,
+            generic: false,
+        }
+    }
 }
 
 impl Default for SwitchConfig {
@@ -146,6 +183,7 @@ impl Default for SwitchConfig {
             fail_mode: FailMode::Secure,
             flows: Vec::new(),
             steering: SteeringTable::default(),
+            offload: Offload::Off,
         }
     }
 }

@@ -255,6 +255,10 @@ fn start_ports(
         packet_in: tx,
         packet_in_wanted,
         steering: cfg.steering.clone(),
+        sample_every: match &cfg.offload {
+            crate::config::Offload::Off => None,
+            crate::config::Offload::Xdp(o) => Some(o.sample_every),
+        },
     })?;
     switch.attach(ports, dp, cfg.netns.clone());
     Ok(Some(rx))
@@ -325,6 +329,9 @@ pub async fn run(
     );
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::task::spawn_local(expiry_loop(shared.clone(), stop_rx.clone()));
+    if shared.borrow().switch.offload().is_some() {
+        tokio::task::spawn_local(offload_loop(shared.clone(), stop_rx.clone()));
+    }
     if let Some(rx) = packet_ins {
         tokio::task::spawn_local(packet_in_loop(rx, shared.clone(), stop_rx.clone()));
         tokio::task::spawn_local(link_loop(shared.clone(), stop_rx.clone()));
@@ -874,6 +881,17 @@ async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
                 desc,
             })));
         }
+    }
+}
+
+/// Drive the offload tier: samples in, counters read, flows placed.
+async fn offload_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(crate::offload::OFFLOAD_TICK) => {}
+            _ = stopped(&mut stop) => return,
+        }
+        shared.borrow_mut().switch.offload_tick();
     }
 }
 

@@ -47,5 +47,7 @@ pub mod port_sink;
 pub mod standalone;
 
 pub use adapter::{DatapathSwitch, SwitchPort};
-pub use config::{Endpoint, FailMode, InitialFlow, PortConfig, PortKind, SwitchConfig};
+pub use config::{
+    Endpoint, FailMode, InitialFlow, Offload, OffloadOptions, PortConfig, PortKind, SwitchConfig,
+};
 pub use control::{run, run_blocking, Running, EXPIRY_EVERY, LINK_POLL};

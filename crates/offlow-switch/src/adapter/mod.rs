@@ -74,6 +74,7 @@
 use std::time::Duration;
 
 use crate::buffers::{BufferError, PacketBuffers};
+use crate::offload::{OffloadStats, OffloadTier};
 use offlow_datapath::{
     execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
     PIPELINE_COPIES,
@@ -81,7 +82,7 @@ use offlow_datapath::{
 use offlow_flow::ParseStats;
 use offlow_io::{AfPacketTx, LinkState};
 use offlow_openflow::multipart::{MultipartReplyBody, MultipartRequestBody};
-use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_PORT_DOWN};
+use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 use offlow_openflow::{
     BadActionCode, BadRequestCode, Need, OfError, PacketOut, PortMod, PortModFailedCode,
     SwitchFeatures, Ticket,
@@ -194,6 +195,13 @@ pub struct DatapathSwitch {
     /// A counter sync has just completed for the request being handled:
     /// its statistics need not sync again.
     counters_fresh: bool,
+    /// The offload tier, when the switch runs one.
+    offload: Option<OffloadTier>,
+    /// The offload batch a commit ticket waits for (the latest
+    /// revalidation sent: batches are answered in order).
+    offload_commit_seq: u64,
+    /// Per counter-sync epoch, the offload counter read it waits for.
+    offload_reads: std::collections::VecDeque<(u64, u64)>,
 }
 
 /// Marks a [`Ticket`] that names a counter-sync request (the rest of the
@@ -230,6 +238,9 @@ impl DatapathSwitch {
             buffers: PacketBuffers::default(),
             sync_deadlines: std::collections::VecDeque::new(),
             counters_fresh: false,
+            offload: None,
+            offload_commit_seq: 0,
+            offload_reads: std::collections::VecDeque::new(),
             port_status: Vec::new(),
             compiled_at: 0,
             quiet_since: (0, 0),
@@ -334,6 +345,7 @@ impl DatapathSwitch {
         // at the end of its batch anyway.
         self.control.commit();
         self.dirty = false;
+        self.offload_publish();
         self.compiled_at = count;
         self.last_compile = took;
         tracing::info!(
@@ -412,6 +424,9 @@ impl DatapathSwitch {
             .flow_mod(fm, now_ns)
             .map_err(|e| e.of_error())?;
         self.dirty = true;
+        if let Some(t) = &mut self.offload {
+            t.note_effect(&effect, self.control.pipeline());
+        }
         if !effect.removed.is_empty() {
             self.removed.extend(
                 RemovedFlow::deleted_by(&effect)
@@ -430,7 +445,67 @@ impl DatapathSwitch {
         if self.dirty {
             self.control.commit_start();
             self.dirty = false;
+            self.offload_publish();
         }
+    }
+
+    /// After a publish: send the offloaded entries' revalidation (if any
+    /// changed); commit tickets wait for it.
+    fn offload_publish(&mut self) {
+        if let Some(t) = &mut self.offload {
+            if let Some(seq) = t.revalidate(self.control.pipeline()) {
+                self.offload_commit_seq = seq;
+            }
+        }
+    }
+
+    /// Has the backend applied every revalidation sent?
+    fn offload_settled(&mut self) -> bool {
+        match &mut self.offload {
+            Some(t) => t.done(self.offload_commit_seq, self.control.pipeline()),
+            None => true,
+        }
+    }
+
+    /// A blocking commit: publish, wait for the workers and the backend.
+    fn commit_blocking(&mut self) {
+        self.control.commit();
+        self.dirty = false;
+        self.offload_publish();
+        if let Some(t) = &mut self.offload {
+            t.wait(self.offload_commit_seq, self.control.pipeline());
+        }
+    }
+
+    /// Run the offload tier (the daemon calls it every
+    /// [`crate::offload::OFFLOAD_TICK`]): hand it the workers' flow
+    /// samples, let it read the backend's counters and place flows.
+    pub fn offload_tick(&mut self) {
+        let Some(t) = &mut self.offload else { return };
+        if let Some(d) = &self.dataplane {
+            d.take_samples(|k, n| t.observe(k, n));
+        }
+        if self.dirty {
+            // Plan against published rules only; the next tick will.
+            t.poll(self.control.pipeline());
+            return;
+        }
+        t.tick(self.control.pipeline());
+    }
+
+    /// Run the offload tier with this one.
+    pub fn set_offload(&mut self, tier: OffloadTier) {
+        self.offload = Some(tier);
+    }
+
+    /// The offload tier, if the switch runs one.
+    pub fn offload(&self) -> Option<&OffloadTier> {
+        self.offload.as_ref()
+    }
+
+    /// What the offload tier has done (`None`: no tier).
+    pub fn offload_stats(&self) -> Option<OffloadStats> {
+        self.offload.as_ref().map(|t| t.stats())
     }
 
     /// Start a counter sync for the expiry scan, if it has timed entries
@@ -460,6 +535,12 @@ impl DatapathSwitch {
             self.sync_deadlines.pop_front();
         }
         self.sync_deadlines.push_back((epoch, now + SYNC_TIMEOUT));
+        if let Some(t) = &mut self.offload {
+            while self.offload_reads.len() >= 64 {
+                self.offload_reads.pop_front();
+            }
+            self.offload_reads.push_back((epoch, t.request_counters()));
+        }
         Some(COUNTERS_TICKET | epoch)
     }
 
@@ -479,6 +560,9 @@ impl DatapathSwitch {
             return removed;
         }
         self.dirty = true;
+        if let Some(t) = &mut self.offload {
+            t.note_removed(removed.iter().map(|r| r.entry.id));
+        }
         self.removed
             .extend(removed.iter().filter(|r| r.send_flow_rem()).cloned());
         removed
@@ -496,9 +580,9 @@ impl DatapathSwitch {
         // The removal must be in force (every worker past a quiescent
         // point, having credited the entries' last packets) before the
         // final counts are read. Blocking, but only when an entry flagged
-        // SEND_FLOW_REM went away.
-        self.control.commit();
-        self.dirty = false;
+        // SEND_FLOW_REM went away. The offload tier's removal is waited
+        // for too: the entries' final counters reach the rules first.
+        self.commit_blocking();
         self.counters_fresh = false;
         self.sync_counters();
         self.removed
@@ -607,6 +691,10 @@ impl DatapathSwitch {
         if std::mem::take(&mut self.counters_fresh) {
             return;
         }
+        if let Some(t) = &mut self.offload {
+            let seq = t.request_counters();
+            t.wait(seq, self.control.pipeline());
+        }
         let Some(dataplane) = &self.dataplane else {
             return;
         };
@@ -624,10 +712,15 @@ impl DatapathSwitch {
     /// Apply a flow-mod from inside the switch (standalone mode's learned
     /// flows); committed with the next [`Self::commit_pending`].
     pub fn internal_flow_mod(&mut self, fm: &FlowMod, now_ns: u64) -> Result<(), String> {
-        self.control
+        let effect = self
+            .control
             .flow_mod(fm, now_ns)
-            .map(|_| self.dirty = true)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        self.dirty = true;
+        if let Some(t) = &mut self.offload {
+            t.note_effect(&effect, self.control.pipeline());
+        }
+        Ok(())
     }
 
     /// The writer's pipeline (every applied flow-mod, committed or not).
@@ -664,9 +757,9 @@ impl offlow_openflow::Switch for DatapathSwitch {
 
     fn barrier(&mut self) {
         // Commit even when clean: a no-op publish returns at once, and so
-        // does one whose `Need::Commit` ticket has completed.
-        self.control.commit();
-        self.dirty = false;
+        // does one whose `Need::Commit` ticket has completed (the offload
+        // batch too).
+        self.commit_blocking();
     }
 
     fn begin(&mut self, need: Need, _now_ns: u64) -> Option<Ticket> {
@@ -675,6 +768,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
             Need::Commit => {
                 let version = self.control.commit_start();
                 self.dirty = false;
+                self.offload_publish();
                 Some(version)
             }
             Need::Write => self.control.is_settling().then(|| self.control.version()),
@@ -684,10 +778,22 @@ impl offlow_openflow::Switch for DatapathSwitch {
 
     fn is_done(&mut self, ticket: Ticket, _now_ns: u64) -> bool {
         if ticket & COUNTERS_TICKET == 0 {
-            return self.control.try_settle();
+            // Both, so the backend's batch is polled even while workers
+            // settle.
+            let offload = self.offload_settled();
+            return self.control.try_settle() && offload;
         }
         let epoch = ticket & !COUNTERS_TICKET;
-        if self.control.sync_done(epoch) {
+        let offload_read = self
+            .offload_reads
+            .iter()
+            .find(|&&(e, _)| e == epoch)
+            .map(|&(_, seq)| seq);
+        let offload_done = match (&mut self.offload, offload_read) {
+            (Some(t), Some(seq)) => t.done(seq, self.control.pipeline()),
+            _ => true,
+        };
+        if self.control.sync_done(epoch) && offload_done {
             self.counters_fresh = true;
             return true;
         }
@@ -746,6 +852,12 @@ impl offlow_openflow::Switch for DatapathSwitch {
         let desc = port.desc();
         if let Some(d) = &self.dataplane {
             d.set_port_config(pm.port_no, config);
+        }
+        if let Some(t) = &mut self.offload {
+            t.port_config(
+                pm.port_no,
+                config & (OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_PORT_DOWN) != 0,
+            );
         }
         tracing::info!(
             port = pm.port_no,

@@ -86,12 +86,18 @@ impl DatapathSwitch {
                 .as_ref()
                 .and_then(|s| s.port(p.number))
                 .unwrap_or_default();
+            // Frames the offload tier served never reached a worker.
+            let o = self
+                .offload
+                .as_ref()
+                .map(|t| t.port_counters(p.number))
+                .unwrap_or_default();
             out.push(offlow_openflow::multipart::PortStats {
                 port_no: p.number,
-                rx_packets: s.rx_packets,
-                tx_packets: s.tx_packets + p.tx_packets,
-                rx_bytes: s.rx_bytes,
-                tx_bytes: s.tx_bytes,
+                rx_packets: s.rx_packets + o.rx_packets,
+                tx_packets: s.tx_packets + p.tx_packets + o.tx_packets,
+                rx_bytes: s.rx_bytes + o.rx_bytes,
+                tx_bytes: s.tx_bytes + o.tx_bytes,
                 rx_dropped: s.rx_dropped,
                 tx_dropped: s.tx_dropped,
                 rx_errors: s.rx_errors,

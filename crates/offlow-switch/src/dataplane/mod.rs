@@ -84,6 +84,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use offlow_datapath::{PacketBuf, PortInfo, SteeringTable, Worker, DEFAULT_HEADROOM};
 use offlow_io::{csum, Port, PortStats, RxMeta};
+use offlow_offload::{OffloadKey, Sampler};
 use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
 use crate::config::PortKind;
@@ -181,6 +182,8 @@ pub struct Dataplane {
     gens: Arc<Generations>,
     /// The workers' inboxes (their eventfds wake them).
     inboxes: Arc<[Inbox]>,
+    /// Per worker: flow samples published for the offload tier.
+    samples: Vec<SampleSlot>,
 }
 
 /// How to start the data plane.
@@ -203,7 +206,17 @@ pub struct DataplaneConfig<'a> {
     pub packet_in_wanted: Arc<AtomicU32>,
     /// The configured steering table (`[[steer]]`), given to every worker.
     pub steering: SteeringTable,
+    /// Sample one received frame in this many for the offload tier's
+    /// placement (`None`: no offload tier, no sampling).
+    pub sample_every: Option<u32>,
 }
+
+/// Most flow samples a worker leaves for the control side between two
+/// collections (the rest are dropped: the heaviest come first anyway).
+const MAX_SAMPLES: usize = 4096;
+
+/// A worker's published flow samples: (key, estimated packets).
+type SampleSlot = Arc<Mutex<Vec<(OffloadKey, u64)>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     // Statistics snapshots: a panicked writer leaves a usable snapshot.
@@ -260,6 +273,7 @@ impl Dataplane {
             .collect();
         let mut threads = Vec::new();
         let mut slots = Vec::new();
+        let mut samples = Vec::new();
         let inboxes: Arc<[Inbox]> = (0..n_workers)
             .map(|_| Inbox::new())
             .collect::<std::io::Result<Vec<_>>>()
@@ -276,6 +290,8 @@ impl Dataplane {
                 ..DataplaneStats::default()
             }));
             slots.push(slot.clone());
+            let sample_slot = Arc::new(Mutex::new(Vec::new()));
+            samples.push(sample_slot.clone());
             let core = (!cfg.cores.is_empty()).then(|| cfg.cores[i % cfg.cores.len()]);
             let mut t = WorkerThread {
                 worker,
@@ -315,6 +331,8 @@ impl Dataplane {
                 no_recv_bytes: vec![0; n_ports],
                 reopened: 0,
                 reopen_failed: 0,
+                sampler: cfg.sample_every.map(Sampler::new),
+                samples: sample_slot,
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
@@ -349,7 +367,19 @@ impl Dataplane {
             ports: data_ports,
             gens,
             inboxes,
+            samples,
         })
+    }
+
+    /// Hand every flow sample the workers published since the last call
+    /// to `visit` (key, estimated packets).
+    pub fn take_samples(&self, mut visit: impl FnMut(OffloadKey, u64)) {
+        for slot in &self.samples {
+            let taken = std::mem::take(&mut *lock(slot));
+            for (k, n) in taken {
+                visit(k, n);
+            }
+        }
     }
 
     /// Wake every worker sleeping in its idle `poll(2)` (through its inbox
@@ -509,6 +539,10 @@ struct WorkerThread {
     /// taken out of its `rx_packets`), and their bytes (out of `rx_bytes`).
     no_recv_drops: Vec<u64>,
     no_recv_bytes: Vec<u64>,
+    /// The offload tier's flow sampler, when there is a tier.
+    sampler: Option<Sampler>,
+    /// Where its samples are published (taken by the control side).
+    samples: SampleSlot,
 }
 
 impl WorkerThread {
@@ -544,6 +578,11 @@ impl WorkerThread {
                     continue;
                 }
                 let in_port = self.sink.infos[i].port;
+                if let Some(s) = &mut self.sampler {
+                    for b in &bufs[..n] {
+                        s.offer(b.frame(), in_port);
+                    }
+                }
                 self.sink.in_port = in_port;
                 // Lend the ports to the sink for the batch's outputs.
                 self.sink.ports_tx = std::mem::take(&mut self.ports);
@@ -926,6 +965,14 @@ impl WorkerThread {
     }
 
     fn publish(&mut self) {
+        if let Some(sampler) = &mut self.sampler {
+            let mut out = lock(&self.samples);
+            sampler.drain(|k, n| {
+                if out.len() < MAX_SAMPLES {
+                    out.push((k, n));
+                }
+            });
+        }
         let mut s = lock(&self.slot);
         s.worker = self.worker.stats();
         for (i, (d, p)) in s.ports.iter_mut().zip(self.ports.iter_mut()).enumerate() {
@@ -1013,6 +1060,8 @@ mod tests {
             reopen_warned: vec![false; n],
             reopened: 0,
             reopen_failed: 0,
+            sampler: None,
+            samples: SampleSlot::default(),
             no_recv: vec![false; n],
             no_recv_drops: vec![0; n],
             no_recv_bytes: vec![0; n],

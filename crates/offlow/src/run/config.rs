@@ -318,6 +318,7 @@ impl RunConfig {
             fail_mode: self.fail_mode,
             flows,
             steering,
+            offload: offlow_switch::Offload::Off,
         })
     }
 }
