@@ -163,6 +163,90 @@ impl OffloadProgram {
     }
 }
 
+fn mac(v: u64) -> String {
+    let b = v.to_be_bytes();
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        b[2], b[3], b[4], b[5], b[6], b[7]
+    )
+}
+
+fn ip(v: u32) -> std::net::Ipv4Addr {
+    std::net::Ipv4Addr::from(v)
+}
+
+impl core::fmt::Display for OffloadProgram {
+    /// The stages in order, comma-separated, in ovs-ofctl's spirit:
+    /// `strip_vlan,mod_dl_dst:02:00:00:00:00:09,dec_ttl,output:2`.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        match self.vlan {
+            VlanOp::Keep => {}
+            VlanOp::Strip => parts.push("strip_vlan".into()),
+            VlanOp::Write {
+                tpid,
+                vid,
+                pcp,
+                clear_dei,
+            } => {
+                let mut w = String::from("write_vlan(");
+                let mut fields = Vec::new();
+                if let Some(t) = tpid {
+                    fields.push(format!("tpid={t:#06x}"));
+                }
+                if let Some(v) = vid {
+                    fields.push(format!("vid={v}"));
+                }
+                if let Some(p) = pcp {
+                    fields.push(format!("pcp={p}"));
+                }
+                if clear_dei {
+                    fields.push("dei=0".into());
+                }
+                w.push_str(&fields.join(","));
+                w.push(')');
+                parts.push(w);
+            }
+        }
+        if let Some(v) = self.eth_src {
+            parts.push(format!("mod_dl_src:{}", mac(v)));
+        }
+        if let Some(v) = self.eth_dst {
+            parts.push(format!("mod_dl_dst:{}", mac(v)));
+        }
+        if let Some(v) = self.ip_dscp {
+            parts.push(format!("set_field:{v}->ip_dscp"));
+        }
+        if let Some(v) = self.ip_ecn {
+            parts.push(format!("mod_nw_ecn:{v}"));
+        }
+        match self.ttl {
+            TtlOp::Keep => {}
+            TtlOp::Set(t) => parts.push(format!("mod_nw_ttl:{t}")),
+            TtlOp::Dec => parts.push("dec_ttl".into()),
+        }
+        if let Some(v) = self.ipv4_src {
+            parts.push(format!("mod_nw_src:{}", ip(v)));
+        }
+        if let Some(v) = self.ipv4_dst {
+            parts.push(format!("mod_nw_dst:{}", ip(v)));
+        }
+        if let Some(v) = self.tp_src {
+            parts.push(format!("mod_tp_src:{v}"));
+        }
+        if let Some(v) = self.tp_dst {
+            parts.push(format!("mod_tp_dst:{v}"));
+        }
+        parts.push(match self.verdict {
+            Verdict::Drop => "drop".into(),
+            Verdict::Port(p) => format!("output:{p}"),
+            Verdict::InPort => "in_port".into(),
+            Verdict::Cpu(m) => format!("to_cpu(workers={m:#x})"),
+        });
+        f.write_str(&parts.join(","))
+    }
+}
+
 /// One tag of the simulated VLAN stack: `None` = as on the frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct SimTag {

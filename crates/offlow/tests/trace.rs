@@ -113,6 +113,30 @@ fn multi_table_path_with_rewrites() {
 }
 
 #[test]
+fn trace_says_which_tier_serves_the_flow() {
+    let f = TempFile::new("tier", FLOWS);
+    // Port 80: set_queue on the way: stays in software, with the reason.
+    let out = trace_file(
+        &f,
+        "in_port=1,tcp,nw_src=10.0.0.1,nw_dst=10.0.0.2,tp_dst=80",
+    );
+    assert!(
+        out.contains(" offload: stays in software (action not offloadable: set_queue)"),
+        "{out}"
+    );
+    // Port 22: a plain output: offloadable, the program shown.
+    let out = trace_file(&f, "in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=22");
+    assert!(out.contains(" offload: offloadable;"), "{out}");
+    assert!(out.contains("once it is hot: output:7\n"), "{out}");
+    // ARP is outside the offloadable class.
+    let out = trace_file(&f, "in_port=1,arp");
+    assert!(
+        out.contains(" offload: stays in software (outside the offloadable class: not IPv4)"),
+        "{out}"
+    );
+}
+
+#[test]
 fn priorities_misses_and_table_miss_entries() {
     let f = TempFile::new("prio", FLOWS);
     // Port 22 also matches the priority-10 ip rule: 200 wins.

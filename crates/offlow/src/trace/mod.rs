@@ -190,6 +190,17 @@ pub(crate) struct TraceReport {
     pub verdict: String,
     /// Non-zero executor counters (skipped actions and the like).
     pub exec_counters: Vec<(String, u64)>,
+    /// Which tier would serve the flow.
+    pub tier: TierReport,
+}
+
+/// Which tier serves the traced flow (`offlow run --offload`).
+#[derive(Debug, Serialize)]
+pub(crate) struct TierReport {
+    /// The offload tier can serve it: its program, stage by stage.
+    pub offload_program: Option<String>,
+    /// Why it stays in software, if it does.
+    pub software_reason: Option<String>,
 }
 
 /// Run `offlow trace`.
@@ -378,7 +389,20 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         .filter(|(_, v)| *v != 0)
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+    let tier = match offlow_offload::OffloadKey::from_flow_key(&key)
+        .and_then(|k| offlow_offload::compile(&k, &res.actions))
+    {
+        Ok(p) => TierReport {
+            offload_program: Some(p.to_string()),
+            software_reason: None,
+        },
+        Err(r) => TierReport {
+            offload_program: None,
+            software_reason: Some(r.to_string()),
+        },
+    };
     Ok(TraceReport {
+        tier,
         source,
         flow_stats_replies,
         n_tables: pipeline.n_tables(),
@@ -721,6 +745,25 @@ pub(crate) fn render(r: &TraceReport) -> String {
             .collect();
         let _ = writeln!(s, "Executor counters: {}", c.join(" "));
     }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "Tier");
+    let _ = writeln!(s, "----");
+    match (&r.tier.offload_program, &r.tier.software_reason) {
+        (Some(p), _) => {
+            let _ = writeln!(
+                s,
+                " offload: offloadable; with `--offload xdp` the XDP program serves it once it is hot: {p}"
+            );
+        }
+        (None, Some(why)) => {
+            let _ = writeln!(s, " offload: stays in software ({why})");
+        }
+        (None, None) => {}
+    }
+    let _ = writeln!(
+        s,
+        " software: microflow cache (exact match) after the first packet, the pipeline on a miss"
+    );
     s
 }
 
