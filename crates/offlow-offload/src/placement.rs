@@ -51,7 +51,7 @@ pub enum Pin {
 }
 
 /// The thresholds (module docs).
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlacementConfig {
     /// Rate (packets/s) at which a flow is hot.
     pub promote_pps: u64,

@@ -134,7 +134,7 @@ pub struct SwitchConfig {
 }
 
 /// Whether (and how) hot flows are offloaded.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Offload {
     /// No offload tier: every frame takes the userspace path.
     #[default]
@@ -144,7 +144,7 @@ pub enum Offload {
 }
 
 /// The offload tier's settings.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OffloadOptions {
     /// Entries the backend holds at most.
     pub room: usize,

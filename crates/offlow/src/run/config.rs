@@ -30,6 +30,14 @@
 //! [[steer]]                  # OFiS "forward to a subset of CPUs"
 //! match = "udp,tp_dst=53"    # ovs-ofctl match syntax
 //! workers = [1]              # only these packet workers process such packets
+//!
+//! [offload]                  # the offload tier (default: off)
+//! mode = "xdp"               # "off" or "xdp": an XDP program on every interface port
+//! room = 65536               # entries it holds
+//! promote_pps = 1000         # a flow this hot for 2 ticks (100 ms each) goes down
+//! demote_pps = 250           # an offloaded flow this cold for 5 ticks comes back
+//! sample_every = 16          # workers sample one received frame in this many
+//! generic = false            # force generic (SKB) XDP
 //! ```
 //!
 //! `[[steer]]` entries form the workers' steering table
@@ -141,6 +149,30 @@ pub(crate) struct RunArgs {
     /// for `ovs-ofctl add-flows`), before any port receives.
     #[arg(long, value_name = "FILE")]
     pub flows: Option<PathBuf>,
+    /// The offload tier: `xdp` (an XDP program on every interface port
+    /// serves the hot flows) or `off` (the default).
+    #[arg(long, value_name = "off|xdp", value_parser = parse_offload_mode)]
+    pub offload: Option<offlow_switch::Offload>,
+    /// Entries the offload tier holds (with `--offload xdp`).
+    #[arg(long, value_name = "N")]
+    pub offload_room: Option<usize>,
+}
+
+fn parse_offload_mode(s: &str) -> Result<offlow_switch::Offload, String> {
+    match s {
+        "off" => Ok(offlow_switch::Offload::Off),
+        "xdp" => Ok(offlow_switch::Offload::Xdp(
+            offlow_switch::OffloadOptions::default(),
+        )),
+        _ => Err(format!("`{s}`: expected `off` or `xdp`")),
+    }
+}
+
+fn check_room(n: usize) -> anyhow::Result<usize> {
+    if n == 0 || n > 1 << 24 {
+        bail!("{n}: must be 1..=16777216");
+    }
+    Ok(n)
 }
 
 fn parse_fail_mode(s: &str) -> Result<FailMode, String> {
@@ -267,6 +299,8 @@ pub(crate) struct RunConfig {
     pub flows: Option<PathBuf>,
     /// `[[steer]]` entries, in file order.
     pub steer: Vec<SteerConfig>,
+    /// The offload tier.
+    pub offload: offlow_switch::Offload,
 }
 
 /// One `[[steer]]` entry.
@@ -318,7 +352,7 @@ impl RunConfig {
             fail_mode: self.fail_mode,
             flows,
             steering,
-            offload: offlow_switch::Offload::Off,
+            offload: self.offload,
         })
     }
 }
@@ -399,6 +433,7 @@ impl Default for RunConfig {
             fail_mode: FailMode::Secure,
             flows: None,
             steer: Vec::new(),
+            offload: offlow_switch::Offload::Off,
         }
     }
 }
@@ -435,6 +470,18 @@ struct FileConfig {
     flows: Option<String>,
     #[serde(default)]
     steer: Vec<FileSteer>,
+    offload: Option<FileOffload>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileOffload {
+    mode: toml::Spanned<String>,
+    room: Option<toml::Spanned<usize>>,
+    promote_pps: Option<toml::Spanned<u64>>,
+    demote_pps: Option<toml::Spanned<u64>>,
+    sample_every: Option<toml::Spanned<u32>>,
+    generic: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -601,7 +648,60 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
             anyhow::anyhow!("pcap ports are served by one worker: set workers = 1"),
         ));
     }
+    let offload = match &f.offload {
+        None => offlow_switch::Offload::Off,
+        Some(o) => {
+            let mode = parse_offload_mode(o.mode.get_ref())
+                .map_err(|e| at("offload.mode", o.mode.span(), anyhow::anyhow!(e)))?;
+            match mode {
+                offlow_switch::Offload::Off => mode,
+                offlow_switch::Offload::Xdp(mut opts) => {
+                    if let Some(r) = &o.room {
+                        opts.room = check_room(*r.get_ref())
+                            .map_err(|e| at("offload.room", r.span(), e))?;
+                    }
+                    if let Some(p) = &o.promote_pps {
+                        opts.placement.promote_pps = *p.get_ref();
+                    }
+                    if let Some(d) = &o.demote_pps {
+                        opts.placement.demote_pps = *d.get_ref();
+                    }
+                    let p = &opts.placement;
+                    if p.demote_pps >= p.promote_pps {
+                        let span = o
+                            .demote_pps
+                            .as_ref()
+                            .or(o.promote_pps.as_ref())
+                            .map(|s| s.span())
+                            .unwrap_or(0..0);
+                        return Err(at(
+                            "offload.demote_pps",
+                            span,
+                            anyhow::anyhow!(
+                                "demote_pps ({}) must be below promote_pps ({}): the gap is what keeps entries from flapping",
+                                p.demote_pps,
+                                p.promote_pps
+                            ),
+                        ));
+                    }
+                    if let Some(n) = &o.sample_every {
+                        if *n.get_ref() == 0 {
+                            return Err(at(
+                                "offload.sample_every",
+                                n.span(),
+                                anyhow::anyhow!("must be at least 1"),
+                            ));
+                        }
+                        opts.sample_every = *n.get_ref();
+                    }
+                    opts.generic = o.generic.unwrap_or(false);
+                    offlow_switch::Offload::Xdp(opts)
+                }
+            }
+        }
+    };
     Ok(RunConfig {
+        offload,
         dpid: f.dpid.unwrap_or(DEFAULT_DPID),
         tables,
         listen,
@@ -653,6 +753,18 @@ impl RunArgs {
         }
         if let Some(f) = &self.flows {
             c.flows = Some(f.clone());
+        }
+        match (&self.offload, &c.offload) {
+            // `--offload xdp` keeps the file's [offload] settings.
+            (Some(offlow_switch::Offload::Xdp(_)), offlow_switch::Offload::Xdp(_)) | (None, _) => {}
+            (Some(o), _) => c.offload = o.clone(),
+        }
+        if let Some(r) = self.offload_room {
+            let room = check_room(r).context("--offload-room")?;
+            match &mut c.offload {
+                offlow_switch::Offload::Xdp(o) => o.room = room,
+                offlow_switch::Offload::Off => bail!("--offload-room needs --offload xdp"),
+            }
         }
         if c.workers > 1
             && c.ports
@@ -825,6 +937,40 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("line 2") && e.contains("fail_mode"), "{e}");
+    }
+
+    #[test]
+    fn offload_settings_and_their_errors() {
+        let text = "[offload]\nmode = \"xdp\"\nroom = 1024\npromote_pps = 500\ndemote_pps = 100\n";
+        let c = parse_file(Path::new("s.toml"), text).unwrap();
+        let offlow_switch::Offload::Xdp(o) = &c.offload else {
+            panic!("{:?}", c.offload)
+        };
+        assert_eq!(
+            (o.room, o.placement.promote_pps, o.placement.demote_pps),
+            (1024, 500, 100)
+        );
+        let e = parse_file(
+            Path::new("s.toml"),
+            "[offload]\nmode = \"xdp\"\npromote_pps = 100\ndemote_pps = 100\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("s.toml, line 4, key `offload.demote_pps`"),
+            "{e}"
+        );
+        let e = parse_file(Path::new("s.toml"), "[offload]\nmode = \"nic\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("line 2, key `offload.mode`: `nic`: expected `off` or `xdp`"),
+            "{e}"
+        );
+        assert_eq!(
+            parse_file(Path::new("s.toml"), "").unwrap().offload,
+            offlow_switch::Offload::Off
+        );
     }
 
     #[test]
