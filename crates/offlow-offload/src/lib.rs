@@ -17,6 +17,10 @@
 //! - [`OffloadBackend`]: install, replace, remove, read counters
 //!   ([`backend`]); [`ModelBackend`], a software model with configurable
 //!   capabilities ([`model`]).
+//! - [`xdp::XdpBackend`]: the backend in the kernel, an XDP program on the
+//!   switch's ports that serves entries before frames reach the AF_XDP or
+//!   AF_PACKET sockets, with exact per-CPU counters and a grace period after
+//!   every change ([`xdp`]).
 //!
 //! # Invariants
 //! - Never a silent partial offload: an entry the backend cannot serve
@@ -40,6 +44,7 @@ pub mod caps;
 pub mod key;
 pub mod model;
 pub mod program;
+pub mod xdp;
 
 pub use backend::{EntryCounters, OffloadBackend, OffloadError};
 pub use caps::{ActionKinds, Capabilities, CLASS_FIELDS};
