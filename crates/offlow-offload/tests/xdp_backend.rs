@@ -191,6 +191,9 @@ fn steering_goes_to_the_workers_cpu_or_up() {
         assert_eq!((ret, stat, cpu), (action::REDIRECT, "hit_cpu", 0));
         assert_eq!(out, f);
         assert_eq!(b.counters(&key).unwrap().packets, 1);
+        b.clear_worker_cpu(5).unwrap();
+        assert_eq!(run(&b, &f, 1).2, "up_pass");
+        assert_eq!(b.stats().unwrap().get("up_no_cpu"), 2);
     });
 }
 
@@ -275,4 +278,85 @@ fn a_udp_checksum_computing_to_zero_is_sent_as_ffff() {
         assert_eq!(&out[40..42], &[0xff, 0xff]);
         assert_eq!(out, sink.0[0].1);
     });
+}
+
+/// Replacements while frames run on another thread: every frame is served
+/// completely by one of the programs (never a mix of two, never another
+/// entry's), or, between a removal and the next install, goes up
+/// untouched. This is what the slot indirection and the grace period keep.
+#[test]
+fn frames_in_flight_see_whole_programs_during_replacement() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(ns) = common::Netns::new("oflxdp-race") else {
+        return;
+    };
+    let f = tcp(20);
+    let key = OffloadKey::parse(&f, 1).unwrap();
+    // Two programs for the flow, differing in every stage, and a third
+    // entry whose slots get recycled under the flow's.
+    let p1 = [
+        Action::SetField(Field::EthDst, 0x0200_0000_0011),
+        Action::SetField(Field::Ipv4Src, 0x0b00_0001),
+        Action::SetField(Field::TcpDst, 8080),
+        Action::output(PortNo(2)),
+    ];
+    let p2 = [
+        Action::PushVlan(0x8100),
+        Action::SetField(Field::VlanVid, 0x1000 | 77),
+        Action::SetField(Field::EthDst, 0x0200_0000_0022),
+        Action::DecNwTtl,
+        Action::output(PortNo(3)),
+    ];
+    let expect = |acts: &[Action], port: u32| {
+        let parsed = offlow_flow::extract(&f, 1, &mut Default::default());
+        let mut lay = parsed.layout;
+        let mut buf = PacketBuf::from_frame(&f, 0);
+        let mut sink = One::default();
+        execute(
+            acts,
+            &mut buf,
+            &mut lay,
+            1,
+            &mut sink,
+            &mut ExecStats::default(),
+        );
+        assert_eq!(sink.0[0].0, port);
+        (action::REDIRECT, sink.0[0].1.clone())
+    };
+    let (e1, e2) = (expect(&p1, 2), expect(&p2, 3));
+    let up = (action::PASS, f.clone());
+    let other = OffloadKey { tp_src: 1, ..key };
+    let stop = AtomicBool::new(false);
+    let served = std::thread::scope(|s| {
+        let mut b = ns.run(|| common::detached(4));
+        let runner = b.test_runner().unwrap();
+        let ifindex = ns.run(|| common::ifindex_of(&b, 1));
+        let (ns, stop, f) = (&ns, &stop, &f);
+        let (e1, e2, up) = (e1.clone(), e2.clone(), up.clone());
+        let t = s.spawn(move || {
+            ns.run(|| {
+                let mut n = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let r = runner.run(f, ifindex, 0).unwrap();
+                    assert!(r == e1 || r == e2 || r == up, "a torn program: {r:?}");
+                    n += 1;
+                }
+                n
+            })
+        });
+        let c1 = compile(&key, &p1).unwrap();
+        let c2 = compile(&key, &p2).unwrap();
+        let drop_all = OffloadProgram::plain(Verdict::Drop);
+        for i in 0..200 {
+            b.install(&key, if i % 2 == 0 { &c1 } else { &c2 }).unwrap();
+            b.install(&other, &drop_all).unwrap();
+            b.remove(&other).unwrap();
+            if i % 50 == 49 {
+                b.remove(&key).unwrap();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap()
+    });
+    assert!(served > 100, "only {served} frames ran");
 }

@@ -488,6 +488,14 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
         .map_err(|e| TestCaseError::fail(e.to_string()))?
         .ok_or_else(|| TestCaseError::fail("no outcome recorded"))?;
     let (stat, target) = (outcome.stat, outcome.target);
+    // The program's parser declines exactly the frames the reference
+    // parser (OffloadKey::parse) declines.
+    prop_assert_eq!(
+        outcome.declined_at != 0,
+        key.is_none(),
+        "the XDP parser and OffloadKey::parse disagree on the class: {:?}",
+        outcome
+    );
     let served = match &expect {
         Expect::Up => {
             prop_assert_eq!(ret, action::PASS, "{:?}", outcome);

@@ -30,10 +30,26 @@
 //!   it is replaced, which could hand a frame another entry's slot number:
 //!   the record carries its key and the program checks it (a mismatch is a
 //!   miss, `miss_stale`).
-//! - **Counters are exact.** A new entry's counter slot is zeroed before
-//!   the entry is published; a replacement keeps it (the same microflow); a
-//!   removal reads it after the grace period, when no frame can add to it,
-//!   and only then frees it.
+//! - **Counters are exact.** An entry counts the frames it serves (bytes as
+//!   received): forwarded, dropped or steered; not those it sends up
+//!   untouched (a TTL about to expire, no CPU for a steering mask, no
+//!   headroom for a tag), which software counts. A new entry's counter
+//!   slot is zeroed before the entry is published; a replacement keeps it
+//!   (the same microflow); a removal reads it after the grace period, when
+//!   no frame can add to it, and only then frees it.
+//! - **Attached means owned.** The program is attached with XDP links
+//!   (`BPF_LINK_CREATE`), which the kernel never lets replace another
+//!   program and which detach when their descriptor closes: on drop, and
+//!   also when the process dies, so a crashed switch leaves no program on
+//!   its ports. Interfaces that already have a program are refused by name
+//!   before anything is attached.
+//!
+//! # Failure
+//! A failed map update changes nothing and reports
+//! [`OffloadError::Backend`]. If the grace period itself fails (neither
+//! membarrier nor the map-in-map wait is available: not seen on any
+//! supported kernel), the change stays published, the call reports the
+//! error, and retired slots stay out of use until a later wait succeeds.
 //!
 //! # Thread-safety
 //! `XdpBackend` is driven by one thread (`&mut self` for every change); the
@@ -133,6 +149,20 @@ impl fmt::Display for XdpMode {
             XdpMode::Generic => "generic",
             XdpMode::Detached => "detached",
         })
+    }
+}
+
+/// Runs the program with `BPF_PROG_TEST_RUN` ([`XdpBackend::test_runner`]).
+#[derive(Debug)]
+pub struct XdpTestRunner {
+    prog: OwnedFd,
+}
+
+impl XdpTestRunner {
+    /// [`XdpBackend::test_run`].
+    pub fn run(&self, frame: &[u8], ifindex: u32, queue: u32) -> io::Result<(u32, Vec<u8>)> {
+        let r = sys::test_run(self.prog.as_fd(), frame, ifindex, queue)?;
+        Ok((r.retval, r.frame))
     }
 }
 
@@ -410,6 +440,34 @@ impl XdpBackend {
             gp_inner: h(&m.gp_inner)?,
             gp_outer: h(&m.gp_outer)?,
         };
+        // The Rust mirrors of the C records and counters must match what
+        // the kernel created from the program's BTF.
+        let shapes = [
+            (
+                "flows key",
+                maps.flows.key_size(),
+                std::mem::size_of::<types::flow_key>(),
+            ),
+            (
+                "progs value",
+                maps.progs.value_size(),
+                std::mem::size_of::<types::flow_prog>(),
+            ),
+            ("counters value", maps.counters.value_size(), 16),
+            (
+                "rx_ports value",
+                maps.rx_ports.value_size(),
+                std::mem::size_of::<types::port_info>(),
+            ),
+            ("stats entries", maps.stats.max_entries(), STAT_NAMES.len()),
+        ];
+        for (what, kernel, ours) in shapes {
+            if kernel as usize != ours {
+                return Err(XdpError::Config(format!(
+                    "{what}: the program has {kernel}, the backend expects {ours}"
+                )));
+            }
+        }
         let prog = skel
             .progs
             .offlow_offload
@@ -608,6 +666,21 @@ impl XdpBackend {
             .map_err(bpf_err("writing worker_cpu"))
     }
 
+    /// Stop steering to `worker`'s CPU: its frames go up until it has one
+    /// again. Returns after frames in flight have been served.
+    pub fn clear_worker_cpu(&mut self, worker: u32) -> Result<(), XdpError> {
+        if worker >= MAX_WORKERS {
+            return Err(XdpError::Config(format!("worker {worker} out of range")));
+        }
+        let zero = 0u32;
+        self.maps
+            .worker_cpu
+            .update(bytes_of(&worker), bytes_of(&zero), MapFlags::ANY)
+            .map_err(bpf_err("writing worker_cpu"))?;
+        self.grace_period()
+            .map_err(|e| XdpError::Config(format!("waiting for frames in flight: {e}")))
+    }
+
     /// The program's named counters, summed over CPUs.
     pub fn stats(&self) -> Result<XdpStats, XdpError> {
         let mut s = XdpStats::default();
@@ -650,6 +723,14 @@ impl XdpBackend {
     pub fn test_run(&self, frame: &[u8], ifindex: u32, queue: u32) -> io::Result<(u32, Vec<u8>)> {
         let r = sys::test_run(self.prog.as_fd(), frame, ifindex, queue)?;
         Ok((r.retval, r.frame))
+    }
+
+    /// A handle that runs the program from another thread (while this one
+    /// changes entries).
+    pub fn test_runner(&self) -> io::Result<XdpTestRunner> {
+        Ok(XdpTestRunner {
+            prog: self.prog.try_clone()?,
+        })
     }
 
     /// With [`XdpConfig::debug_record`]: what the last frame run on any
