@@ -7,6 +7,8 @@ set -euo pipefail
 APT_PACKAGES=(
     # build
     build-essential pkg-config clang llvm libbpf-dev
+    # libbpf-sys's vendored libbpf (offlow-offload's XDP backend)
+    libelf-dev zlib1g-dev
     # anchors and instruments (../shared/ANCHORS.md)
     dpdk dpdk-dev openvswitch-switch openvswitch-common tshark linux-perf
     # namespaces and traffic

@@ -20,6 +20,10 @@
 //! - [`Placement`]: which flows go down — heavy hitters by measured load
 //!   with hysteresis, pins, refusals remembered until the rules change
 //!   ([`placement`]), fed by each worker's [`Sampler`] ([`sample`]).
+//! - [`xdp::XdpBackend`]: the backend in the kernel, an XDP program on the
+//!   switch's ports that serves entries before frames reach the AF_XDP or
+//!   AF_PACKET sockets, with exact per-CPU counters and a grace period after
+//!   every change ([`xdp`]).
 //!
 //! # Invariants
 //! - Never a silent partial offload: an entry the backend cannot serve
@@ -45,6 +49,7 @@ pub mod model;
 pub mod placement;
 pub mod program;
 pub mod sample;
+pub mod xdp;
 
 pub use backend::{EntryCounters, OffloadBackend, OffloadError};
 pub use caps::{ActionKinds, Capabilities, CLASS_FIELDS};

@@ -1,0 +1,793 @@
+// SPDX-License-Identifier: Apache-2.0
+/*
+ * offload.bpf.c: the XDP half of offlow's offload tier.
+ *
+ * What: one XDP program, attached to every port of the switch, that serves
+ * exact-match microflows of the offloadable class (crate docs, key.rs) in
+ * the kernel. It parses a frame exactly as OffloadKey::parse does, looks
+ * the key up in `flows`, and on a hit applies the entry's program (stages
+ * in program.rs order: VLAN, Ethernet addresses, ToS, TTL, IPv4 addresses,
+ * L4 ports, with RFC 1624 incremental checksum updates following
+ * offlow_datapath::execute rule for rule) and returns its verdict. Every
+ * other frame goes up, unmodified: to the port's AF_XDP socket through
+ * `xsks`, or to the kernel stack (AF_PACKET ports) with XDP_PASS.
+ *
+ * Invariants:
+ * - A frame the program cannot parse, or that is outside the class, goes
+ *   up untouched; it is never dropped. The only in-kernel drops are the
+ *   entry's Drop verdict and a redirect to a port the switch has not
+ *   mapped, each with its own counter in `stats`.
+ * - A frame is either served completely or sent up untouched: every check
+ *   that can fail (TTL expiry, headroom for a tag) runs before the first
+ *   byte is written.
+ * - Entries are indirect: `flows` maps a key to a slot of `progs`, and the
+ *   slot's record carries the key it serves. A hash element can be reused
+ *   by the kernel as soon as it is deleted or replaced, so a frame in
+ *   flight could read another entry's slot number from it; the key check
+ *   turns that into a miss. Userspace never rewrites a slot until a grace
+ *   period after the last reference to it was removed (src/xdp/mod.rs), so
+ *   a slot's record is stable for any frame that can read it.
+ *
+ * Kernel: bounded loops (5.3), DEVMAP_HASH (5.4), bpf_redirect_map with a
+ * fallback action in the flags (5.6 for XSKMAP/DEVMAP lookups in the
+ * helper); tested on 6.18.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#define ETH_HLEN 14
+#define TAG_LEN 4
+#define IPV4_HLEN 20
+/* Bytes of L4 every class frame has (the fast parser's fixed prefix). */
+#define L4_MIN 8
+#define TCP_HLEN 20
+#define UDP_HLEN 8
+
+#define ETH_P_IPV4 0x0800
+#define ETH_P_8021Q 0x8100
+#define ETH_P_8021AD 0x88a8
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+#define IPPROTO_GRE_ 47
+#define IPPROTO_SCTP_ 132
+#define VXLAN_PORT 4789
+/* RFC 791 §3.1: MF flag and fragment offset. */
+#define IP_MF_OFFSET 0x3fff
+#define VLAN_DEI 0x1000
+
+#define MAX_PORTS 256
+/* AF_XDP sockets of one port occupy `xsks[xsk_base .. xsk_base + 64]`. */
+#define QUEUES_PER_PORT 64
+#define MAX_XSKS (64 * QUEUES_PER_PORT)
+#define MAX_WORKERS 64
+
+/* Outcomes, one per-CPU counter each; src/xdp/stats.rs names them in this
+ * order. */
+enum stat {
+	ST_HIT_DROP,          /* entry verdict Drop: dropped in the kernel */
+	ST_HIT_PORT,          /* redirected out of another port */
+	ST_HIT_IN_PORT,       /* sent back out of the ingress port (XDP_TX) */
+	ST_HIT_CPU,           /* redirected to a worker's CPU */
+	ST_MISS_NOT_PORT,     /* ingress interface is not a switch port */
+	ST_MISS_NOT_CLASS,    /* outside the offloadable class */
+	ST_MISS_NO_ENTRY,     /* in the class, no entry */
+	ST_MISS_STALE,        /* a recycled hash element: slot of another key */
+	ST_UP_TTL,            /* dec TTL would reach 0: up, untouched */
+	ST_UP_NO_HEADROOM,    /* no room to insert a tag: up, untouched */
+	ST_UP_NO_CPU,         /* no CPU for the steering mask: up */
+	ST_UP_CPU_REDIRECT,   /* the cpumap refused the redirect: up */
+	ST_DROP_NO_PORT,      /* output port not in tx_ports: dropped */
+	ST_DROP_INTERNAL,     /* frame shrank under a rewrite (cannot happen) */
+	ST_UP_XSK,            /* went up to the port's AF_XDP socket */
+	ST_UP_PASS,           /* went up to the kernel stack */
+	ST_UP_XSK_ABSENT,     /* AF_XDP port, no socket on that queue: stack */
+	NSTATS,
+};
+
+/* The exact-match key, a mirror of OffloadKey (src/xdp/layout.rs). Numbers
+ * are host order; every byte is written before a lookup (padding is a named
+ * field set to 0) so equal keys hash equally. */
+struct flow_key {
+	__u32 in_port;
+	__u32 ipv4_src;
+	__u32 ipv4_dst;
+	__u8 eth_dst[6];
+	__u8 eth_src[6];
+	__u16 vlan_vid;
+	__u8 vlan_present;
+	__u8 vlan_pcp;
+	__u16 tp_src;
+	__u16 tp_dst;
+	__u8 ip_proto;
+	__u8 ip_dscp;
+	__u8 ip_ecn;
+	__u8 pad;
+};
+_Static_assert(sizeof(struct flow_key) == 36, "flow_key layout");
+
+/* Which optional stage fields are present (OffloadProgram's Options). */
+#define F_ETH_SRC (1u << 0)
+#define F_ETH_DST (1u << 1)
+#define F_DSCP (1u << 2)
+#define F_ECN (1u << 3)
+#define F_IPV4_SRC (1u << 4)
+#define F_IPV4_DST (1u << 5)
+#define F_TP_SRC (1u << 6)
+#define F_TP_DST (1u << 7)
+#define F_VLAN_TPID (1u << 8)
+#define F_VLAN_VID (1u << 9)
+#define F_VLAN_PCP (1u << 10)
+#define F_VLAN_CLEAR_DEI (1u << 11)
+
+enum vlan_op { VLAN_KEEP, VLAN_STRIP, VLAN_WRITE };
+enum ttl_op { TTL_KEEP, TTL_SET, TTL_DEC };
+enum verdict { V_DROP, V_PORT, V_IN_PORT, V_CPU };
+
+/* One entry's program (OffloadProgram) and the key it serves. */
+struct flow_prog {
+	struct flow_key key;
+	__u32 counter;
+	__u32 flags;
+	__u32 verdict;
+	__u32 out_port;
+	__u32 pad0;
+	__u64 cpu_mask;
+	__u8 eth_src[6];
+	__u8 eth_dst[6];
+	__u32 ipv4_src;
+	__u32 ipv4_dst;
+	__u16 tp_src;
+	__u16 tp_dst;
+	__u16 vlan_tpid;
+	__u16 vlan_vid;
+	__u8 vlan_op;
+	__u8 vlan_pcp;
+	__u8 ttl_op;
+	__u8 ttl;
+	__u8 dscp;
+	__u8 ecn;
+	__u8 pad1[6];
+};
+_Static_assert(sizeof(struct flow_prog) == 104, "flow_prog layout");
+
+struct entry_counters {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* A switch port, by ingress ifindex. */
+struct port_info {
+	__u32 ofport;
+	/* 1: misses go to the AF_XDP socket of the receive queue. */
+	__u32 xsk;
+	__u32 xsk_base;
+	__u32 pad;
+};
+
+/* What the last frame on this CPU did (tests only: `debug_record`). */
+struct debug_rec {
+	__u32 seen;
+	__u32 stat;
+	/* The OpenFlow port of a redirect, the CPU of a steer, the XSKMAP key
+	 * of a miss to a socket. */
+	__u32 target;
+	/* For a frame outside the class: the line of parse() that declined. */
+	__u32 why;
+};
+
+/* Set at load time by tests: record each frame's outcome in `debug`.
+ * Read-only data, so the verifier removes the recording when it is 0. */
+const volatile __u32 debug_record = 0;
+
+/* Sizes marked "set at open" are overridden by src/xdp/mod.rs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024); /* set at open: room */
+	__type(key, struct flow_key);
+	__type(value, __u32);
+} flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2048); /* set at open: 2 * room */
+	__type(key, __u32);
+	__type(value, struct flow_prog);
+} progs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1024); /* set at open: room */
+	__type(key, __u32);
+	__type(value, struct entry_counters);
+} counters SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct port_info);
+} rx_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} tx_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, MAX_XSKS);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_CPUMAP);
+	__uint(max_entries, 1); /* set at open: possible CPUs */
+	__type(key, __u32);
+	__type(value, struct bpf_cpumap_val);
+} cpus SEC(".maps");
+
+/* Worker index -> CPU + 1 (0: no CPU). Written only after `cpus` holds
+ * that CPU, so a non-zero value means the cpumap entry exists. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_WORKERS);
+	__type(key, __u32);
+	__type(value, __u32);
+} worker_cpu SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NSTATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct debug_rec);
+} debug SEC(".maps");
+
+/* A grace period when membarrier(MEMBARRIER_CMD_GLOBAL) is unavailable
+ * (nohz_full): updating a map-in-map element from the syscall makes the
+ * kernel wait for running programs (maybe_wait_bpf_programs). */
+struct gp_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gp_inner SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct gp_inner);
+} gp_outer SEC(".maps");
+
+static __always_inline void count(__u32 st, __u32 target)
+{
+	__u64 *c = bpf_map_lookup_elem(&stats, &st);
+
+	if (c)
+		*c += 1;
+	if (debug_record) {
+		__u32 zero = 0;
+		struct debug_rec *d = bpf_map_lookup_elem(&debug, &zero);
+
+		if (d) {
+			d->seen = 1;
+			if (st == ST_MISS_NOT_CLASS) {
+				d->why = target;
+			} else {
+				d->stat = st;
+				d->target = target;
+			}
+		}
+	}
+}
+
+/* The miss verdict of the port: its AF_XDP socket for this receive queue,
+ * or the kernel stack. */
+static __always_inline int up(struct xdp_md *ctx, const struct port_info *pi)
+{
+	if (pi && pi->xsk) {
+		__u32 q = ctx->rx_queue_index;
+
+		if (q < QUEUES_PER_PORT) {
+			__u32 k = pi->xsk_base + q;
+			/* XDP_PASS when the slot holds no socket (5.6). */
+			int rc = bpf_redirect_map(&xsks, k, XDP_PASS);
+
+			if (rc == XDP_REDIRECT) {
+				count(ST_UP_XSK, k);
+				return rc;
+			}
+		}
+		count(ST_UP_XSK_ABSENT, 0);
+		return XDP_PASS;
+	}
+	count(ST_UP_PASS, 0);
+	return XDP_PASS;
+}
+
+static __always_inline __u16 rd16(const void *p)
+{
+	const __u8 *b = p;
+
+	return ((__u16)b[0] << 8) | b[1];
+}
+
+static __always_inline void wr16(void *p, __u16 v)
+{
+	__u8 *b = p;
+
+	b[0] = v >> 8;
+	b[1] = v & 0xff;
+}
+
+/* Folded one's-complement sum: two folds reduce any 32-bit value. */
+static __always_inline __u16 fold(__u32 acc)
+{
+	acc = (acc & 0xffff) + (acc >> 16);
+	acc = (acc & 0xffff) + (acc >> 16);
+	return acc;
+}
+
+/* RFC 1624 eqn. 3, HC' = ~(~HC + ~m + m'): offlow_wire::checksum::update16. */
+static __always_inline __u16 update16(__u16 hc, __u16 old, __u16 new)
+{
+	__u32 acc = (__u16)~hc + (__u16)~old + (__u32) new;
+
+	return ~fold(acc);
+}
+
+/* The folded sum of an address's two words (checksum::sum_array). */
+static __always_inline __u16 sum32(__u32 a)
+{
+	return fold((a >> 16) + (a & 0xffff));
+}
+
+/* Write a transport checksum computed by update (execute.rs csum_write):
+ * UDP's stored 0 means "none" and stays 0 (RFC 768), a computed 0 is sent
+ * as 0xffff. */
+static __always_inline void csum_write(__u8 *at, int udp, __u16 c)
+{
+	if (udp) {
+		if (rd16(at) == 0)
+			return;
+		if (c == 0)
+			c = 0xffff;
+	}
+	wr16(at, c);
+}
+
+struct parsed {
+	struct flow_key key;
+	__u32 l3; /* 14 or 18 */
+	__u32 len;
+};
+
+/* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
+ * reference). Returns 0 when the frame is outside it. */
+/* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
+ * reference). Returns 0, or for a frame outside the class the source line
+ * of the check that declined it (the debug record's target). */
+static __always_inline int parse(struct xdp_md *ctx, struct parsed *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *h = data;
+	__u32 l3;
+
+	/* The shortest class frame: untagged IPv4 + 8 bytes of L4. */
+	if (data + ETH_HLEN + IPV4_HLEN + L4_MIN > data_end)
+		return __LINE__;
+	__u16 etype = rd16(h + 12);
+
+	if (etype == ETH_P_IPV4) {
+		l3 = ETH_HLEN;
+	} else if (etype == ETH_P_8021Q || etype == ETH_P_8021AD) {
+		if (data + ETH_HLEN + TAG_LEN + IPV4_HLEN + L4_MIN > data_end)
+			return __LINE__;
+		/* A second tag (QinQ) or anything but IPv4 behind the tag is
+		 * outside the class. */
+		if (rd16(h + 16) != ETH_P_IPV4)
+			return __LINE__;
+		l3 = ETH_HLEN + TAG_LEN;
+		__u16 tci = rd16(h + 14);
+
+		p->key.vlan_present = 1;
+		p->key.vlan_vid = tci & 0x0fff;
+		p->key.vlan_pcp = tci >> 13;
+	} else {
+		return __LINE__;
+	}
+	__u8 *ip = h + l3;
+
+	if ((void *)(ip + IPV4_HLEN + L4_MIN) > data_end)
+		return __LINE__;
+	/* Version 4, IHL 5: no options. */
+	if (ip[0] != 0x45)
+		return __LINE__;
+	/* RFC 791 §3.1: MF or a non-zero offset makes a fragment. */
+	if (rd16(ip + 6) & IP_MF_OFFSET)
+		return __LINE__;
+	__u32 len = data_end - data;
+	__u32 total = rd16(ip + 2);
+
+	/* Inside the frame and at least the header (the general parser's
+	 * payload_truncated and bad_ipv4_total_len). */
+	if (total > len - l3 || total < IPV4_HLEN)
+		return __LINE__;
+	__u32 seg = total - IPV4_HLEN;
+	__u8 *l4 = ip + IPV4_HLEN;
+	__u8 proto = ip[9];
+
+	switch (proto) {
+	case IPPROTO_TCP_:
+		if (seg < TCP_HLEN)
+			return __LINE__;
+		/* Implied by total <= len - l3; the verifier wants it said. */
+		if ((void *)(l4 + TCP_HLEN) > data_end)
+			return __LINE__;
+		if ((l4[12] >> 4) < 5)
+			return __LINE__;
+		p->key.tp_src = rd16(l4);
+		p->key.tp_dst = rd16(l4 + 2);
+		break;
+	case IPPROTO_UDP_:
+		if (seg < UDP_HLEN || rd16(l4 + 2) == VXLAN_PORT)
+			return __LINE__;
+		p->key.tp_src = rd16(l4);
+		p->key.tp_dst = rd16(l4 + 2);
+		break;
+	case IPPROTO_ICMP_:
+		if (seg < L4_MIN)
+			return __LINE__;
+		p->key.tp_src = l4[0];
+		p->key.tp_dst = l4[1];
+		break;
+	case IPPROTO_SCTP_:
+	case IPPROTO_GRE_:
+		return __LINE__;
+	default:
+		break;
+	}
+	p->key.ip_proto = proto;
+	p->key.ip_dscp = ip[1] >> 2;
+	p->key.ip_ecn = ip[1] & 3;
+	p->key.ipv4_src = ((__u32)rd16(ip + 12) << 16) | rd16(ip + 14);
+	p->key.ipv4_dst = ((__u32)rd16(ip + 16) << 16) | rd16(ip + 18);
+	__builtin_memcpy(p->key.eth_dst, h, 6);
+	__builtin_memcpy(p->key.eth_src, h + 6, 6);
+	p->l3 = l3;
+	p->len = len;
+	return 0;
+}
+
+/* Count a frame the entry serves (bytes as received). */
+static __always_inline void served(const struct flow_prog *pr, __u32 len)
+{
+	struct entry_counters *c = bpf_map_lookup_elem(&counters, &pr->counter);
+
+	if (c) {
+		c->packets += 1;
+		c->bytes += len;
+	}
+}
+
+static __always_inline int key_eq(const struct flow_key *a, const struct flow_key *b)
+{
+	const __u32 *x = (const __u32 *)a;
+	const __u32 *y = (const __u32 *)b;
+	__u32 diff = 0;
+
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(struct flow_key) / 4); i++)
+		diff |= x[i] ^ y[i];
+	return diff == 0;
+}
+
+/* The VLAN stage. Returns the new L3 offset; -1 when the frame must go up
+ * untouched (nothing has been written); -2 when the frame changed under
+ * the stage (cannot happen: adjust_head keeps the bytes it did not cut). */
+static __always_inline int vlan_stage(struct xdp_md *ctx, const struct flow_prog *pr,
+				      int tagged)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 macs[12];
+
+	if (pr->vlan_op == VLAN_STRIP) {
+		if (!tagged)
+			return ETH_HLEN;
+		if (data + ETH_HLEN + TAG_LEN > data_end)
+			return -1;
+		__builtin_memcpy(macs, data, 12);
+		/* Only fails for a frame shorter than a header: nothing written. */
+		if (bpf_xdp_adjust_head(ctx, TAG_LEN))
+			return -1;
+		data = (void *)(long)ctx->data;
+		data_end = (void *)(long)ctx->data_end;
+		if (data + 12 > data_end)
+			return -2;
+		__builtin_memcpy(data, macs, 12);
+		return ETH_HLEN;
+	}
+	if (pr->vlan_op != VLAN_WRITE)
+		return tagged ? ETH_HLEN + TAG_LEN : ETH_HLEN;
+	if (tagged) {
+		/* Rewrite the frame's own tag in place (set-field keeps the
+		 * DEI bit; a pushed copy clears it). */
+		if (data + ETH_HLEN + TAG_LEN > data_end)
+			return -1;
+		__u8 *t = data + 12;
+		__u16 tci = rd16(t + 2);
+
+		if (pr->flags & F_VLAN_CLEAR_DEI)
+			tci &= ~VLAN_DEI;
+		if (pr->flags & F_VLAN_VID)
+			tci = (tci & 0xf000) | (pr->vlan_vid & 0x0fff);
+		if (pr->flags & F_VLAN_PCP)
+			tci = (tci & 0x1fff) | ((__u16)(pr->vlan_pcp & 7) << 13);
+		if (pr->flags & F_VLAN_TPID)
+			wr16(t, pr->vlan_tpid);
+		wr16(t + 2, tci);
+		return ETH_HLEN + TAG_LEN;
+	}
+	/* Insert a tag behind the MAC addresses: TPID, VID, PCP as given
+	 * (0x8100, 0, 0 if absent), DEI 0 (a push on an untagged frame
+	 * writes TCI 0 before the set-fields). */
+	/* Fails without headroom (XDP guarantees 256 bytes): nothing written. */
+	if (bpf_xdp_adjust_head(ctx, -TAG_LEN))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + ETH_HLEN + TAG_LEN > data_end)
+		return -2;
+	__u8 *f = data;
+
+	__builtin_memcpy(macs, f + TAG_LEN, 12);
+	__builtin_memcpy(f, macs, 12);
+	__u16 tci = 0;
+
+	if (pr->flags & F_VLAN_VID)
+		tci |= pr->vlan_vid & 0x0fff;
+	if (pr->flags & F_VLAN_PCP)
+		tci |= (__u16)(pr->vlan_pcp & 7) << 13;
+	wr16(f + 12, (pr->flags & F_VLAN_TPID) ? pr->vlan_tpid : ETH_P_8021Q);
+	wr16(f + 14, tci);
+	return ETH_HLEN + TAG_LEN;
+}
+
+/* Rewrite one 16-bit word of the IPv4 header, updating its checksum
+ * (execute.rs ipv4_word). */
+static __always_inline void ipv4_word(__u8 *ip, __u32 at, __u16 new)
+{
+	__u16 old = rd16(ip + at);
+
+	wr16(ip + 10, update16(rd16(ip + 10), old, new));
+	wr16(ip + at, new);
+}
+
+/* Set an IPv4 address at `ip + at`, folding the change into the header
+ * checksum and the TCP/UDP pseudo-header (execute.rs set_field). */
+static __always_inline void set_addr(__u8 *ip, __u32 at, __u32 new, __u8 *l4csum, int udp)
+{
+	__u32 old = ((__u32)rd16(ip + at) << 16) | rd16(ip + at + 2);
+	__u16 o = sum32(old), n = sum32(new);
+
+	wr16(ip + 10, update16(rd16(ip + 10), o, n));
+	if (l4csum)
+		csum_write(l4csum, udp, update16(rd16(l4csum), o, n));
+	wr16(ip + at, new >> 16);
+	wr16(ip + at + 2, new & 0xffff);
+}
+
+/* Set a TCP/UDP port, updating the transport checksum (execute.rs l4_word). */
+static __always_inline void set_port(__u8 *at, __u16 new, __u8 *l4csum, int udp)
+{
+	__u16 old = rd16(at);
+
+	csum_write(l4csum, udp, update16(rd16(l4csum), old, new));
+	wr16(at, new);
+}
+
+/* The L3/L4 stages, on the frame with its IPv4 header at `l3`. Returns 0,
+ * or -1 if the frame is shorter than the parse said (cannot happen: the
+ * VLAN stage moves the headers by exactly one tag). */
+static __always_inline int l3_stages(struct xdp_md *ctx, const struct flow_prog *pr, int l3)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+
+	if (l3 != ETH_HLEN && l3 != ETH_HLEN + TAG_LEN)
+		return -1;
+	__u8 *f = data;
+
+	if (data + 12 > data_end)
+		return -1;
+	if (pr->flags & F_ETH_SRC)
+		__builtin_memcpy(f + 6, pr->eth_src, 6);
+	if (pr->flags & F_ETH_DST)
+		__builtin_memcpy(f, pr->eth_dst, 6);
+
+	__u8 *ip = f + l3;
+
+	/* The class guarantees 20 + 8 bytes behind `l3`. */
+	if ((void *)(ip + IPV4_HLEN + L4_MIN) > data_end)
+		return -1;
+	if (pr->flags & (F_DSCP | F_ECN)) {
+		__u8 tos = ip[1];
+
+		if (pr->flags & F_DSCP)
+			tos = (tos & 0x03) | (pr->dscp << 2);
+		if (pr->flags & F_ECN)
+			tos = (tos & 0xfc) | (pr->ecn & 3);
+		ipv4_word(ip, 0, (rd16(ip) & 0xff00) | tos);
+	}
+	if (pr->ttl_op == TTL_SET)
+		ipv4_word(ip, 8, (rd16(ip + 8) & 0x00ff) | ((__u16)pr->ttl << 8));
+	else if (pr->ttl_op == TTL_DEC)
+		/* TTL >= 2 was checked before any write. */
+		ipv4_word(ip, 8, rd16(ip + 8) - 0x0100);
+
+	__u8 *l4 = ip + IPV4_HLEN;
+	__u8 *l4csum = 0;
+	int udp = 0;
+
+	if (pr->key.ip_proto == IPPROTO_TCP_) {
+		if ((void *)(l4 + TCP_HLEN) > data_end)
+			return -1;
+		l4csum = l4 + 16;
+	} else if (pr->key.ip_proto == IPPROTO_UDP_) {
+		if ((void *)(l4 + UDP_HLEN) > data_end)
+			return -1;
+		l4csum = l4 + 6;
+		udp = 1;
+	}
+	if (pr->flags & F_IPV4_SRC)
+		set_addr(ip, 12, pr->ipv4_src, l4csum, udp);
+	if (pr->flags & F_IPV4_DST)
+		set_addr(ip, 16, pr->ipv4_dst, l4csum, udp);
+	if (l4csum) {
+		if (pr->flags & F_TP_SRC)
+			set_port(l4, pr->tp_src, l4csum, udp);
+		if (pr->flags & F_TP_DST)
+			set_port(l4 + 2, pr->tp_dst, l4csum, udp);
+	}
+	return 0;
+}
+
+/* Pick a worker of `mask` for this flow (a flow stays on one worker),
+ * and its CPU + 1; 0 when none is configured. */
+static __always_inline __u32 pick_cpu(const struct flow_key *k, __u64 mask)
+{
+	__u32 h = k->ipv4_src ^ k->ipv4_dst ^ ((__u32)k->tp_src << 16 | k->tp_dst) ^ k->ip_proto;
+
+	h ^= h >> 16;
+	h ^= h >> 8;
+	__u32 start = h & 63;
+
+	for (__u32 i = 0; i < 64; i++) {
+		__u32 w = (start + i) & 63;
+
+		if ((mask >> w) & 1) {
+			__u32 *cpu = bpf_map_lookup_elem(&worker_cpu, &w);
+
+			return cpu ? *cpu : 0;
+		}
+	}
+	return 0;
+}
+
+SEC("xdp")
+int offlow_offload(struct xdp_md *ctx)
+{
+	__u32 ifindex = ctx->ingress_ifindex;
+	struct port_info *pi = bpf_map_lookup_elem(&rx_ports, &ifindex);
+
+	if (!pi) {
+		count(ST_MISS_NOT_PORT, 0);
+		return XDP_PASS;
+	}
+	struct parsed p;
+
+	__builtin_memset(&p, 0, sizeof(p));
+	int why = parse(ctx, &p);
+
+	if (why) {
+		count(ST_MISS_NOT_CLASS, why);
+		return up(ctx, pi);
+	}
+	p.key.in_port = pi->ofport;
+	__u32 *slot = bpf_map_lookup_elem(&flows, &p.key);
+
+	if (!slot) {
+		count(ST_MISS_NO_ENTRY, 0);
+		return up(ctx, pi);
+	}
+	/* One load: the element may be recycled under us (file header). */
+	__u32 s = *(volatile __u32 *)slot;
+	struct flow_prog *pr = bpf_map_lookup_elem(&progs, &s);
+
+	if (!pr || !key_eq(&pr->key, &p.key)) {
+		count(ST_MISS_STALE, 0);
+		return up(ctx, pi);
+	}
+
+	/* Checks that can send the frame up come before any write. */
+	if (pr->verdict != V_CPU && pr->ttl_op == TTL_DEC) {
+		void *data = (void *)(long)ctx->data;
+		void *data_end = (void *)(long)ctx->data_end;
+		__u8 *ip = data + p.l3;
+
+		if (p.l3 > ETH_HLEN + TAG_LEN || (void *)(ip + IPV4_HLEN) > data_end)
+			return up(ctx, pi);
+		/* The executor stops at a TTL of 0 or 1 (TtlExpired). */
+		if (ip[8] <= 1) {
+			count(ST_UP_TTL, 0);
+			return up(ctx, pi);
+		}
+	}
+
+	if (pr->verdict == V_CPU) {
+		/* Unmodified, to a worker that runs the whole action list. */
+		__u32 cpu1 = pick_cpu(&p.key, pr->cpu_mask);
+
+		if (!cpu1) {
+			count(ST_UP_NO_CPU, 0);
+			return up(ctx, pi);
+		}
+		int rc = bpf_redirect_map(&cpus, cpu1 - 1, 0);
+
+		if (rc != XDP_REDIRECT) {
+			count(ST_UP_CPU_REDIRECT, cpu1 - 1);
+			return up(ctx, pi);
+		}
+		served(pr, p.len);
+		count(ST_HIT_CPU, cpu1 - 1);
+		return XDP_REDIRECT;
+	}
+	if (pr->verdict == V_DROP) {
+		served(pr, p.len);
+		count(ST_HIT_DROP, 0);
+		return XDP_DROP;
+	}
+
+	int l3 = vlan_stage(ctx, pr, p.key.vlan_present);
+
+	if (l3 == -1) {
+		/* Nothing written: the frame goes up as received. */
+		count(ST_UP_NO_HEADROOM, 0);
+		return up(ctx, pi);
+	}
+	/* From here the frame is the entry's: count it as served. */
+	served(pr, p.len);
+	if (l3 < 0 || l3_stages(ctx, pr, l3)) {
+		count(ST_DROP_INTERNAL, 0);
+		return XDP_DROP;
+	}
+
+	if (pr->verdict == V_IN_PORT) {
+		count(ST_HIT_IN_PORT, pi->ofport);
+		return XDP_TX;
+	}
+	int rc = bpf_redirect_map(&tx_ports, pr->out_port, 0);
+
+	if (rc != XDP_REDIRECT) {
+		count(ST_DROP_NO_PORT, pr->out_port);
+		return XDP_DROP;
+	}
+	count(ST_HIT_PORT, pr->out_port);
+	return XDP_REDIRECT;
+}
+
+char LICENSE[] SEC("license") = "Apache-2.0";

@@ -1,0 +1,195 @@
+//! The map records the XDP program reads, built from [`OffloadKey`] and
+//! [`OffloadProgram`]: `struct flow_key` and `struct flow_prog` of
+//! `bpf/offload.bpf.c`, as the skeleton generates them from the program's
+//! BTF, so a change of the C layout changes these types.
+//!
+//! Invariant: both structs have no padding (every gap is a named field set
+//! to 0; the C file asserts the sizes, and so does this module), so their
+//! bytes are fully defined and equal keys hash equally in the kernel.
+
+use crate::key::OffloadKey;
+use crate::program::{OffloadProgram, TtlOp, Verdict, VlanOp};
+
+use super::skel::types::{flow_key, flow_prog};
+
+const _: () = assert!(std::mem::size_of::<flow_key>() == 36);
+const _: () = assert!(std::mem::size_of::<flow_prog>() == 104);
+
+// Stage flags, program verdicts and operations (offload.bpf.c).
+const F_ETH_SRC: u32 = 1 << 0;
+const F_ETH_DST: u32 = 1 << 1;
+const F_DSCP: u32 = 1 << 2;
+const F_ECN: u32 = 1 << 3;
+const F_IPV4_SRC: u32 = 1 << 4;
+const F_IPV4_DST: u32 = 1 << 5;
+const F_TP_SRC: u32 = 1 << 6;
+const F_TP_DST: u32 = 1 << 7;
+const F_VLAN_TPID: u32 = 1 << 8;
+const F_VLAN_VID: u32 = 1 << 9;
+const F_VLAN_PCP: u32 = 1 << 10;
+const F_VLAN_CLEAR_DEI: u32 = 1 << 11;
+
+const VLAN_KEEP: u8 = 0;
+const VLAN_STRIP: u8 = 1;
+const VLAN_WRITE: u8 = 2;
+const TTL_KEEP: u8 = 0;
+const TTL_SET: u8 = 1;
+const TTL_DEC: u8 = 2;
+const V_DROP: u32 = 0;
+const V_PORT: u32 = 1;
+const V_IN_PORT: u32 = 2;
+const V_CPU: u32 = 3;
+
+/// A 48-bit MAC number as the six bytes on the wire.
+fn mac(v: u64) -> [u8; 6] {
+    let b = v.to_be_bytes();
+    [b[2], b[3], b[4], b[5], b[6], b[7]]
+}
+
+/// The kernel's key for `k`.
+pub(crate) fn key_record(k: &OffloadKey) -> flow_key {
+    let (present, vid, pcp) = match k.vlan {
+        Some(t) => (1, t.vid, t.pcp),
+        None => (0, 0, 0),
+    };
+    flow_key {
+        in_port: k.in_port,
+        ipv4_src: k.ipv4_src,
+        ipv4_dst: k.ipv4_dst,
+        eth_dst: mac(k.eth_dst),
+        eth_src: mac(k.eth_src),
+        vlan_vid: vid,
+        vlan_present: present,
+        vlan_pcp: pcp,
+        tp_src: k.tp_src,
+        tp_dst: k.tp_dst,
+        ip_proto: k.ip_proto,
+        ip_dscp: k.ip_dscp,
+        ip_ecn: k.ip_ecn,
+        pad: 0,
+    }
+}
+
+/// The kernel's record for `p` serving `k`, counting into `counter`.
+pub(crate) fn prog_record(k: &OffloadKey, p: &OffloadProgram, counter: u32) -> flow_prog {
+    let mut r = flow_prog {
+        key: key_record(k),
+        counter,
+        ..Default::default()
+    };
+    let mut flags = 0;
+    let mut set = |bit: u32, present: bool| {
+        if present {
+            flags |= bit;
+        }
+    };
+    match p.vlan {
+        VlanOp::Keep => r.vlan_op = VLAN_KEEP,
+        VlanOp::Strip => r.vlan_op = VLAN_STRIP,
+        VlanOp::Write {
+            tpid,
+            vid,
+            pcp,
+            clear_dei,
+        } => {
+            r.vlan_op = VLAN_WRITE;
+            set(F_VLAN_TPID, tpid.is_some());
+            set(F_VLAN_VID, vid.is_some());
+            set(F_VLAN_PCP, pcp.is_some());
+            set(F_VLAN_CLEAR_DEI, clear_dei);
+            r.vlan_tpid = tpid.unwrap_or(0);
+            r.vlan_vid = vid.unwrap_or(0);
+            r.vlan_pcp = pcp.unwrap_or(0);
+        }
+    }
+    set(F_ETH_SRC, p.eth_src.is_some());
+    set(F_ETH_DST, p.eth_dst.is_some());
+    r.eth_src = mac(p.eth_src.unwrap_or(0));
+    r.eth_dst = mac(p.eth_dst.unwrap_or(0));
+    set(F_DSCP, p.ip_dscp.is_some());
+    set(F_ECN, p.ip_ecn.is_some());
+    r.dscp = p.ip_dscp.unwrap_or(0);
+    r.ecn = p.ip_ecn.unwrap_or(0);
+    (r.ttl_op, r.ttl) = match p.ttl {
+        TtlOp::Keep => (TTL_KEEP, 0),
+        TtlOp::Set(t) => (TTL_SET, t),
+        TtlOp::Dec => (TTL_DEC, 0),
+    };
+    set(F_IPV4_SRC, p.ipv4_src.is_some());
+    set(F_IPV4_DST, p.ipv4_dst.is_some());
+    r.ipv4_src = p.ipv4_src.unwrap_or(0);
+    r.ipv4_dst = p.ipv4_dst.unwrap_or(0);
+    set(F_TP_SRC, p.tp_src.is_some());
+    set(F_TP_DST, p.tp_dst.is_some());
+    r.tp_src = p.tp_src.unwrap_or(0);
+    r.tp_dst = p.tp_dst.unwrap_or(0);
+    (r.verdict, r.out_port, r.cpu_mask) = match p.verdict {
+        Verdict::Drop => (V_DROP, 0, 0),
+        Verdict::Port(port) => (V_PORT, port, 0),
+        Verdict::InPort => (V_IN_PORT, 0, 0),
+        Verdict::Cpu(mask) => (V_CPU, 0, mask),
+    };
+    r.flags = flags;
+    r
+}
+
+/// Types whose every byte is a field (no padding), so their bytes can be
+/// handed to the kernel.
+pub(crate) trait Plain: Copy {}
+impl Plain for flow_key {}
+impl Plain for flow_prog {}
+impl Plain for u32 {}
+impl Plain for super::skel::types::port_info {}
+impl Plain for super::skel::types::bpf_cpumap_val {}
+
+/// The bytes of `v`.
+pub(crate) fn bytes_of<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: `T: Plain` is implemented only for `repr(C)` types without
+    // padding (sizes asserted above and in the C file; u32; port_info is
+    // four u32; bpf_cpumap_val is a u32 and a 4-byte union), so all
+    // `size_of::<T>()` bytes behind `v` are initialised, and the slice
+    // borrows `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::VlanTag;
+
+    #[test]
+    fn records_carry_every_stage() {
+        let k = OffloadKey {
+            in_port: 3,
+            eth_dst: 0x0200_0000_0002,
+            eth_src: 0x0200_0000_0001,
+            vlan: Some(VlanTag { vid: 7, pcp: 2 }),
+            ipv4_src: 0x0a00_0001,
+            ipv4_dst: 0x0a00_0002,
+            ip_proto: 6,
+            ip_dscp: 1,
+            ip_ecn: 2,
+            tp_src: 10,
+            tp_dst: 20,
+        };
+        let kr = key_record(&k);
+        assert_eq!(kr.eth_dst, [2, 0, 0, 0, 0, 2]);
+        assert_eq!((kr.vlan_present, kr.vlan_vid, kr.vlan_pcp), (1, 7, 2));
+        let p = OffloadProgram {
+            vlan: VlanOp::Write {
+                tpid: None,
+                vid: Some(9),
+                pcp: None,
+                clear_dei: false,
+            },
+            ttl: TtlOp::Dec,
+            tp_dst: Some(80),
+            ..OffloadProgram::plain(Verdict::Port(4))
+        };
+        let r = prog_record(&k, &p, 5);
+        assert_eq!(r.flags, F_VLAN_VID | F_TP_DST);
+        assert_eq!((r.vlan_op, r.vlan_vid, r.ttl_op), (VLAN_WRITE, 9, TTL_DEC));
+        assert_eq!((r.verdict, r.out_port, r.counter), (V_PORT, 4, 5));
+        assert_eq!(bytes_of(&r).len(), 104);
+    }
+}

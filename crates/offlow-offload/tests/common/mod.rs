@@ -1,0 +1,136 @@
+//! The harness the XDP backend tests share: a private network namespace
+//! holding a veth pair, and a backend opened inside it.
+//!
+//! Skip policy: without root (CAP_BPF, CAP_NET_ADMIN) [`Netns::new`] prints
+//! a notice and returns `None`, and the test passes; under CI (`CI` set) it
+//! fails instead, since CI runs as root.
+//!
+//! Invariants: a [`Netns`] deletes its namespace on drop, also while a
+//! failing test unwinds, and the veth pair and any XDP program attached
+//! to it go with the namespace. Names are unique per process and call (a
+//! tag, the pid and an atomic counter), so parallel tests never share a
+//! namespace. Backends are opened and dropped inside [`Netns::run`]: the
+//! interface indexes, the devmap entries and `BPF_PROG_TEST_RUN`'s
+//! ingress interface are all looked up in the calling thread's namespace.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// `ip ARGS`, required to succeed.
+pub(crate) fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("running ip");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A namespace holding veth pair `va`/`vb`, both up, and its own `lo`.
+pub(crate) struct Netns(pub(crate) String);
+
+impl Netns {
+    /// A fresh namespace; `None` (after a notice) when not root.
+    pub(crate) fn new(tag: &str) -> Option<Netns> {
+        if !offlow_offload::xdp::privileged() {
+            assert!(std::env::var_os("CI").is_none(), "CI runs as root");
+            eprintln!("skipping: the XDP backend tests need root (CAP_BPF, CAP_NET_ADMIN)");
+            return None;
+        }
+        let name = format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        ip(&["netns", "add", &name]);
+        // From here on, Drop deletes the namespace whatever fails next.
+        let ns = Netns(name);
+        ip(&[
+            "-n", &ns.0, "link", "add", "name", "va", "type", "veth", "peer", "name", "vb",
+        ]);
+        for dev in ["lo", "va", "vb"] {
+            ip(&["-n", &ns.0, "link", "set", dev, "up"]);
+        }
+        Some(ns)
+    }
+
+    /// `f` run with this thread inside the namespace; the thread returns to
+    /// its namespace afterwards, also when `f` panics.
+    pub(crate) fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        struct Back(File);
+        impl Drop for Back {
+            fn drop(&mut self) {
+                // SAFETY: setns takes a descriptor we own and a type flag.
+                if unsafe { libc::setns(self.0.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    eprintln!("cannot return to the original network namespace");
+                    std::process::abort();
+                }
+            }
+        }
+        let back = Back(File::open("/proc/thread-self/ns/net").expect("own namespace"));
+        let target = File::open(format!("/run/netns/{}", self.0)).expect("test namespace");
+        // SAFETY: as above.
+        let rc = unsafe { libc::setns(target.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "entering {}", self.0);
+        let r = f();
+        drop(back);
+        r
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// OpenFlow ports of the harness: `va` = 1 (misses to the stack), `vb` = 2
+/// (misses to AF_XDP, no socket registered: they reach the stack too),
+/// `lo` = 3.
+pub(crate) fn ports() -> Vec<XdpPort> {
+    vec![
+        XdpPort {
+            ofport: 1,
+            ifname: "va".into(),
+            miss: MissPath::Pass,
+        },
+        XdpPort {
+            ofport: 2,
+            ifname: "vb".into(),
+            miss: MissPath::Xsk,
+        },
+        XdpPort {
+            ofport: 3,
+            ifname: "lo".into(),
+            miss: MissPath::Pass,
+        },
+    ]
+}
+
+/// A detached backend on [`ports`] recording outcomes (call inside the
+/// namespace).
+pub(crate) fn detached(room: usize) -> XdpBackend {
+    let cfg = XdpConfig {
+        ports: ports(),
+        room,
+        attach: AttachPolicy::Detached,
+        debug_record: true,
+    };
+    XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The interface index of OpenFlow port `ofport` of `b`.
+pub(crate) fn ifindex_of(b: &XdpBackend, ofport: u32) -> u32 {
+    b.ports()
+        .iter()
+        .find(|p| p.ofport == ofport)
+        .expect("a harness port")
+        .ifindex
+}
