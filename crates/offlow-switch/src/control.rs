@@ -88,8 +88,11 @@ use tracing::{debug, info, warn};
 
 use crate::adapter::{DatapathSwitch, SwitchPort};
 use crate::config::{Endpoint, FailMode, InitialFlow, PortKind, SwitchConfig};
-use crate::dataplane::{self, DataPort, Dataplane, DataplaneConfig, PacketInFrame};
+use crate::dataplane::{self, DataPort, Dataplane, DataplaneConfig, ExternalXsk, PacketInFrame};
+use crate::offload::OffloadTier;
 use crate::standalone::Standalone;
+use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
+use offlow_offload::OffloadBackend;
 
 /// How often timed-out flow entries are looked for.
 pub const EXPIRY_EVERY: Duration = Duration::from_millis(250);
@@ -151,6 +154,8 @@ type SharedRc = Rc<RefCell<Shared>>;
 pub struct Running {
     /// The packet workers' counters (`None`: no data ports).
     pub stats: Option<dataplane::StatsHandle>,
+    /// The offload tier's counters (`None`: no tier running).
+    pub offload: Option<crate::offload::OffloadStatsHandle>,
 }
 
 /// Run the switch on the calling thread until `stop` resolves; `ready`
@@ -238,6 +243,19 @@ fn start_ports(
             missing,
         });
     }
+    // The offload tier's program goes on first: AF_XDP ports register
+    // their sockets in its map instead of attaching a program of their own.
+    let (backend, external_xsks) = match &cfg.offload {
+        crate::config::Offload::Off => (None, Vec::new()),
+        crate::config::Offload::Xdp(o) => match open_xdp_backend(cfg, &data_ports, o) {
+            Ok((b, ext)) => (Some(b), ext),
+            Err(e) => {
+                // Reported with its reason; the switch forwards in software.
+                warn!(error = %format!("{e:#}"), "offload tier off: the XDP backend could not start");
+                (None, Vec::new())
+            }
+        },
+    };
     let workers = (0..cfg.workers)
         .map(|_| {
             switch.new_worker(WorkerConfig {
@@ -255,13 +273,80 @@ fn start_ports(
         packet_in: tx,
         packet_in_wanted,
         steering: cfg.steering.clone(),
-        sample_every: match &cfg.offload {
-            crate::config::Offload::Off => None,
-            crate::config::Offload::Xdp(o) => Some(o.sample_every),
+        sample_every: match (&cfg.offload, &backend) {
+            (crate::config::Offload::Xdp(o), Some(_)) => Some(o.sample_every),
+            _ => None,
         },
+        external_xsks,
     })?;
     switch.attach(ports, dp, cfg.netns.clone());
+    if let (Some(mut b), crate::config::Offload::Xdp(o)) = (backend, &cfg.offload) {
+        // Steering entries (the offlow_workers action) reach a pinned
+        // worker's CPU in the kernel; unpinned workers have no fixed CPU, so
+        // such frames go up and are steered in software.
+        if !cfg.cores.is_empty() {
+            for w in 0..cfg.workers {
+                let cpu = cfg.cores[w % cfg.cores.len()] as u32;
+                if let Err(e) = b.set_worker_cpu(w as u32, cpu, 0) {
+                    warn!(worker = w, cpu, error = %e, "offload: no CPU steering for this worker");
+                }
+            }
+        }
+        let tier = OffloadTier::new(Box::new(b), o.placement)
+            .context("starting the offload tier's thread")?;
+        switch.set_offload(tier);
+    }
     Ok(Some(rx))
+}
+
+/// Open the XDP offload backend on the interface ports (inside the ports'
+/// namespace), and the socket maps the AF_XDP ports register in.
+fn open_xdp_backend(
+    cfg: &SwitchConfig,
+    data_ports: &[DataPort],
+    o: &crate::config::OffloadOptions,
+) -> anyhow::Result<(XdpBackend, Vec<Option<ExternalXsk>>)> {
+    let ports: Vec<XdpPort> = data_ports
+        .iter()
+        .filter(|p| !p.missing && !matches!(p.kind, PortKind::Pcap { .. }))
+        .map(|p| XdpPort {
+            ofport: p.number,
+            ifname: p.ifname.clone(),
+            miss: if p.kind == PortKind::AfXdp {
+                MissPath::Xsk
+            } else {
+                MissPath::Pass
+            },
+        })
+        .collect();
+    if ports.is_empty() {
+        anyhow::bail!("no interface ports to attach to");
+    }
+    let mut xc = XdpConfig::new(ports, o.room);
+    if o.generic {
+        xc.attach = AttachPolicy::Generic;
+    }
+    let backend = in_netns(cfg.netns.as_deref(), || XdpBackend::open(&xc))
+        .context("entering the ports' network namespace")??;
+    let attached = backend.ports();
+    let mut external = Vec::new();
+    for p in data_ports {
+        let ext = match attached.iter().find(|a| a.ofport == p.number) {
+            Some(a) if p.kind == PortKind::AfXdp => Some(ExternalXsk {
+                map: backend
+                    .xsk_map_fd()
+                    .try_clone_to_owned()
+                    .context("copying the offload socket map")?,
+                key_base: backend.xsk_key_base(a.ifindex)?,
+                ifindex: a.ifindex,
+                native: a.mode == offlow_offload::xdp::XdpMode::Native,
+            }),
+            _ => None,
+        };
+        external.push(ext);
+    }
+    info!(backend = %backend.describe(), "offload tier: XDP program attached");
+    Ok((backend, external))
 }
 
 /// Run the switch until `stop` resolves (its value is logged as the
@@ -346,8 +431,9 @@ pub async fn run(
     }
     if let Some(r) = ready {
         let stats = shared.borrow().switch.dataplane_stats_handle();
+        let offload = shared.borrow().switch.offload().map(|t| t.stats_handle());
         // The embedder may have given up waiting; the switch runs anyway.
-        let _ = r.send(Running { stats });
+        let _ = r.send(Running { stats, offload });
     }
     let why = stop.await.context("installing signal handlers")?;
     info!(signal = why, "stopping");

@@ -237,10 +237,13 @@ pub enum XdpAttach {
 /// when dropped (see module docs).
 pub struct XdpProgram {
     /// Declared first: detaching comes before the program and map go.
-    link: OwnedFd,
-    _prog: OwnedFd,
+    /// Absent for [`XdpProgram::external`] (another program's link).
+    link: Option<OwnedFd>,
+    _prog: Option<OwnedFd>,
     /// The `XSKMAP` (absent for [`XdpProgram::pass`]).
     map: Option<OwnedFd>,
+    /// The map key of queue 0 (queue q is `key_base + q`).
+    key_base: u32,
     ifindex: u32,
     queues: u32,
     mode: XdpMode,
@@ -249,7 +252,7 @@ pub struct XdpProgram {
 impl std::fmt::Debug for XdpProgram {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XdpProgram")
-            .field("link", &self.link.as_raw_fd())
+            .field("link", &self.link.as_ref().map(|l| l.as_raw_fd()))
             .field("ifindex", &self.ifindex)
             .field("queues", &self.queues)
             .field("mode", &self.mode)
@@ -310,13 +313,36 @@ impl XdpProgram {
         let prog = load_program(&redirect_program(map.as_raw_fd()), "offlow_xsk")?;
         let (link, mode) = attach(&prog, ifindex, want)?;
         Ok(XdpProgram {
-            link,
-            _prog: prog,
+            link: Some(link),
+            _prog: Some(prog),
             map: Some(map),
+            key_base: 0,
             ifindex,
             queues,
             mode,
         })
+    }
+
+    /// The `XSKMAP` of a program someone else attached to `ifindex` (the
+    /// offload tier's, which serves hot flows in the kernel and sends the
+    /// rest to the sockets): sockets are registered in `map` at key
+    /// `key_base + queue`. Nothing is attached or detached here.
+    pub fn external(
+        ifindex: u32,
+        queues: u32,
+        map: OwnedFd,
+        key_base: u32,
+        mode: XdpMode,
+    ) -> XdpProgram {
+        XdpProgram {
+            link: None,
+            _prog: None,
+            map: Some(map),
+            key_base,
+            ifindex,
+            queues: queues.max(1),
+            mode,
+        }
     }
 
     /// Load and attach a program that passes every frame: what a veth
@@ -327,9 +353,10 @@ impl XdpProgram {
         let prog = load_program(&pass_program(), "offlow_pass")?;
         let (link, mode) = attach(&prog, ifindex, want)?;
         Ok(XdpProgram {
-            link,
-            _prog: prog,
+            link: Some(link),
+            _prog: Some(prog),
             map: None,
+            key_base: 0,
             ifindex,
             queues: 0,
             mode,
@@ -367,7 +394,7 @@ impl XdpProgram {
                 format!("queue {queue} beyond the map's {} slots", self.queues),
             ));
         }
-        let key = queue;
+        let key = self.key_base + queue;
         let value = xsk as u32;
         let mut attr = MapElemAttr {
             map_fd: map.as_raw_fd() as u32,

@@ -581,6 +581,14 @@ impl XdpBackend {
         self.maps.xsks.as_fd()
     }
 
+    /// The XSKMAP key of `ifindex`'s queue 0 (queue q is this + q), for
+    /// whoever registers the port's sockets through a copy of
+    /// [`Self::xsk_map_fd`] (the switch's packet workers, which open and
+    /// re-open them).
+    pub fn xsk_key_base(&self, ifindex: u32) -> Result<u32, XdpError> {
+        self.xsk_key(ifindex, 0)
+    }
+
     /// The ports served, with their interface index and the mode the
     /// program runs in on each.
     pub fn ports(&self) -> Vec<AttachedPort> {
@@ -907,9 +915,8 @@ impl OffloadBackend for XdpBackend {
             .map(|a| format!("{}={} {}", a.port.ifname, a.port.ofport, a.mode))
             .collect();
         format!(
-            "xdp on {} ({} of {} entries)",
+            "xdp on {} (room for {} entries)",
             ports.join(", "),
-            self.entries.len(),
             self.caps.room
         )
     }

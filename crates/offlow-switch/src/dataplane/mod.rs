@@ -96,8 +96,8 @@ use tracing::{info, warn};
 mod ports;
 mod stats;
 
-pub use ports::DataPort;
-use ports::{fanout_id, open_port, xdp_program, AbsentPort, Generations, XdpShare};
+use ports::{external_share, fanout_id, open_port, xdp_program, AbsentPort, Generations, XdpShare};
+pub use ports::{DataPort, ExternalXsk};
 pub use stats::{DataplaneStats, StatsHandle};
 
 /// Bytes of an Ethernet header (two addresses and the EtherType).
@@ -209,6 +209,9 @@ pub struct DataplaneConfig<'a> {
     /// Sample one received frame in this many for the offload tier's
     /// placement (`None`: no offload tier, no sampling).
     pub sample_every: Option<u32>,
+    /// Per port (configuration order): the offload tier's socket map when
+    /// its XDP program serves an AF_XDP port (empty: none does).
+    pub external_xsks: Vec<Option<ExternalXsk>>,
 }
 
 /// Most flow samples a worker leaves for the control side between two
@@ -236,7 +239,10 @@ impl Dataplane {
         // (kept in `gens` for re-opens at generation 0).
         for (i, p) in cfg.ports.iter().enumerate() {
             if p.kind == PortKind::AfXdp && !p.missing {
-                let share = xdp_program(p, cfg.netns, n_workers)?;
+                let share = match cfg.external_xsks.get(i).and_then(|e| e.as_ref()) {
+                    Some(ext) => external_share(p, cfg.netns, n_workers, ext)?,
+                    None => xdp_program(p, cfg.netns, n_workers)?,
+                };
                 *lock(&gens.xdp[i]) = Some((0, Arc::new(share)));
             }
         }

@@ -199,6 +199,60 @@ pub(super) struct XdpShare {
     pub(super) program: Arc<XdpProgram>,
 }
 
+/// Another program's socket map for an AF_XDP port: the offload tier's
+/// XDP program serves the port and sends its misses to the sockets
+/// registered here.
+#[derive(Debug)]
+pub struct ExternalXsk {
+    /// A copy of the program's `XSKMAP` descriptor.
+    pub map: std::os::fd::OwnedFd,
+    /// The map key of the port's queue 0.
+    pub key_base: u32,
+    /// The interface index the program serves.
+    pub ifindex: u32,
+    /// Whether it runs in native mode.
+    pub native: bool,
+}
+
+/// The share of an AF_XDP port served by the offload tier's program
+/// (`ext`): nothing is attached; the workers register their sockets in the
+/// tier's map. The interface's queue count is checked as for our own.
+pub(super) fn external_share(
+    p: &DataPort,
+    netns: Option<&str>,
+    n_workers: usize,
+    ext: &ExternalXsk,
+) -> anyhow::Result<XdpShare> {
+    let queues = in_netns(netns, || active_queue_count(&p.ifname).unwrap_or(1))
+        .context("entering the ports' network namespace")?;
+    if (queues as usize) < n_workers {
+        anyhow::bail!(
+            "AF_XDP port {} ({}) has {queues} receive queue(s); {n_workers} workers need one each",
+            p.number,
+            p.ifname
+        );
+    }
+    let map = ext
+        .map
+        .try_clone()
+        .context("copying the offload tier's socket map descriptor")?;
+    let mode = if ext.native {
+        offlow_io::afxdp::XdpMode::Native
+    } else {
+        offlow_io::afxdp::XdpMode::Generic
+    };
+    Ok(XdpShare {
+        queues,
+        program: Arc::new(XdpProgram::external(
+            ext.ifindex,
+            queues,
+            map,
+            ext.key_base,
+            mode,
+        )),
+    })
+}
+
 /// The redirect program of AF_XDP port `p`, attached to its interface in
 /// the ports' namespace, and the interface's queue count. An interface
 /// with fewer receive queues than `n_workers` is an error that says how to

@@ -159,6 +159,28 @@ pub struct OffloadTier {
     last_tick: Instant,
     /// The backend thread's loss was reported.
     warned_dead: bool,
+    /// What other threads read ([`OffloadTier::stats_handle`]).
+    published: Arc<std::sync::Mutex<OffloadStats>>,
+}
+
+/// Reads the offload tier's statistics from any thread (as of its last
+/// tick or answer).
+#[derive(Clone)]
+pub struct OffloadStatsHandle {
+    stats: Arc<std::sync::Mutex<OffloadStats>>,
+    describe: Arc<str>,
+}
+
+impl OffloadStatsHandle {
+    /// The latest statistics.
+    pub fn stats(&self) -> OffloadStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The backend, as it described itself at start.
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
 }
 
 impl OffloadTier {
@@ -188,12 +210,21 @@ impl OffloadTier {
             ports: HashMap::new(),
             last_tick: Instant::now(),
             warned_dead: false,
+            published: Arc::default(),
         })
     }
 
     /// The backend, as it describes itself.
     pub fn describe(&self) -> &str {
         &self.describe
+    }
+
+    /// A handle other threads read the statistics through.
+    pub fn stats_handle(&self) -> OffloadStatsHandle {
+        OffloadStatsHandle {
+            stats: self.published.clone(),
+            describe: self.describe.as_str().into(),
+        }
     }
 
     /// What the tier has done.
@@ -569,6 +600,8 @@ impl OffloadTier {
             }
         }
         self.answered = self.answered.max(seq);
+        let now = self.stats();
+        *self.published.lock().unwrap_or_else(|p| p.into_inner()) = now;
     }
 
     /// Credit `delta` frames of `e` to its walk's rules (removed or not: a
