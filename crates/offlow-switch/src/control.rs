@@ -447,6 +447,19 @@ pub async fn run(
     if s.live > 0 {
         warn!(connections = s.live, "connections still open at exit");
     }
+    if let Some(o) = s.switch.offload_stats() {
+        info!(
+            hits = o.hits,
+            hit_bytes = o.hit_bytes,
+            entries = o.entries,
+            installs = o.installs,
+            removals = o.removals,
+            revalidated = o.revalidated,
+            refused = o.refused,
+            errors = o.errors,
+            "offload tier stopped"
+        );
+    }
     if let Some(d) = s.switch.stop_dataplane() {
         let w = d.worker;
         info!(

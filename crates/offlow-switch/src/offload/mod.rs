@@ -551,6 +551,7 @@ impl OffloadTier {
                     match r {
                         Ok(()) => {
                             self.stats.installs += 1;
+                            tracing::debug!(?key, gen, current, "offloaded");
                             if current {
                                 if let Some(e) = self.entries.get_mut(&key) {
                                     e.installed = true;
