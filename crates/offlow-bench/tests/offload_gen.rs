@@ -53,6 +53,7 @@ fn generator_and_sink_count_every_flow() {
         base_port: FIRST_SRC_PORT,
         cpus: vec![0],
         batch: 64,
+        rate_per_thread: 0,
     };
     let g = Generator::start(&cfg).expect("generator started");
     std::thread::sleep(Duration::from_secs(1));

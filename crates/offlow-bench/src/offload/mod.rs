@@ -56,7 +56,10 @@
 //!   exactly like the userspace row with those arguments added.
 //!
 //! Each row: build, start, wait for the first frame at the sink, `--warmup`
-//! seconds, then a `--seconds` window.
+//! seconds, then a `--seconds` window. By default the generator runs flat
+//! out (the rows measure the most each configuration forwards);
+//! `--rate R` offers R Mpps in total instead, paced per millisecond, so
+//! that rows every configuration sustains compare CPU time at equal load.
 //!
 //! # CPU time per packet (the method, also printed)
 //! Over the window: the switch process's `utime + stime` (`/proc/PID/stat`,
@@ -69,7 +72,11 @@
 //! share). This kernel has tick-based CPU accounting without
 //! `IRQ_TIME_ACCOUNTING`: softirq work that runs inside the switch's own
 //! system calls is in both terms, so the sum is an upper bound for the
-//! switch. The generator threads' own CPU time (their thread clocks:
+//! switch. Tick sampling is fair only when the CPUs are busy throughout,
+//! as in the flat-out rows: with `--rate`, the softirq bursts follow the
+//! generator's timer wake-ups, in phase with the tick, and the softirq
+//! column reads near zero (the process times, derived from the scheduler's
+//! run time, stay exact). The generator threads' own CPU time (their thread clocks:
 //! `BPF_PROG_RUN` plus the softirq work done at the end of each batch on
 //! their CPU) is shown apart, per offered frame.
 //!
@@ -119,7 +126,8 @@ pub const CPU_METHOD: &str = "switch CPU per packet = (switch process utime+stim
 /proc/PID/stat, all threads + softirq time of all CPUs from /proc/stat) over the window / frames \
 received. Softirq holds the veth NAPI receive and XDP programs of p1, p2 and the receiver \
 (ceiling redirect, AF_XDP copy, the sink itself); with this kernel's tick accounting (no \
-IRQ_TIME_ACCOUNTING) softirq run inside the switch's syscalls is in both terms: an upper bound. \
+IRQ_TIME_ACCOUNTING) softirq run inside the switch's syscalls is in both terms: an upper bound; \
+and the softirq ticks are only fair when the CPUs are busy throughout (flat out, not --rate). \
 Generator threads' CPU (thread clocks) is given apart per offered frame.";
 
 /// Kinds of row, for `--rows`.
@@ -160,6 +168,11 @@ pub struct OffloadArgs {
     /// Frames per live-frames batch (1..=256).
     #[arg(long, default_value_t = 64)]
     pub batch: u32,
+    /// Offered load in Mpps, shared by the generator threads; 0 (default):
+    /// as fast as the generator goes. A rate every row sustains compares
+    /// CPU time per packet at equal load.
+    #[arg(long, default_value_t = 0.0)]
+    pub rate: f64,
     /// Which rows to run (comma-separated; default: all).
     #[arg(
         long,
@@ -185,6 +198,7 @@ impl Default for OffloadArgs {
             warmup: 1.0,
             workers: vec![1, 2],
             batch: 64,
+            rate: 0.0,
             rows: vec![
                 RowKind::Generator,
                 RowKind::Ceiling,
@@ -293,6 +307,8 @@ pub struct OffloadReport {
     pub flows: u32,
     /// Frame size with FCS.
     pub frame_size: usize,
+    /// Offered load asked for, Mpps (`None`: flat out).
+    pub rate_mpps: Option<f64>,
     /// The rows in the order run.
     pub rows: Vec<Row>,
 }
@@ -354,6 +370,7 @@ impl OffloadReport {
             "experiment": "offload",
             "flows": self.flows,
             "frame_size": self.frame_size,
+            "rate_mpps": self.rate_mpps,
             "cpu_method": CPU_METHOD,
             "offloaded_mpps": self.best("offloaded"),
             "ceiling_mpps": self.best("ceiling"),
@@ -390,6 +407,9 @@ fn check_args(a: &OffloadArgs) -> anyhow::Result<()> {
     }
     if a.workers.iter().any(|&w| w == 0 || w > 64) {
         bail!("--workers values must be between 1 and 64");
+    }
+    if !(0.0..=1000.0).contains(&a.rate) {
+        bail!("--rate must be between 0 and 1000 Mpps");
     }
     if !(1..=xdp::MAX_BATCH).contains(&a.batch) {
         bail!("--batch must be between 1 and {}", xdp::MAX_BATCH);
@@ -517,6 +537,7 @@ fn measure(
         base_port: FIRST_SRC_PORT,
         cpus: row.gen_cpus.clone(),
         batch: args.batch,
+        rate_per_thread: (args.rate * 1e6 / row.queues as f64) as u64,
     };
     let g = Generator::start(&cfg)?;
     let deadline = Instant::now() + FIRST_FRAME_WAIT;
@@ -739,6 +760,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
     Ok(OffloadReport {
         flows: args.flows,
         frame_size: args.frame_size,
+        rate_mpps: (args.rate > 0.0).then_some(args.rate),
         rows,
     })
 }
@@ -787,9 +809,14 @@ pub fn render(r: &OffloadReport) -> String {
 pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
     catch_interrupt();
     let r = run(args)?;
+    let rate = if args.rate > 0.0 {
+        format!("offered {} Mpps", args.rate)
+    } else {
+        "flat out".to_string()
+    };
     println!(
         "offload: {} UDP flows, {}-byte frames ({} bytes + FCS), XDP live-frames generator \
-         (batch {}), {} s counted per row after {} s warm-up",
+         (batch {}, {rate}), {} s counted per row after {} s warm-up",
         r.flows,
         r.frame_size,
         r.frame_size - FCS_LEN,
@@ -872,6 +899,7 @@ mod tests {
         let rep = OffloadReport {
             flows: 100,
             frame_size: 64,
+            rate_mpps: None,
             rows,
         };
         let g = rep.goals();
@@ -907,6 +935,7 @@ mod tests {
             |a: &mut OffloadArgs| a.seconds = 0.0,
             |a: &mut OffloadArgs| a.workers = vec![0],
             |a: &mut OffloadArgs| a.batch = 257,
+            |a: &mut OffloadArgs| a.rate = -1.0,
         ] {
             let mut a = ok.clone();
             f(&mut a);

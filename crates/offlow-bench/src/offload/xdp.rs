@@ -257,6 +257,10 @@ pub struct GenConfig {
     pub cpus: Vec<usize>,
     /// Frames per live-frames batch (1..=[`MAX_BATCH`]).
     pub batch: u32,
+    /// Frames per second per thread; 0: as fast as the kernel goes. Paced
+    /// in runs of a millisecond's frames (at least one batch), each
+    /// started on schedule.
+    pub rate_per_thread: u64,
 }
 
 /// Names of the spare veth pair in the generator's namespace that holds
@@ -294,7 +298,26 @@ fn gen_thread(
             ingress_ifindex: ifindex,
             ..Default::default()
         };
+        // Paced: a millisecond's frames per call, started on schedule.
+        let per_call = if cfg.rate_per_thread > 0 {
+            (cfg.rate_per_thread / 1000).clamp(u64::from(cfg.batch), u64::from(FRAMES_PER_CALL))
+                as u32
+        } else {
+            FRAMES_PER_CALL
+        };
+        let start = std::time::Instant::now();
+        let mut calls: u64 = 0;
         while !stop.load(Ordering::Relaxed) {
+            if cfg.rate_per_thread > 0 {
+                let due = Duration::from_secs_f64(
+                    (calls * u64::from(per_call)) as f64 / cfg.rate_per_thread as f64,
+                );
+                let now = start.elapsed();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+            }
+            calls += 1;
             // SAFETY: `opts` is zero-initialised (a valid value for this
             // plain C struct) and then filled with pointers to `cfg.frame`
             // and `ctx`, both alive for the whole call; live mode writes
@@ -307,7 +330,7 @@ fn gen_thread(
                 opts.ctx_in = (&raw mut ctx).cast();
                 opts.ctx_size_in = std::mem::size_of_val(&ctx) as _;
                 opts.flags = BPF_F_TEST_XDP_LIVE_FRAMES;
-                opts.repeat = FRAMES_PER_CALL as _;
+                opts.repeat = per_call as _;
                 opts.batch_size = cfg.batch;
                 libbpf_sys::bpf_prog_test_run_opts(prog_fd.as_raw_fd(), &mut opts)
             };
