@@ -246,6 +246,10 @@ pub struct Row {
     /// System CPU seconds in the window, all CPUs (information: includes
     /// the generator's `BPF_PROG_RUN`).
     pub system_s: f64,
+    /// Share of the CPUs' time idle in the window (`/proc/stat` idle and
+    /// iowait over CPUs × seconds): near 0 means every CPU was busy, with
+    /// this run's work or another tenant's.
+    pub idle_share: f64,
     /// Generator threads' CPU seconds in the window.
     pub gen_cpu_s: f64,
     /// Switch process ns per received frame.
@@ -284,6 +288,7 @@ impl Row {
             switch_cpu_s: 0.0,
             softirq_s: 0.0,
             system_s: 0.0,
+            idle_share: 0.0,
             gen_cpu_s: 0.0,
             switch_ns_per_pkt: None,
             softirq_ns_per_pkt: None,
@@ -309,6 +314,8 @@ pub struct OffloadReport {
     pub frame_size: usize,
     /// Offered load asked for, Mpps (`None`: flat out).
     pub rate_mpps: Option<f64>,
+    /// `/proc/loadavg` when the run started (other work on the machine).
+    pub loadavg_at_start: String,
     /// The rows in the order run.
     pub rows: Vec<Row>,
 }
@@ -371,6 +378,7 @@ impl OffloadReport {
             "flows": self.flows,
             "frame_size": self.frame_size,
             "rate_mpps": self.rate_mpps,
+            "loadavg_at_start": self.loadavg_at_start,
             "cpu_method": CPU_METHOD,
             "offloaded_mpps": self.best("offloaded"),
             "ceiling_mpps": self.best("ceiling"),
@@ -419,8 +427,9 @@ fn check_args(a: &OffloadArgs) -> anyhow::Result<()> {
 
 // ------------------------------------------------------------ CPU counters --
 
-/// `/proc/stat`'s aggregate line: (system, softirq) in seconds.
-fn proc_stat() -> anyhow::Result<(f64, f64)> {
+/// `/proc/stat`'s aggregate line: (system, softirq, idle + iowait), in
+/// seconds summed over CPUs.
+fn proc_stat() -> anyhow::Result<(f64, f64, f64)> {
     let s = std::fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
     let line = s.lines().next().context("empty /proc/stat")?;
     let v: Vec<u64> = line
@@ -429,12 +438,15 @@ fn proc_stat() -> anyhow::Result<(f64, f64)> {
         .map(|x| x.parse().unwrap_or(0))
         .collect();
     // user nice system idle iowait irq softirq ...
-    let (system, softirq) = (
-        v.get(2).copied().unwrap_or(0),
-        v.get(6).copied().unwrap_or(0),
-    );
-    let hz = clk_tck();
-    Ok((system as f64 / hz, softirq as f64 / hz))
+    let at = |i: usize| v.get(i).copied().unwrap_or(0) as f64 / clk_tck();
+    Ok((at(2), at(6), at(3) + at(4)))
+}
+
+/// The first three fields of `/proc/loadavg` ("" when unreadable).
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn clk_tck() -> f64 {
@@ -466,18 +478,20 @@ struct Snap {
     rx: SinkCounts,
     system: f64,
     softirq: f64,
+    idle: f64,
     switch: f64,
     gen: f64,
 }
 
 fn snap(g: &Generator, sink: &Sink, switch_pid: Option<u32>) -> anyhow::Result<Snap> {
-    let (system, softirq) = proc_stat()?;
+    let (system, softirq, idle) = proc_stat()?;
     Ok(Snap {
         at: Instant::now(),
         sent: g.sent()?,
         rx: sink.counts()?,
         system,
         softirq,
+        idle,
         switch: match switch_pid {
             Some(p) => process_cpu(p)?,
             None => 0.0,
@@ -579,6 +593,7 @@ fn measure(
     row.switch_cpu_s = s1.switch - s0.switch;
     row.softirq_s = s1.softirq - s0.softirq;
     row.system_s = s1.system - s0.system;
+    row.idle_share = (s1.idle - s0.idle) / (secs * allowed_cpus().len() as f64);
     row.gen_cpu_s = s1.gen - s0.gen;
     let per = |s: f64, n: u64| (n > 0).then(|| s * 1e9 / n as f64);
     row.switch_ns_per_pkt = per(row.switch_cpu_s, row.received);
@@ -719,6 +734,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
             plans.push(Plan::OvsAfxdp);
         }
     }
+    let loadavg_at_start = loadavg();
     let mut rows = Vec::new();
     for &p in &plans {
         if interrupted() {
@@ -761,6 +777,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
         flows: args.flows,
         frame_size: args.frame_size,
         rate_mpps: (args.rate > 0.0).then_some(args.rate),
+        loadavg_at_start,
         rows,
     })
 }
@@ -782,6 +799,7 @@ pub fn render(r: &OffloadReport) -> String {
         "softirq ns/pkt",
         "switch CPU ns/pkt",
         "gen ns/frame",
+        "idle %",
         "limited by",
     ]);
     for row in &r.rows {
@@ -799,6 +817,7 @@ pub fn render(r: &OffloadReport) -> String {
             num(opt_ns(row.softirq_ns_per_pkt)),
             num(opt_ns(row.cpu_ns_per_pkt)),
             num(opt_ns(row.gen_ns_per_pkt)),
+            num(fmt_f(row.idle_share * 100.0, 0)),
             row.limited_by.unwrap_or("").to_string(),
         ]);
     }
@@ -816,13 +835,14 @@ pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
     };
     println!(
         "offload: {} UDP flows, {}-byte frames ({} bytes + FCS), XDP live-frames generator \
-         (batch {}, {rate}), {} s counted per row after {} s warm-up",
+         (batch {}, {rate}), {} s counted per row after {} s warm-up; load average at start {}",
         r.flows,
         r.frame_size,
         r.frame_size - FCS_LEN,
         args.batch,
         args.seconds,
-        args.warmup
+        args.warmup,
+        r.loadavg_at_start
     );
     print!("{}", render(&r));
     for row in &r.rows {
@@ -840,6 +860,10 @@ pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
          generator share the CPUs); generator = no loss at the generator's own rate (a lower \
          bound).",
         SWITCH_LIMITED_LOSS * 100.0
+    );
+    println!(
+        "idle %: share of all CPUs' time idle in the window (/proc/stat); near 0: the CPUs were \
+         saturated, by this run or by other work on the machine (see the load average)."
     );
     let g = r.goals();
     let f = |v: Option<f64>| v.map(|x| format!("{}×", fmt_f(x, 2))).unwrap_or("-".into());
@@ -900,6 +924,7 @@ mod tests {
             flows: 100,
             frame_size: 64,
             rate_mpps: None,
+            loadavg_at_start: String::new(),
             rows,
         };
         let g = rep.goals();
@@ -945,8 +970,8 @@ mod tests {
 
     #[test]
     fn proc_stat_parses_this_machine() {
-        let (sys, sirq) = proc_stat().expect("/proc/stat");
-        assert!(sys >= 0.0 && sirq >= 0.0);
+        let (sys, sirq, idle) = proc_stat().expect("/proc/stat");
+        assert!(sys >= 0.0 && sirq >= 0.0 && idle > 0.0);
         assert!(process_cpu(std::process::id()).is_ok());
     }
 }
