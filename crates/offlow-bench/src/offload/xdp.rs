@@ -31,6 +31,7 @@
 //! hold only a duplicate of the program's descriptor and share atomics.
 
 use std::ffi::CString;
+use std::mem::offset_of;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::thread::JoinHandleExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,14 +78,12 @@ fn load(bytes: &[u8], name: &str, init: impl FnOnce(&mut [u8])) -> anyhow::Resul
         .with_context(|| format!("loading the {name} XDP program (needs root)"))
 }
 
-/// Copy `v` (a plain `repr(C)` struct of the skeleton) into `.rodata`.
-fn write_rodata<T: Copy>(dst: &mut [u8], v: &T) {
-    let n = std::mem::size_of::<T>().min(dst.len());
-    // SAFETY: `v` is a live `T` of `size_of::<T>()` bytes, read as bytes
-    // (the skeleton's rodata structs are `repr(C)` integers, no padding
-    // is read as anything but bytes); `n` bytes fit in `dst`.
-    let src = unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), n) };
-    dst[..n].copy_from_slice(src);
+/// Write `bytes` into `.rodata` at `offset` (a field's offset in the
+/// skeleton's `rodata` struct).
+fn put(dst: &mut [u8], offset: usize, bytes: &[u8]) {
+    if let Some(d) = dst.get_mut(offset..offset + bytes.len()) {
+        d.copy_from_slice(bytes);
+    }
 }
 
 fn ifindex_here(ifname: &str) -> anyhow::Result<u32> {
@@ -171,7 +170,8 @@ impl Sink {
     /// Load and attach to `ifname` in `ns`, counting UDP to `dst_port`.
     pub fn attach(ns: &str, ifname: &str, dst_port: u16) -> anyhow::Result<Sink> {
         let obj = load(object_bytes!("sink"), "sink", |ro| {
-            write_rodata(ro, &bpf::sink::types::rodata { dst_port });
+            use bpf::sink::types::rodata;
+            put(ro, offset_of!(rodata, dst_port), &dst_port.to_ne_bytes());
         })?;
         let link = attach(&obj, "sink", ns, ifname)?;
         Ok(Sink { _link: link, obj })
@@ -278,6 +278,13 @@ pub struct Generator {
     errors: Arc<AtomicU64>,
 }
 
+/// The generator's settings into its `.rodata`.
+fn gen_rodata(ro: &mut [u8], flows: u32, base_port: u16) {
+    use bpf::gen::types::rodata;
+    put(ro, offset_of!(rodata, flows), &flows.to_ne_bytes());
+    put(ro, offset_of!(rodata, base_port), &base_port.to_ne_bytes());
+}
+
 /// One thread's loop: `BPF_PROG_RUN` in live-frames mode until `stop`.
 fn gen_thread(
     prog_fd: OwnedFd,
@@ -364,13 +371,7 @@ impl Generator {
             bail!("generator: flows and CPUs must be non-empty, batch in 1..={MAX_BATCH}");
         }
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            write_rodata(
-                ro,
-                &bpf::gen::types::rodata {
-                    flows: cfg.flows,
-                    base_port: cfg.base_port,
-                },
-            );
+            gen_rodata(ro, cfg.flows, cfg.base_port)
         })?;
         let fd = prog(&obj, "gen")?
             .as_fd()
@@ -420,9 +421,9 @@ impl Generator {
                 tv_sec: 0,
                 tv_nsec: 0,
             };
-            // SAFETY: the thread is not joined yet (handles are joined only
-            // in `stop`, which consumes self), so its pthread_t is valid;
-            // both out-pointers point to locals.
+            // SAFETY: a handle still in `threads` has not been joined
+            // (joining drains them), so its pthread_t is valid; both
+            // out-pointers point to locals.
             let ok = unsafe {
                 libc::pthread_getcpuclockid(h.as_pthread_t(), &mut clock) == 0
                     && libc::clock_gettime(clock, &mut ts) == 0
@@ -490,7 +491,7 @@ pub fn gen_frames_once(
             bail!("cannot pin to CPU {cpu}");
         }
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            write_rodata(ro, &bpf::gen::types::rodata { flows, base_port });
+            gen_rodata(ro, flows, base_port)
         })?;
         let p = obj
             .progs_mut()
