@@ -7,7 +7,8 @@ set -euo pipefail
 APT_PACKAGES=(
     # build
     build-essential pkg-config clang llvm libbpf-dev
-    # libbpf-sys's vendored libbpf (offlow-offload's XDP backend)
+    # the vendored libbpf that libbpf-rs builds (the offload tier's XDP backend and offlow-bench's
+    # XDP programs) links these
     libelf-dev zlib1g-dev
     # anchors and instruments (../shared/ANCHORS.md)
     dpdk dpdk-dev openvswitch-switch openvswitch-common tshark linux-perf

@@ -324,12 +324,25 @@ fn check_args(a: &ForwardArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-const FLOWS: [&str; 2] = ["in_port=1,actions=output:2", "in_port=2,actions=output:1"];
+/// The two port-to-port flows every switched row installs.
+pub(crate) const FLOWS: [&str; 2] = ["in_port=1,actions=output:2", "in_port=2,actions=output:1"];
 
 /// Start `offlow run` on p1/p2 of the switch namespace, secure mode, with
 /// the two port-to-port flows (added with `ovs-ofctl`).
 fn start_offlow(bin: &Path, sw: &str, workers: usize, xdp: bool) -> anyhow::Result<ChildGuard> {
-    let (g, port) = topo::start_offlow(bin, sw, workers, xdp)?;
+    start_offlow_with(bin, sw, workers, xdp, &[])
+}
+
+/// [`start_offlow`] with `extra` arguments for `offlow run` (used by
+/// `bench offload`).
+pub(crate) fn start_offlow_with(
+    bin: &Path,
+    sw: &str,
+    workers: usize,
+    xdp: bool,
+    extra: &[&str],
+) -> anyhow::Result<ChildGuard> {
+    let (g, port) = topo::start_offlow_with(bin, sw, workers, xdp, extra)?;
     let target = format!("tcp:127.0.0.1:{port}");
     for f in FLOWS {
         run_cmd(Command::new("ovs-ofctl").args([
@@ -347,7 +360,7 @@ fn start_offlow(bin: &Path, sw: &str, workers: usize, xdp: bool) -> anyhow::Resu
 
 /// A private Open vSwitch: ovsdb-server and ovs-vswitchd (inside the
 /// switch namespace) with their own directory, all removed when dropped.
-struct Ovs {
+pub(crate) struct Ovs {
     dir: PathBuf,
     /// Declared before `db`: vswitchd stops first.
     vswitchd: Option<ChildGuard>,
@@ -375,7 +388,14 @@ impl Ovs {
         format!("--db=unix:{}", self.dir.join("db.sock").display())
     }
 
-    fn start(sw: &str, port_type: &str) -> anyhow::Result<Ovs> {
+    /// The ovs-vswitchd process id (the datapath's threads are its).
+    pub(crate) fn vswitchd_pid(&self) -> Option<u32> {
+        self.vswitchd.as_ref().map(|g| g.child.id())
+    }
+
+    /// Start it in `sw` with p1 (port 1) and p2 (port 2) of type
+    /// `port_type` and the two port-to-port flows.
+    pub(crate) fn start(sw: &str, port_type: &str) -> anyhow::Result<Ovs> {
         let dir = std::env::temp_dir().join(format!("offlow-fwd-ovs-{}", unique_tag()));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut ovs = Ovs {

@@ -116,7 +116,9 @@ impl Topo {
     }
 
     /// Hosts A and B and, when `switched`, a switch namespace between them.
-    /// `queues`: receive and transmit queues of each switch-side veth pair.
+    /// `queues`: receive and transmit queues of each veth pair (the
+    /// switch-side pairs, or the direct pair; 1 leaves the kernel's
+    /// default, one queue).
     pub fn hosts(switched: bool, queues: usize) -> anyhow::Result<Topo> {
         let tag = unique_tag();
         let mut t = Topo::empty();
@@ -142,7 +144,7 @@ impl Topo {
                 name: "eth0",
                 netns,
             };
-            add_veth_pair(end(&a), end(&b), None)?;
+            add_veth_pair(end(&a), end(&b), (queues > 1).then_some(queues))?;
         }
         // Host MACs differ from the frames' destination (see
         // `crate::traffic`).
@@ -241,6 +243,17 @@ pub fn start_offlow(
     workers: usize,
     xdp: bool,
 ) -> anyhow::Result<(ChildGuard, u16)> {
+    start_offlow_with(bin, sw, workers, xdp, &[])
+}
+
+/// [`start_offlow`] with `extra` arguments appended to `offlow run`'s.
+pub fn start_offlow_with(
+    bin: &Path,
+    sw: &str,
+    workers: usize,
+    xdp: bool,
+    extra: &[&str],
+) -> anyhow::Result<(ChildGuard, u16)> {
     let port = free_port()?;
     let listen = format!("ptcp:{port}:127.0.0.1");
     let (p1, p2) = if xdp {
@@ -252,6 +265,7 @@ pub fn start_offlow(
         .args(["run", "--netns", sw, "--port", p1, "--port", p2])
         .args(["--listen", &listen, "--fail-mode", "secure"])
         .args(["--workers", &workers.to_string()])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

@@ -52,6 +52,10 @@ enum Bench {
     /// connection while another streams flow-mods with barriers (idle vs
     /// during the stream), per switch binary, with traffic through it.
     Control(offlow_bench::control::ControlArgs),
+    /// The offload-tier experiment: 64-byte UDP from an XDP live-frames
+    /// generator through the switch on veths, received pps and CPU time per
+    /// packet, vs an XDP redirect ceiling and Open vSwitch afxdp.
+    Offload(offlow_bench::offload::OffloadArgs),
     /// Flow-mods of an ovs-ofctl flow file sent back to back with one
     /// barrier at the end, to one or more switches (Open vSwitch too):
     /// flow-mods per second until the barrier reply.
@@ -104,6 +108,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Update(a)) => offlow_bench::update::main(&a),
         Command::Bench(Bench::Forward(a)) => offlow_bench::forward::main(&a),
         Command::Bench(Bench::Control(a)) => offlow_bench::control::main(&a),
+        Command::Bench(Bench::Offload(a)) => offlow_bench::offload::main(&a),
         Command::Bench(Bench::FlowMods(a)) => flowmod_bench::main(&a),
     }
 }

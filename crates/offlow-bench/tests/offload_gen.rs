@@ -1,0 +1,145 @@
+//! `offlow bench offload`'s own instruments, short and privileged: the XDP
+//! live-frames generator and the XDP sink on a veth pair between two fresh
+//! namespaces (about a second of traffic), the generator program's output
+//! frames (ports and checksums), and the CLI's JSON line.
+//!
+//! Needs root and `ip`; without them each test prints a notice and passes,
+//! unless `CI` is set (CI runs as root). The namespaces are owned by a
+//! [`Topo`] guard: removed when it drops, also when an assertion fails.
+//! The CLI test needs the `offlow` binary next to this test executable
+//! (`target/{debug,release}/offlow`); when absent it is skipped with a
+//! notice.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use offlow_bench::offload::xdp::{self, GenConfig, Generator, Sink};
+use offlow_bench::topo::Topo;
+use offlow_bench::traffic::{build_frames, DST_PORT, FIRST_SRC_PORT};
+use offlow_wire::checksum::{fold, pseudo_ipv4, sum};
+
+fn can_run() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let ip = Command::new("ip").arg("-V").output().is_ok();
+    if root && ip {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run the offload generator test: root={root} ip={ip}"
+    );
+    eprintln!("NOTICE: skipping the offload generator test (root={root} ip={ip})");
+    false
+}
+
+/// 37 flows: not the default 100, so a hard-coded count would show.
+const FLOWS: u32 = 37;
+
+#[test]
+fn generator_and_sink_count_every_flow() {
+    if !can_run() {
+        return;
+    }
+    let t = Topo::hosts(false, 1).expect("namespaces and a veth pair");
+    let sink = Sink::attach(&t.rx.0, &t.rx.1, DST_PORT).expect("sink attached");
+    let frame = build_frames(1, 64).pop().expect("a frame");
+    let cfg = GenConfig {
+        ns: t.gen.0.clone(),
+        ifname: t.gen.1.clone(),
+        frame,
+        flows: FLOWS,
+        base_port: FIRST_SRC_PORT,
+        cpus: vec![0],
+        batch: 64,
+        rate_per_thread: 0,
+    };
+    let g = Generator::start(&cfg).expect("generator started");
+    std::thread::sleep(Duration::from_secs(1));
+    let sent = g.finish().expect("generator threads ended cleanly");
+    // The last batch's frames are received in softirq before its run
+    // returns; allow a moment for any the kernel deferred to ksoftirqd.
+    std::thread::sleep(Duration::from_millis(100));
+    let c = sink.counts().expect("sink counters");
+    assert!(c.frames > 0, "the sink counted nothing ({sent} sent)");
+    assert!(c.frames <= sent, "sink {} > sent {sent}", c.frames);
+    assert_eq!(c.bytes, c.frames * 60, "60-byte frames");
+    let ports = sink.src_ports().expect("port set");
+    let want: Vec<u16> = (0..FLOWS as u16).map(|i| FIRST_SRC_PORT + i).collect();
+    assert_eq!(ports, want, "exactly the flows' source ports arrived");
+}
+
+#[test]
+fn generator_frames_cycle_ports_with_valid_checksums() {
+    if !can_run() {
+        return;
+    }
+    let frame = build_frames(1, 64).pop().expect("a frame");
+    let runs = xdp::gen_frames_once(&frame, FLOWS, FIRST_SRC_PORT, 2 * FLOWS as usize + 3)
+        .expect("test runs of the generator");
+    for (i, (verdict, f)) in runs.iter().enumerate() {
+        assert_eq!(*verdict, 3, "XDP_TX");
+        assert_eq!(f.len(), 60);
+        let port = u16::from_be_bytes([f[34], f[35]]);
+        assert_eq!(
+            u32::from(port),
+            u32::from(FIRST_SRC_PORT) + i as u32 % FLOWS
+        );
+        // IPv4 header untouched and valid.
+        assert_eq!(f[..34], frame[..34]);
+        assert_eq!(fold(sum(&f[14..34], 0)), 0xffff, "IPv4 checksum");
+        // UDP checksum valid over the pseudo-header.
+        let udp_len = u16::from_be_bytes([f[38], f[39]]);
+        assert_ne!(u16::from_be_bytes([f[40], f[41]]), 0, "checksum kept");
+        let src = [f[26], f[27], f[28], f[29]];
+        let dst = [f[30], f[31], f[32], f[33]];
+        let pseudo = pseudo_ipv4(src, dst, 17, udp_len);
+        let end = 34 + usize::from(udp_len);
+        assert_eq!(
+            fold(sum(&f[34..end], pseudo)),
+            0xffff,
+            "UDP checksum, run {i}"
+        );
+    }
+}
+
+/// `target/<profile>/offlow`, beside `target/<profile>/deps/<this test>`.
+fn offlow_bin() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("offlow");
+    bin.is_file().then_some(bin)
+}
+
+/// The CLI wiring: `offlow bench offload --json` prints the object last,
+/// with the offloaded row skipped and the generator row measured.
+#[test]
+fn cli_prints_json_last() {
+    if !can_run() {
+        return;
+    }
+    let Some(bin) = offlow_bin() else {
+        eprintln!("NOTICE: no offlow binary next to the test executable: CLI test skipped");
+        return;
+    };
+    let out = Command::new(bin)
+        .args(["bench", "offload", "--rows", "generator,offloaded"])
+        .args(["--workers", "1", "--seconds", "0.3", "--warmup", "0.1"])
+        .arg("--json")
+        .output()
+        .expect("offlow runs");
+    assert!(
+        out.status.success(),
+        "offlow bench offload: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("output");
+    let v: serde_json::Value = serde_json::from_str(last).expect("last line is JSON");
+    assert_eq!(v["experiment"], "offload");
+    assert_eq!(v["rows"][0]["kind"], "generator");
+    assert!(v["rows"][0]["received"].as_u64().is_some_and(|n| n > 0));
+    assert_eq!(v["rows"][0]["flows_seen"], 100);
+    assert_eq!(v["rows"][1]["kind"], "offloaded");
+    assert!(v["rows"][1]["skipped"].is_string());
+}
