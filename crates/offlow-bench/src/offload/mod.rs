@@ -113,10 +113,9 @@ use xdp::{Ceiling, GenConfig, Generator, Sink, SinkCounts};
 /// Why the offloaded rows do not run yet.
 pub const OFFLOAD_PENDING: &str = "offload tier not wired into the switch yet";
 
-/// The `offlow run` arguments that turn the offload tier on; `None` until
-/// the switch has such an option (the offloaded rows are skipped with
-/// [`OFFLOAD_PENDING`] until then).
-pub const OFFLOAD_RUN_ARGS: Option<&[&str]> = None;
+/// The `offlow run` arguments that turn the offload tier on (`None` would
+/// skip the offloaded rows with [`OFFLOAD_PENDING`]).
+pub const OFFLOAD_RUN_ARGS: Option<&[&str]> = Some(&["--offload", "xdp"]);
 
 /// Loss above which a row counts as limited by its switch.
 pub const SWITCH_LIMITED_LOSS: f64 = 0.05;
