@@ -364,7 +364,7 @@ impl Generator {
     /// its time asleep there (0.65 Mpps). A program attached in native
     /// mode stays in the dispatcher, and then a run only takes a
     /// reference. So the program is also attached to a spare veth pair
-    /// ([`HOLDER`], down, created in the generator's namespace, which
+    /// (`HOLDER`, down, created in the generator's namespace, which
     /// removes it), where it never sees a frame.
     pub fn start(cfg: &GenConfig) -> anyhow::Result<Generator> {
         if cfg.flows == 0 || cfg.cpus.is_empty() || !(1..=MAX_BATCH).contains(&cfg.batch) {
