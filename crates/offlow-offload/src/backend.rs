@@ -85,6 +85,12 @@ pub trait OffloadBackend: Send {
     /// Every entry's cumulative counters.
     fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadKey, EntryCounters));
 
+    /// The backend's own named counters (where frames went, every drop in
+    /// the device by reason), cumulative; none by default.
+    fn named_counters(&mut self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// Entries installed.
     fn len(&self) -> usize;
 

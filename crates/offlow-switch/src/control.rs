@@ -459,6 +459,14 @@ pub async fn run(
             errors = o.errors,
             "offload tier stopped"
         );
+        if let Some(t) = s.switch.offload() {
+            let named: Vec<String> = t
+                .named_counters()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            info!(counters = %named.join(" "), "offload backend counters");
+        }
     }
     if let Some(d) = s.switch.stop_dataplane() {
         let w = d.worker;

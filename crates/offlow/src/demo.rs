@@ -304,9 +304,15 @@ fn with_switch(topo: &Topology, args: &DemoArgs) -> anyhow::Result<()> {
             let r = traffic(topo, args, &stats);
             let flows = listen_port.and_then(dump_flows);
             let last = stats.stats();
-            let offload = running
-                .offload
-                .map(|h| (h.describe().to_string(), h.stats()));
+            let offload = running.offload.map(|h| {
+                let named: Vec<String> = h
+                    .named_counters()
+                    .iter()
+                    .filter(|&&(_, v)| v != 0)
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect();
+                (h.describe().to_string(), h.stats(), named.join(" / "))
+            });
             r.map(|r| (r, last, flows, offload))
         }
         Err(_) => Err(anyhow::anyhow!("the switch did not start")),
@@ -496,7 +502,7 @@ fn report(
     r: &Results,
     s: &DataplaneStats,
     flows: Option<&str>,
-    offload: Option<&(String, offlow_switch::offload::OffloadStats)>,
+    offload: Option<&(String, offlow_switch::offload::OffloadStats, String)>,
 ) {
     println!(
         "offlow demo: {} hosts on one switch ({} ports, {} worker{}, standalone MAC-learning mode)",
@@ -536,7 +542,7 @@ fn report(
     let w = &s.worker;
     println!("\nper-tier counters (all traffic, all workers)");
     match offload {
-        Some((describe, o)) => {
+        Some((describe, o, named)) => {
             println!(
                 "  offload tier (XDP exact match)  {:>10}  frames served in the kernel ({:.1}% of all frames)",
                 o.hits,
@@ -547,6 +553,7 @@ fn report(
                 o.entries, o.installs, o.removals, o.revalidated, o.refused
             );
             println!("                                  {describe}");
+            println!("                                  in the kernel: {named}");
         }
         None if args.offload == "xdp" => println!(
             "  offload tier (XDP exact match)  off: the XDP backend did not start (see the log above)"

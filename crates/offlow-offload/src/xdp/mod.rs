@@ -908,6 +908,13 @@ impl OffloadBackend for XdpBackend {
         &self.caps
     }
 
+    fn named_counters(&mut self) -> Vec<(&'static str, u64)> {
+        match self.stats() {
+            Ok(s) => s.iter().collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     fn describe(&self) -> String {
         let ports: Vec<String> = self
             .ports

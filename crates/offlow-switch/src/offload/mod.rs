@@ -161,6 +161,8 @@ pub struct OffloadTier {
     warned_dead: bool,
     /// What other threads read ([`OffloadTier::stats_handle`]).
     published: Arc<std::sync::Mutex<OffloadStats>>,
+    /// The backend's named counters, as last read.
+    named: Arc<std::sync::Mutex<Vec<(&'static str, u64)>>>,
 }
 
 /// Reads the offload tier's statistics from any thread (as of its last
@@ -168,6 +170,7 @@ pub struct OffloadTier {
 #[derive(Clone)]
 pub struct OffloadStatsHandle {
     stats: Arc<std::sync::Mutex<OffloadStats>>,
+    named: Arc<std::sync::Mutex<Vec<(&'static str, u64)>>>,
     describe: Arc<str>,
 }
 
@@ -175,6 +178,12 @@ impl OffloadStatsHandle {
     /// The latest statistics.
     pub fn stats(&self) -> OffloadStats {
         *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The backend's named counters (e.g. the XDP program's outcomes and
+    /// drops by reason), as last read.
+    pub fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        self.named.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// The backend, as it described itself at start.
@@ -211,6 +220,7 @@ impl OffloadTier {
             last_tick: Instant::now(),
             warned_dead: false,
             published: Arc::default(),
+            named: Arc::default(),
         })
     }
 
@@ -219,10 +229,22 @@ impl OffloadTier {
         &self.describe
     }
 
+    /// The backend's named counters, as last read (non-zero ones).
+    pub fn named_counters(&self) -> Vec<(&'static str, u64)> {
+        self.named
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .copied()
+            .filter(|&(_, v)| v != 0)
+            .collect()
+    }
+
     /// A handle other threads read the statistics through.
     pub fn stats_handle(&self) -> OffloadStatsHandle {
         OffloadStatsHandle {
             stats: self.published.clone(),
+            named: self.named.clone(),
             describe: self.describe.as_str().into(),
         }
     }
@@ -580,7 +602,12 @@ impl OffloadTier {
                     }
                 }
             }
-            Done::Read { counters, .. } => {
+            Done::Read {
+                counters, named, ..
+            } => {
+                if !named.is_empty() {
+                    *self.named.lock().unwrap_or_else(|p| p.into_inner()) = named;
+                }
                 for (key, gen, c) in counters {
                     if let Some(e) = self.entries.get(&key).filter(|e| e.gen == gen) {
                         let delta = c.since(e.credited);

@@ -38,6 +38,8 @@ pub(crate) enum Done {
     Read {
         seq: u64,
         counters: Vec<(OffloadKey, Gen, EntryCounters)>,
+        /// The backend's named counters at the same moment.
+        named: Vec<(&'static str, u64)>,
     },
 }
 
@@ -119,7 +121,12 @@ impl BackendLink {
                                     counters.push((*k, g, c));
                                 }
                             });
-                            Done::Read { seq, counters }
+                            let named = backend.named_counters();
+                            Done::Read {
+                                seq,
+                                counters,
+                                named,
+                            }
                         }
                     };
                     if done_tx.send(done).is_err() {
