@@ -143,7 +143,7 @@ pub struct Placement {
     cfg: PlacementConfig,
     room: usize,
     flows: HashMap<OffloadKey, FlowState>,
-    pins: Vec<(OffloadKey, Pin)>,
+    pins: HashMap<OffloadKey, Pin>,
 }
 
 impl Placement {
@@ -153,7 +153,7 @@ impl Placement {
             cfg,
             room,
             flows: HashMap::new(),
-            pins: Vec::new(),
+            pins: HashMap::new(),
         }
     }
 
@@ -164,10 +164,10 @@ impl Placement {
 
     /// Pin `key` down or up (see [`Pin`]); `None` removes the pin.
     pub fn pin(&mut self, key: OffloadKey, pin: Option<Pin>) {
-        self.pins.retain(|(k, _)| *k != key);
-        if let Some(p) = pin {
-            self.pins.push((key, p));
-        }
+        match pin {
+            Some(p) => self.pins.insert(key, p),
+            None => self.pins.remove(&key),
+        };
         let st = self
             .flows
             .entry(key)
@@ -176,7 +176,7 @@ impl Placement {
     }
 
     fn pin_of(&self, key: &OffloadKey) -> Option<Pin> {
-        self.pins.iter().find(|(k, _)| k == key).map(|(_, p)| *p)
+        self.pins.get(key).copied()
     }
 
     /// `packets` of `key` went through the software path this tick (a

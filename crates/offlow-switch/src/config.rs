@@ -154,6 +154,11 @@ pub struct OffloadOptions {
     pub sample_every: u32,
     /// Attach in generic (SKB) mode even where the driver has native XDP.
     pub generic: bool,
+    /// Flows matching these go down as soon as they are seen, whatever
+    /// their rate (room and capabilities permitting), and stay down.
+    pub pin_down: Vec<offlow_flow::Match>,
+    /// Flows matching these never go down.
+    pub pin_up: Vec<offlow_flow::Match>,
 }
 
 impl Default for OffloadOptions {
@@ -164,6 +169,8 @@ impl Default for OffloadOptions {
             placement: offlow_offload::PlacementConfig::default(),
             sample_every: 16,
             generic: false,
+            pin_down: Vec::new(),
+            pin_up: Vec::new(),
         }
     }
 }

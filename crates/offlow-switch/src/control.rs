@@ -292,8 +292,15 @@ fn start_ports(
                 }
             }
         }
-        let tier = OffloadTier::new(Box::new(b), o.placement)
+        let mut tier = OffloadTier::new(Box::new(b), o.placement)
             .context("starting the offload tier's thread")?;
+        // Keep-up pins first: a flow both lists name stays up.
+        for m in &o.pin_up {
+            tier.pin_matching(*m, offlow_offload::Pin::Up);
+        }
+        for m in &o.pin_down {
+            tier.pin_matching(*m, offlow_offload::Pin::Down);
+        }
         switch.set_offload(tier);
     }
     Ok(Some(rx))

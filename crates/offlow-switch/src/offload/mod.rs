@@ -163,6 +163,10 @@ pub struct OffloadTier {
     published: Arc<std::sync::Mutex<OffloadStats>>,
     /// The backend's named counters, as last read.
     named: Arc<std::sync::Mutex<Vec<(&'static str, u64)>>>,
+    /// Configured pins by match, first match wins.
+    pin_rules: Vec<(offlow_flow::Match, offlow_offload::Pin)>,
+    /// Flows already checked against `pin_rules`.
+    pinned_seen: HashSet<OffloadKey>,
 }
 
 /// Reads the offload tier's statistics from any thread (as of its last
@@ -221,6 +225,8 @@ impl OffloadTier {
             warned_dead: false,
             published: Arc::default(),
             named: Arc::default(),
+            pin_rules: Vec::new(),
+            pinned_seen: HashSet::new(),
         })
     }
 
@@ -272,8 +278,20 @@ impl OffloadTier {
         self.placement.pin(key, pin);
     }
 
+    /// Pin every flow matching `m` (ovs-ofctl match syntax in the
+    /// configuration) down or up, as it is first seen.
+    pub fn pin_matching(&mut self, m: offlow_flow::Match, pin: offlow_offload::Pin) {
+        self.pin_rules.push((m, pin));
+    }
+
     /// Sampled software-path packets of a flow (from a worker).
     pub fn observe(&mut self, key: OffloadKey, packets: u64) {
+        if !self.pin_rules.is_empty() && self.pinned_seen.insert(key) {
+            let k = key.to_flow_key();
+            if let Some((_, pin)) = self.pin_rules.iter().find(|(m, _)| m.matches(&k)) {
+                self.placement.pin(key, Some(*pin));
+            }
+        }
         self.placement.observe(key, packets);
     }
 
@@ -961,6 +979,42 @@ mod tests {
         tier.port_config(2, false);
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn configured_pins_apply_to_matching_flows_as_they_are_seen() {
+        let (mut tier, model, mut p) = setup(16);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                10,
+                udp_to(0x0a00_0002),
+                apply(vec![Action::output(PortNo(2))]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        let mut down = Match::ANY;
+        down.set_exact(Field::EthType, 0x0800);
+        down.set_exact(Field::IpProto, 17);
+        down.set_exact(Field::UdpSrc, 1);
+        tier.pin_matching(down, Pin::Down);
+        let mut up = Match::ANY;
+        up.set_exact(Field::EthType, 0x0800);
+        up.set_exact(Field::IpProto, 17);
+        up.set_exact(Field::UdpSrc, 2);
+        tier.pin_matching(up, Pin::Up);
+        for _ in 0..3 {
+            // Key 1 is cold but pinned down; key 2 hot but pinned up.
+            tier.observe(key(1), 1);
+            tier.observe(key(2), 1_000_000);
+            std::thread::sleep(Duration::from_millis(5));
+            settle(&mut tier, &p);
+        }
+        let m = model.lock().unwrap();
+        assert!(m.program(&key(1)).is_some());
+        assert!(m.program(&key(2)).is_none());
     }
 
     #[test]

@@ -38,6 +38,8 @@
 //! demote_pps = 250           # an offloaded flow this cold for 5 ticks comes back
 //! sample_every = 16          # workers sample one received frame in this many
 //! generic = false            # force generic (SKB) XDP
+//! pin_down = ["udp,tp_dst=4791"]   # such flows go down at once, whatever their rate
+//! pin_up = ["tcp,tp_dst=22"]       # such flows never go down
 //! ```
 //!
 //! `[[steer]]` entries form the workers' steering table
@@ -482,6 +484,10 @@ struct FileOffload {
     demote_pps: Option<toml::Spanned<u64>>,
     sample_every: Option<toml::Spanned<u32>>,
     generic: Option<bool>,
+    #[serde(default)]
+    pin_down: Vec<toml::Spanned<String>>,
+    #[serde(default)]
+    pin_up: Vec<toml::Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -695,6 +701,16 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
                         opts.sample_every = *n.get_ref();
                     }
                     opts.generic = o.generic.unwrap_or(false);
+                    for (key, list, out) in [
+                        ("offload.pin_down", &o.pin_down, &mut opts.pin_down),
+                        ("offload.pin_up", &o.pin_up, &mut opts.pin_up),
+                    ] {
+                        for m in list {
+                            out.push(
+                                parse_steer_match(m.get_ref()).map_err(|e| at(key, m.span(), e))?,
+                            );
+                        }
+                    }
                     offlow_switch::Offload::Xdp(opts)
                 }
             }
@@ -950,6 +966,22 @@ mod tests {
             (o.room, o.placement.promote_pps, o.placement.demote_pps),
             (1024, 500, 100)
         );
+        let c = parse_file(
+            Path::new("s.toml"),
+            "[offload]\nmode = \"xdp\"\npin_down = [\"udp,tp_dst=53\"]\npin_up = [\"tcp\"]\n",
+        )
+        .unwrap();
+        let offlow_switch::Offload::Xdp(o) = &c.offload else {
+            panic!("{:?}", c.offload)
+        };
+        assert_eq!((o.pin_down.len(), o.pin_up.len()), (1, 1));
+        let e = parse_file(
+            Path::new("s.toml"),
+            "[offload]\nmode = \"xdp\"\npin_up = [\"tcp,bogus=1\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("s.toml, line 3, key `offload.pin_up`"), "{e}");
         let e = parse_file(
             Path::new("s.toml"),
             "[offload]\nmode = \"xdp\"\npromote_pps = 100\ndemote_pps = 100\n",
