@@ -28,7 +28,12 @@
  *   period after the last reference to it was removed (src/xdp/mod.rs), so
  *   a slot's record is stable for any frame that can read it.
  *
- * Kernel: bounded loops (5.3), DEVMAP_HASH (5.4), bpf_redirect_map with a
+ * Per-frame cost: the only hash lookup on the forwarding path is `flows`
+ * (an exact match has no cheaper form); the port maps are arrays
+ * (`rx_ports` by ifindex, `tx_ports` by a dense port index), and the
+ * per-CPU arrays (`progs`, `counters`, `stats`) are inlined by the verifier.
+ *
+ * Kernel: bounded loops (5.3), bpf_redirect_map with a
  * fallback action in the flags (5.6 for XSKMAP/DEVMAP lookups in the
  * helper); tested on 6.18.
  */
@@ -58,6 +63,9 @@
 #define VLAN_DEI 0x1000
 
 #define MAX_PORTS 256
+/* Ingress interfaces with a smaller ifindex are found in the `rx_ports`
+ * array; the rest (rare: busy hosts, many namespaces) in `rx_ports_far`. */
+#define RX_DIRECT 4096
 /* AF_XDP sockets of one port occupy `xsks[xsk_base .. xsk_base + 64]`. */
 #define QUEUES_PER_PORT 64
 #define MAX_XSKS (64 * QUEUES_PER_PORT)
@@ -131,8 +139,10 @@ struct flow_prog {
 	__u32 counter;
 	__u32 flags;
 	__u32 verdict;
+	/* The OpenFlow output port (for the outcome record) and its index in
+	 * `tx_ports` (the redirect). */
 	__u32 out_port;
-	__u32 pad0;
+	__u32 tx_index;
 	__u64 cpu_mask;
 	__u8 eth_src[6];
 	__u8 eth_dst[6];
@@ -163,7 +173,8 @@ struct port_info {
 	/* 1: misses go to the AF_XDP socket of the receive queue. */
 	__u32 xsk;
 	__u32 xsk_base;
-	__u32 pad;
+	/* 1: a switch port (an `rx_ports` array element always exists). */
+	__u32 present;
 };
 
 /* What the last frame on this CPU did (tests only: `debug_record`). */
@@ -203,15 +214,30 @@ struct {
 	__type(value, struct entry_counters);
 } counters SEC(".maps");
 
+/* Ports by ingress ifindex, for every frame: an ARRAY (the verifier
+ * inlines its lookup to a bounds check and an add) for ifindex <
+ * RX_DIRECT, 64 KiB; a HASH for the rest. An array element that is not a
+ * port has `present` 0. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, MAX_PORTS);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RX_DIRECT);
 	__type(key, __u32);
 	__type(value, struct port_info);
 } rx_ports SEC(".maps");
 
 struct {
-	__uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_PORTS);
+	__type(key, __u32);
+	__type(value, struct port_info);
+} rx_ports_far SEC(".maps");
+
+/* Output interfaces by the dense port index src/xdp/mod.rs assigns (the
+ * port's position in the configuration; a program record carries it as
+ * `tx_index`): a DEVMAP, which bpf_redirect_map indexes directly, where a
+ * DEVMAP_HASH keyed by OpenFlow port would hash every frame. */
+struct {
+	__uint(type, BPF_MAP_TYPE_DEVMAP);
 	__uint(max_entries, MAX_PORTS);
 	__type(key, __u32);
 	__type(value, __u32);
@@ -374,8 +400,6 @@ struct parsed {
 	__u32 len;
 };
 
-/* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
- * reference). Returns 0 when the frame is outside it. */
 /* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
  * reference). Returns 0, or for a frame outside the class the source line
  * of the check that declined it (the debug record's target). */
@@ -688,11 +712,22 @@ static __always_inline __u32 pick_cpu(const struct flow_key *k, __u64 mask)
 	return 0;
 }
 
+/* The port received on, or NULL. */
+static __always_inline struct port_info *rx_port(__u32 ifindex)
+{
+	struct port_info *pi;
+
+	if (ifindex < RX_DIRECT) {
+		pi = bpf_map_lookup_elem(&rx_ports, &ifindex);
+		return pi && pi->present ? pi : 0;
+	}
+	return bpf_map_lookup_elem(&rx_ports_far, &ifindex);
+}
+
 SEC("xdp")
 int offlow_offload(struct xdp_md *ctx)
 {
-	__u32 ifindex = ctx->ingress_ifindex;
-	struct port_info *pi = bpf_map_lookup_elem(&rx_ports, &ifindex);
+	struct port_info *pi = rx_port(ctx->ingress_ifindex);
 
 	if (!pi) {
 		count(ST_MISS_NOT_PORT, 0);
@@ -700,7 +735,9 @@ int offlow_offload(struct xdp_md *ctx)
 	}
 	struct parsed p;
 
-	__builtin_memset(&p, 0, sizeof(p));
+	/* parse() writes l3 and len whenever it returns 0, but only some
+	 * key fields (VLAN and L4 ones depend on the frame): zero the key. */
+	__builtin_memset(&p.key, 0, sizeof(p.key));
 	int why = parse(ctx, &p);
 
 	if (why) {
@@ -780,7 +817,7 @@ int offlow_offload(struct xdp_md *ctx)
 		count(ST_HIT_IN_PORT, pi->ofport);
 		return XDP_TX;
 	}
-	int rc = bpf_redirect_map(&tx_ports, pr->out_port, 0);
+	int rc = bpf_redirect_map(&tx_ports, pr->tx_index, 0);
 
 	if (rc != XDP_REDIRECT) {
 		count(ST_DROP_NO_PORT, pr->out_port);

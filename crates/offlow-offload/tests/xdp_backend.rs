@@ -161,7 +161,11 @@ fn counters_equal_the_frames_served() {
         assert!(res.iter().all(Result::is_ok), "{res:?}");
         assert_eq!(run(&b, &tcp(0), 1).2, "hit_drop");
         assert_eq!(b.len(), 2);
-        assert!(b.describe().contains("2 of 2 entries"), "{}", b.describe());
+        assert!(
+            b.describe().contains("room for 2 entries"),
+            "{}",
+            b.describe()
+        );
     });
 }
 

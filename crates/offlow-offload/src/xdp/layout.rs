@@ -70,8 +70,15 @@ pub(crate) fn key_record(k: &OffloadKey) -> flow_key {
     }
 }
 
-/// The kernel's record for `p` serving `k`, counting into `counter`.
-pub(crate) fn prog_record(k: &OffloadKey, p: &OffloadProgram, counter: u32) -> flow_prog {
+/// The kernel's record for `p` serving `k`, counting into `counter`;
+/// `tx_index` gives a port's index in `tx_ports` (only asked for the
+/// output port of a [`Verdict::Port`]).
+pub(crate) fn prog_record(
+    k: &OffloadKey,
+    p: &OffloadProgram,
+    counter: u32,
+    tx_index: impl Fn(u32) -> u32,
+) -> flow_prog {
     let mut r = flow_prog {
         key: key_record(k),
         counter,
@@ -125,7 +132,10 @@ pub(crate) fn prog_record(k: &OffloadKey, p: &OffloadProgram, counter: u32) -> f
     r.tp_dst = p.tp_dst.unwrap_or(0);
     (r.verdict, r.out_port, r.cpu_mask) = match p.verdict {
         Verdict::Drop => (V_DROP, 0, 0),
-        Verdict::Port(port) => (V_PORT, port, 0),
+        Verdict::Port(port) => {
+            r.tx_index = tx_index(port);
+            (V_PORT, port, 0)
+        }
         Verdict::InPort => (V_IN_PORT, 0, 0),
         Verdict::Cpu(mask) => (V_CPU, 0, mask),
     };
@@ -186,10 +196,11 @@ mod tests {
             tp_dst: Some(80),
             ..OffloadProgram::plain(Verdict::Port(4))
         };
-        let r = prog_record(&k, &p, 5);
+        let r = prog_record(&k, &p, 5, |port| port + 10);
         assert_eq!(r.flags, F_VLAN_VID | F_TP_DST);
         assert_eq!((r.vlan_op, r.vlan_vid, r.ttl_op), (VLAN_WRITE, 9, TTL_DEC));
         assert_eq!((r.verdict, r.out_port, r.counter), (V_PORT, 4, 5));
+        assert_eq!(r.tx_index, 14);
         assert_eq!(bytes_of(&r).len(), 104);
     }
 }

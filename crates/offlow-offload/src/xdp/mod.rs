@@ -10,8 +10,11 @@
 //! - `flows`: [`OffloadKey`] → a slot of `progs`;
 //! - `progs`: the slot's [`OffloadProgram`] and the key it serves, plus the
 //!   entry's slot of `counters` (per-CPU packets and bytes);
-//! - `rx_ports` (ifindex → OpenFlow port and miss path), `tx_ports` (a
-//!   DEVMAP_HASH, OpenFlow port → ifindex), `xsks` (the AF_XDP sockets,
+//! - `rx_ports` (ifindex → OpenFlow port and miss path: an ARRAY indexed by
+//!   ifindex for ifindex < 4096, `rx_ports_far` a HASH for larger ones),
+//!   `tx_ports` (a DEVMAP, dense port index → ifindex; the index is the
+//!   port's position in [`XdpConfig::ports`], and a program record carries
+//!   it beside the OpenFlow output port), `xsks` (the AF_XDP sockets,
 //!   [`XdpBackend::register_xsk`]), `cpus` and `worker_cpu` (steering,
 //!   [`XdpBackend::set_worker_cpu`]), `stats` ([`XdpBackend::stats`]).
 //!
@@ -274,6 +277,9 @@ fn backend_err(what: &str) -> impl FnOnce(libbpf_rs::Error) -> OffloadError + '_
 const QUEUES_PER_PORT: u32 = 64;
 const MAX_XSK_PORTS: usize = 64;
 const MAX_PORTS: usize = 256;
+/// Interfaces with a smaller ifindex are in the `rx_ports` array, the
+/// others in the `rx_ports_far` hash (`RX_DIRECT` in the C file).
+const RX_DIRECT: u32 = 4096;
 /// `worker_cpu` entries (a steering mask has 64 bits).
 const MAX_WORKERS: u32 = 64;
 
@@ -310,6 +316,7 @@ struct Maps {
     progs: MapHandle,
     counters: MapHandle,
     rx_ports: MapHandle,
+    rx_ports_far: MapHandle,
     tx_ports: MapHandle,
     xsks: MapHandle,
     cpus: MapHandle,
@@ -327,6 +334,8 @@ pub struct XdpBackend {
     ports: Vec<Attached>,
     caps: Capabilities,
     entries: HashMap<OffloadKey, Entry>,
+    /// OpenFlow port → its index in `tx_ports`.
+    tx_index: HashMap<u32, u32>,
     free_progs: Vec<u32>,
     /// Program slots unlinked since the last grace period.
     retired_progs: Vec<u32>,
@@ -375,6 +384,7 @@ impl XdpBackend {
                 ports: cfg.ports.iter().map(|p| p.ofport).collect(),
             },
             entries: HashMap::new(),
+            tx_index: HashMap::new(),
             free_progs: (0..2 * room).rev().collect(),
             retired_progs: Vec::new(),
             free_counters: (0..room).rev().collect(),
@@ -431,6 +441,7 @@ impl XdpBackend {
             progs: h(&m.progs)?,
             counters: h(&m.counters)?,
             rx_ports: h(&m.rx_ports)?,
+            rx_ports_far: h(&m.rx_ports_far)?,
             tx_ports: h(&m.tx_ports)?,
             xsks: h(&m.xsks)?,
             cpus: h(&m.cpus)?,
@@ -459,6 +470,11 @@ impl XdpBackend {
                 maps.rx_ports.value_size(),
                 std::mem::size_of::<types::port_info>(),
             ),
+            (
+                "rx_ports entries",
+                maps.rx_ports.max_entries(),
+                RX_DIRECT as usize,
+            ),
             ("stats entries", maps.stats.max_entries(), STAT_NAMES.len()),
         ];
         for (what, kernel, ours) in shapes {
@@ -483,26 +499,27 @@ impl XdpBackend {
     fn add_ports(&mut self, cfg: &XdpConfig) -> Result<(), XdpError> {
         let mut xsk_base = 0;
         let mut resolved = Vec::with_capacity(cfg.ports.len());
-        for p in &cfg.ports {
+        for (index, p) in (0u32..).zip(&cfg.ports) {
             let ifindex =
                 sys::ifindex(&p.ifname).map_err(sys_err(format!("interface {}", p.ifname)))?;
             let info = types::port_info {
                 ofport: p.ofport,
                 xsk: u32::from(p.miss == MissPath::Xsk),
                 xsk_base,
-                pad: 0,
+                present: 1,
             };
             if p.miss == MissPath::Xsk {
                 xsk_base += QUEUES_PER_PORT;
             }
-            self.maps
-                .rx_ports
+            self.rx_map(ifindex)
                 .update(bytes_of(&ifindex), bytes_of(&info), MapFlags::ANY)
                 .map_err(bpf_err(format!("mapping {}", p.ifname)))?;
             self.maps
                 .tx_ports
-                .update(bytes_of(&p.ofport), bytes_of(&ifindex), MapFlags::ANY)
+                .update(bytes_of(&index), bytes_of(&ifindex), MapFlags::ANY)
                 .map_err(bpf_err(format!("adding {} to tx_ports", p.ifname)))?;
+            // A repeated OpenFlow number outputs to its last interface.
+            self.tx_index.insert(p.ofport, index);
             resolved.push((p.clone(), ifindex));
         }
         // Refuse before attaching anywhere.
@@ -549,6 +566,24 @@ impl XdpBackend {
             });
         }
         Ok(())
+    }
+
+    /// The map holding `ifindex`'s port record.
+    fn rx_map(&self, ifindex: u32) -> &MapHandle {
+        if ifindex < RX_DIRECT {
+            &self.maps.rx_ports
+        } else {
+            &self.maps.rx_ports_far
+        }
+    }
+
+    /// `ofport`'s index in `tx_ports` (admission guarantees a port; an
+    /// unknown one gets an index holding no interface: `drop_no_port`).
+    fn tx_index_of(&self, ofport: u32) -> u32 {
+        self.tx_index
+            .get(&ofport)
+            .copied()
+            .unwrap_or(MAX_PORTS as u32 - 1)
     }
 
     fn link(&self, ifname: &str, ifindex: u32, flags: u32) -> Result<OwnedFd, XdpError> {
@@ -636,12 +671,17 @@ impl XdpBackend {
             )));
         }
         let v = self
-            .maps
-            .rx_ports
+            .rx_map(ifindex)
             .lookup(bytes_of(&ifindex), MapFlags::ANY)
             .map_err(bpf_err("reading rx_ports"))?
-            .ok_or_else(|| XdpError::Config(format!("ifindex {ifindex} is not a port")))?;
-        let word = |i: usize| u32::from_ne_bytes([v[i], v[i + 1], v[i + 2], v[i + 3]]);
+            .unwrap_or_default();
+        let word = |i: usize| {
+            v.get(i..i + 4)
+                .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        if word(12) == 0 {
+            return Err(XdpError::Config(format!("ifindex {ifindex} is not a port")));
+        }
         if word(4) == 0 {
             return Err(XdpError::Config(format!(
                 "ifindex {ifindex} sends misses to the stack, not to AF_XDP"
@@ -812,7 +852,7 @@ impl XdpBackend {
         let krec = layout::key_record(key);
         if let Some(e) = self.entries.get(key).copied() {
             let slot = self.alloc_prog_slot()?;
-            let rec = layout::prog_record(key, program, e.counter_slot);
+            let rec = layout::prog_record(key, program, e.counter_slot, |p| self.tx_index_of(p));
             let published = self
                 .maps
                 .progs
@@ -852,7 +892,7 @@ impl XdpBackend {
             }
         };
         let zeros = vec![vec![0u8; 16]; self.ncpus];
-        let rec = layout::prog_record(key, program, counter_slot);
+        let rec = layout::prog_record(key, program, counter_slot, |p| self.tx_index_of(p));
         let published = self
             .maps
             .counters
