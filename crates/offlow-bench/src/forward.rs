@@ -342,7 +342,20 @@ pub(crate) fn start_offlow_with(
     xdp: bool,
     extra: &[&str],
 ) -> anyhow::Result<ChildGuard> {
-    let (g, port) = topo::start_offlow_with(bin, sw, workers, xdp, extra)?;
+    start_offlow_logged(bin, sw, workers, xdp, extra, None)
+}
+
+/// [`start_offlow_with`] with the switch's stderr (at `RUST_LOG=info`) in
+/// `log` when given (used by `bench offload`'s latency rows).
+pub(crate) fn start_offlow_logged(
+    bin: &Path,
+    sw: &str,
+    workers: usize,
+    xdp: bool,
+    extra: &[&str],
+    log: Option<&Path>,
+) -> anyhow::Result<ChildGuard> {
+    let (g, port) = topo::start_offlow_logged(bin, sw, workers, xdp, extra, log)?;
     let target = format!("tcp:127.0.0.1:{port}");
     for f in FLOWS {
         run_cmd(Command::new("ovs-ofctl").args([

@@ -6,7 +6,8 @@
 //! a switch namespace between them), [`ChildGuard`] (a child process killed
 //! when dropped), [`start_offlow`] (`offlow run` on the switch namespace's
 //! `p1`/`p2`, secure fail mode, a passive OpenFlow listener on a free
-//! loopback port), and small shell helpers.
+//! loopback port; [`start_offlow_logged`] keeps its `info` log in a file),
+//! and small shell helpers.
 //!
 //! ```text
 //!  ns A: eth0 ──veth── p1 ┐ ns SW: the switch ┌ p2 ──veth── eth0 :ns B
@@ -254,6 +255,19 @@ pub fn start_offlow_with(
     xdp: bool,
     extra: &[&str],
 ) -> anyhow::Result<(ChildGuard, u16)> {
+    start_offlow_logged(bin, sw, workers, xdp, extra, None)
+}
+
+/// [`start_offlow_with`], with `RUST_LOG=info` and the switch's stderr
+/// written to `log` when given (else `RUST_LOG=warn`, stderr inherited).
+pub fn start_offlow_logged(
+    bin: &Path,
+    sw: &str,
+    workers: usize,
+    xdp: bool,
+    extra: &[&str],
+    log: Option<&Path>,
+) -> anyhow::Result<(ChildGuard, u16)> {
     let port = free_port()?;
     let listen = format!("ptcp:{port}:127.0.0.1");
     let (p1, p2) = if xdp {
@@ -266,10 +280,15 @@ pub fn start_offlow_with(
         .args(["--listen", &listen, "--fail-mode", "secure"])
         .args(["--workers", &workers.to_string()])
         .args(extra)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", if log.is_some() { "info" } else { "warn" })
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(match log {
+            Some(p) => Stdio::from(
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            ),
+            None => Stdio::inherit(),
+        })
         .spawn()
         .with_context(|| format!("starting {}", bin.display()))?;
     let mut g = ChildGuard {

@@ -80,18 +80,43 @@
 //! `BPF_PROG_RUN` plus the softirq work done at the end of each batch on
 //! their CPU) is shown apart, per offered frame.
 //!
+//! # Latency rows (`--ping N`, default 400; 0 skips; [`ping`])
+//! After the rate rows (or alone with `--only-ping`), issue 22's latency
+//! goal: ping RTT through an offloaded flow ≤ 1.25× a Linux bridge's. Each
+//! row builds the same topology afresh (one queue, one worker), without
+//! the sink, with `10.0.0.1/24` on host A's `eth0` and `10.0.0.2/24` on
+//! host B's, and GRO on both (a veth receives XDP-redirected frames only
+//! with NAPI, see above; on in every row so the hosts' receive path is the
+//! same throughout). Host A runs `ping -i 0.005`: 200 warm-up probes
+//! (ARP, and long enough for the offloaded rows' two ICMP microflows to go
+//! down), then N measured ones, whose summary gives min/avg/max/mdev and
+//! whose replies give p50/p99. Rows:
+//! - `linux bridge`: `br0` in the switch namespace over `p1` and `p2`,
+//!   STP off;
+//! - `offlow offloaded, af_packet` / `af_xdp`: `offlow run --config FILE`
+//!   with [`ping::OFFLOAD_CONFIG`] (`mode = "xdp"`, `promote_pps = 50`,
+//!   `demote_pps = 10`, `sample_every = 1`: a 200/s ping goes down) and the
+//!   two port-to-port flows. The switch runs with `RUST_LOG=info` and its
+//!   stderr in a temporary file; after the row it is stopped and its exit
+//!   lines give the tier's hits (`offload tier stopped`) and the userspace
+//!   workers' packets (`data plane stopped`). A row with 0 hits is named
+//!   `(not offloaded)` and does not count for the goal;
+//! - `offlow userspace, af_packet` / `af_xdp`: the same without the file;
+//! - `ovs 3.1 netdev, type=afxdp`: the private Open vSwitch.
+//!
 //! Interrupts: SIGINT/SIGTERM end the current row early and stop the run;
 //! the guards still remove everything.
 //!
 //! # Invariants
-//! Every namespace, process and XDP program a row creates is owned by a
-//! guard dropped at the end of the row, also on error. Only addresses in
+//! Every namespace, process, XDP program and temporary file a row creates
+//! is owned by a guard dropped at the end of the row, also on error. Only addresses in
 //! the row's own namespaces receive traffic.
 //!
 //! Thread-safety: the generator threads share only atomics and a program
 //! descriptor with the measuring thread, which owns everything else.
 
 mod bpf;
+pub mod ping;
 pub mod xdp;
 
 use std::io::Write as _;
@@ -190,6 +215,13 @@ pub struct OffloadArgs {
         default_value = "generator,ceiling,userspace,ovs-afxdp,offloaded"
     )]
     pub rows: Vec<RowKind>,
+    /// Latency rows after the rate rows: this many `ping` probes per row
+    /// (5 ms apart); 0 skips them.
+    #[arg(long, default_value_t = 400)]
+    pub ping: u32,
+    /// Only the latency rows (no rate rows).
+    #[arg(long)]
+    pub only_ping: bool,
     /// The offlow binary (default: this executable).
     #[arg(long)]
     pub offlow_bin: Option<PathBuf>,
@@ -215,6 +247,8 @@ impl Default for OffloadArgs {
                 RowKind::OvsAfxdp,
                 RowKind::Offloaded,
             ],
+            ping: 400,
+            only_ping: false,
             offlow_bin: None,
             json: false,
         }
@@ -338,6 +372,10 @@ pub struct OffloadReport {
     pub loadavg_at_start: String,
     /// The rows in the order run.
     pub rows: Vec<Row>,
+    /// Probes per latency row (0: none ran).
+    pub ping_count: u32,
+    /// The latency rows in the order run.
+    pub ping_rows: Vec<ping::PingRow>,
 }
 
 /// The goals of issue 22, as ratios of received rates (`None` when a side
@@ -355,6 +393,9 @@ pub struct Goals {
     pub ceiling_vs_userspace: Option<f64>,
     /// Best ceiling ÷ OVS afxdp: the same against Open vSwitch.
     pub ceiling_vs_ovs: Option<f64>,
+    /// Worst (highest) average ping RTT of the offloaded rows that were
+    /// served by the tier ÷ the Linux bridge's (goal ≤ 1.25).
+    pub ping_offloaded_vs_bridge: Option<f64>,
 }
 
 fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
@@ -388,6 +429,12 @@ impl OffloadReport {
             offloaded_vs_ovs: ratio(off, ovs),
             ceiling_vs_userspace: ratio(ceil, user),
             ceiling_vs_ovs: ratio(ceil, ovs),
+            ping_offloaded_vs_bridge: self
+                .ping_rows
+                .iter()
+                .filter(|r| r.kind == "offloaded" && r.offload_hits.is_some_and(|h| h > 0))
+                .filter_map(|r| r.avg_vs_bridge)
+                .reduce(f64::max),
         }
     }
 
@@ -408,6 +455,10 @@ impl OffloadReport {
             "generator_mpps": self.best("generator"),
             "goals": self.goals(),
             "rows": self.rows,
+            "ping_count": self.ping_count,
+            "ping_interval_s": ping::PING_INTERVAL,
+            "ping_method": ping::PING_METHOD,
+            "ping_rows": self.ping_rows,
         })
     }
 }
@@ -453,6 +504,12 @@ fn check_args(a: &OffloadArgs) -> anyhow::Result<()> {
     }
     if !(1..=xdp::MAX_BATCH).contains(&a.batch) {
         bail!("--batch must be between 1 and {}", xdp::MAX_BATCH);
+    }
+    if a.ping > 100_000 {
+        bail!("--ping must be at most 100000");
+    }
+    if a.only_ping && a.ping == 0 {
+        bail!("--only-ping needs --ping above 0");
     }
     Ok(())
 }
@@ -770,7 +827,8 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
         .pop()
         .context("building the frame")?;
     let mut plans = Vec::new();
-    for k in &args.rows {
+    let rate_rows: &[RowKind] = if args.only_ping { &[] } else { &args.rows };
+    for k in rate_rows {
         for &w in &args.workers {
             match k {
                 RowKind::Generator => plans.push(Plan::Generator(w)),
@@ -836,12 +894,19 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
             r.clocks_ns_per_pkt = clocks_ns_per_pkt(r, base);
         }
     }
+    let ping_rows = if args.ping > 0 && !interrupted() {
+        ping::run(args.ping, &bin)
+    } else {
+        Vec::new()
+    };
     Ok(OffloadReport {
         flows: args.flows,
         frame_size: args.frame_size,
         rate_mpps: (args.rate > 0.0).then_some(args.rate),
         loadavg_at_start,
         rows,
+        ping_count: args.ping,
+        ping_rows,
     })
 }
 
@@ -889,10 +954,8 @@ pub fn render(r: &OffloadReport) -> String {
     t.render()
 }
 
-/// `offlow bench offload`.
-pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
-    catch_interrupt();
-    let r = run(args)?;
+/// The rate rows' table and notes.
+fn print_rates(r: &OffloadReport, args: &OffloadArgs) {
     let rate = if args.rate > 0.0 {
         format!("offered {} Mpps", args.rate)
     } else {
@@ -909,7 +972,7 @@ pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
         args.warmup,
         r.loadavg_at_start
     );
-    print!("{}", render(&r));
+    print!("{}", render(r));
     for row in &r.rows {
         if let Some(why) = &row.skipped {
             println!("{}: skipped: {why}", row.name);
@@ -951,13 +1014,53 @@ pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
             f(g.ceiling_vs_ovs.map(|x| x * 0.9)),
         ),
     }
+}
+
+/// The latency rows' table and notes.
+fn print_pings(r: &OffloadReport) {
+    println!(
+        "latency: {} ping probes per row, {} ms apart; load average at start {}",
+        r.ping_count,
+        ping::PING_INTERVAL * 1000.0,
+        r.loadavg_at_start
+    );
+    print!("{}", ping::render(&r.ping_rows));
+    for row in &r.ping_rows {
+        if let Some(e) = &row.error {
+            println!("{}: error: {e}", row.name);
+        }
+    }
+    println!("Latency method: {}", ping::PING_METHOD);
+    match r.goals().ping_offloaded_vs_bridge {
+        Some(x) => println!(
+            "goal (issue 22): offloaded ping avg RTT / linux bridge {}× (≤ 1.25)",
+            fmt_f(x, 2)
+        ),
+        None => println!(
+            "goal (issue 22): ping not evaluated (no offloaded row served by the tier, or no \
+             bridge row)"
+        ),
+    }
+}
+
+/// `offlow bench offload`.
+pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
+    catch_interrupt();
+    let r = run(args)?;
+    if !r.rows.is_empty() {
+        print_rates(&r, args);
+    }
+    if !r.ping_rows.is_empty() {
+        print_pings(&r);
+    }
     if args.json {
         print_json_line(&r.to_json());
     }
     if interrupted() {
         bail!("interrupted: the last row's figures are short");
     }
-    let failed = r.rows.iter().filter(|x| x.error.is_some()).count();
+    let failed = r.rows.iter().filter(|x| x.error.is_some()).count()
+        + r.ping_rows.iter().filter(|x| x.error.is_some()).count();
     if failed > 0 {
         bail!("{failed} row(s) failed (see the table)");
     }
@@ -992,6 +1095,8 @@ mod tests {
             rate_mpps: None,
             loadavg_at_start: String::new(),
             rows,
+            ping_count: 0,
+            ping_rows: Vec::new(),
         };
         let g = rep.goals();
         assert_eq!(g.offloaded_vs_ceiling, None);
@@ -1038,6 +1143,7 @@ mod tests {
             |a: &mut OffloadArgs| a.workers = vec![0],
             |a: &mut OffloadArgs| a.batch = 257,
             |a: &mut OffloadArgs| a.rate = -1.0,
+            |a: &mut OffloadArgs| (a.ping, a.only_ping) = (0, true),
         ] {
             let mut a = ok.clone();
             f(&mut a);
