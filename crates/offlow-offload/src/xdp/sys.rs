@@ -93,6 +93,18 @@ pub(crate) fn test_run(
     ifindex: u32,
     queue: u32,
 ) -> io::Result<TestRun> {
+    test_run_repeat(prog, frame, ifindex, queue, 1).map(|(r, _)| r)
+}
+
+/// [`test_run`] `repeat` times in the kernel (each run starts from the
+/// same input frame); also the kernel's mean time per run, in ns.
+pub(crate) fn test_run_repeat(
+    prog: BorrowedFd<'_>,
+    frame: &[u8],
+    ifindex: u32,
+    queue: u32,
+    repeat: u32,
+) -> io::Result<(TestRun, u32)> {
     let mut ctx = XdpMd {
         data_end: frame.len() as u32,
         ingress_ifindex: ifindex,
@@ -111,7 +123,7 @@ pub(crate) fn test_run(
         ctx_size_in: std::mem::size_of::<XdpMd>() as u32,
         ctx_out: (&raw mut ctx).cast(),
         ctx_size_out: std::mem::size_of::<XdpMd>() as u32,
-        repeat: 1,
+        repeat: repeat.max(1) as _,
         ..Default::default()
     };
     // SAFETY: every pointer in `opts` points at a live buffer of the size
@@ -119,10 +131,13 @@ pub(crate) fn test_run(
     // kernel writes at most `data_size_out` / `ctx_size_out` bytes.
     check(unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) })?;
     out.truncate(opts.data_size_out as usize);
-    Ok(TestRun {
-        retval: opts.retval,
-        frame: out,
-    })
+    Ok((
+        TestRun {
+            retval: opts.retval,
+            frame: out,
+        },
+        opts.duration,
+    ))
 }
 
 /// `MEMBARRIER_CMD_GLOBAL` (linux/membarrier.h).

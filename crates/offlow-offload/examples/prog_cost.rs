@@ -1,0 +1,121 @@
+//! What a frame costs the offload XDP program, by path, measured by the
+//! kernel (`BPF_PROG_TEST_RUN` with a repeat count; root needed):
+//!
+//! ```sh
+//! cargo run --release -p offlow-offload --example prog_cost
+//! ```
+//!
+//! The program is loaded detached (no interface carries it) on a veth pair
+//! in a namespace of its own, deleted at the end. Rows: a frame on an
+//! interface that is not a port (the program's first lookup fails: close to
+//! the test-run harness's own cost), a frame outside the offloadable class
+//! (ARP), a miss (no entry), and hits with a drop and with an output. The
+//! redirect itself is not carried out in a test run; what the numbers show
+//! is the program's own work per frame. Entries that rewrite the frame are
+//! left out: a repeated test run does not restore the frame between runs,
+//! so every run after the first would be a miss on the rewritten frame.
+//! `OFFLOW_RECORD=1` also runs each frame once with the outcome record on
+//! and prints which counters moved.
+
+use std::process::Command;
+
+use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
+use offlow_offload::{compile, OffloadBackend, OffloadKey};
+use offlow_pipeline::{Action, PortNo};
+use offlow_testkit::FrameBuilder;
+
+const REPEAT: u32 = 2_000_000;
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let st = Command::new("ip").args(args).status()?;
+    anyhow::ensure!(st.success(), "ip {}", args.join(" "));
+    Ok(())
+}
+
+struct Ns(String);
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    anyhow::ensure!(offlow_offload::xdp::privileged(), "needs root");
+    let ns = Ns(format!("ofcost-{}", std::process::id()));
+    ip(&["netns", "add", &ns.0])?;
+    ip(&[
+        "-n", &ns.0, "link", "add", "va", "type", "veth", "peer", "name", "vb",
+    ])?;
+    for d in ["lo", "va", "vb"] {
+        ip(&["-n", &ns.0, "link", "set", d, "up"])?;
+    }
+    offlow_io::netns::in_netns(Some(&ns.0), run)??;
+    Ok(())
+}
+
+fn run() -> anyhow::Result<()> {
+    let port = |ofport, name: &str| XdpPort {
+        ofport,
+        ifname: name.into(),
+        miss: MissPath::Pass,
+    };
+    let mut b = XdpBackend::open(&XdpConfig {
+        ports: vec![port(1, "va"), port(2, "vb")],
+        room: 1024,
+        attach: AttachPolicy::Detached,
+        debug_record: std::env::var_os("OFFLOW_RECORD").is_some(),
+    })?;
+    let ifindex = |n: u32| {
+        b.ports()
+            .iter()
+            .find(|p| p.ofport == n)
+            .map(|p| p.ifindex)
+            .unwrap_or(0)
+    };
+    let (va, lo) = (ifindex(1), 1);
+    let udp = |sport: u16| {
+        FrameBuilder::default()
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+            .udp(sport, 9)
+            .build()
+    };
+    let entry = |b: &mut XdpBackend, sport: u16, actions: &[Action]| -> anyhow::Result<()> {
+        let key = OffloadKey::parse(&udp(sport), 1).ok_or(anyhow::anyhow!("not in class"))?;
+        b.install(&key, &compile(&key, actions)?)?;
+        Ok(())
+    };
+    entry(&mut b, 1, &[])?;
+    entry(&mut b, 2, &[Action::output(PortNo(2))])?;
+    let arp = FrameBuilder::default()
+        .arp(1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], [0; 6], [10, 0, 0, 2])
+        .build();
+    let rows: [(&str, Vec<u8>, u32); 5] = [
+        ("not a port (harness floor)", udp(9), lo),
+        ("outside the class (ARP)", arp, va),
+        ("miss: no entry", udp(9), va),
+        ("hit: drop", udp(1), va),
+        ("hit: output", udp(2), va),
+    ];
+    println!("offload XDP program, mean ns per frame over {REPEAT} test runs (kernel-timed)");
+    for round in 0..3 {
+        for (name, frame, ifx) in &rows {
+            let (ret, ns) = b.time_run(frame, *ifx, 0, REPEAT)?;
+            println!("round {round}  {name:<30} {ns:>5} ns  (XDP action {ret})");
+            if std::env::var_os("OFFLOW_RECORD").is_some() {
+                let before = b.stats()?;
+                b.test_run(frame, *ifx, 0)?;
+                let after = b.stats()?;
+                let moved: Vec<_> = after
+                    .iter()
+                    .zip(before.iter())
+                    .filter(|(a, b)| a.1 != b.1)
+                    .map(|(a, _)| a.0)
+                    .collect();
+                println!("    counters {moved:?}");
+                println!("    outcome {:?}", b.take_outcome()?);
+            }
+        }
+    }
+    Ok(())
+}
