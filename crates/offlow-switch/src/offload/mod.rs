@@ -113,8 +113,10 @@ struct Entry {
 }
 
 impl Entry {
-    fn visits_table(&self, t: u8) -> bool {
-        self.miss_table == Some(t) || self.path.iter().any(|s| s.table_id == t)
+    /// Did its walk visit a table marked in `tables`?
+    fn visits_any(&self, tables: &[bool; 256]) -> bool {
+        self.miss_table.is_some_and(|t| tables[t as usize])
+            || self.path.iter().any(|s| tables[s.table_id as usize])
     }
 }
 
@@ -140,7 +142,8 @@ pub struct OffloadTier {
     describe: String,
     /// The backend's ports and whether they are usable (port config).
     blocked_ports: HashSet<u32>,
-    backend_ports: Vec<u32>,
+    /// What the backend declared: checked before an entry is sent.
+    caps: offlow_offload::Capabilities,
     /// Entries installed or on their way, by key.
     entries: HashMap<OffloadKey, Entry>,
     /// Entries whose removal was sent and not yet answered.
@@ -209,7 +212,7 @@ impl OffloadTier {
             placement: Placement::new(placement, caps.room),
             describe,
             blocked_ports: HashSet::new(),
-            backend_ports: caps.ports.clone(),
+            caps,
             entries: HashMap::new(),
             retiring: HashMap::new(),
             next_gen: 1,
@@ -370,8 +373,7 @@ impl OffloadTier {
             .entries
             .iter()
             .filter(|(_, e)| {
-                e.path.iter().any(|s| changed.contains(&s.rule))
-                    || (0..256).any(|t| tables[t] && e.visits_table(t as u8))
+                e.path.iter().any(|s| changed.contains(&s.rule)) || e.visits_any(&tables)
             })
             .map(|(k, _)| *k)
             .collect();
@@ -492,9 +494,8 @@ impl OffloadTier {
                 return Err(Refusal::Port(p));
             }
         }
-        if !self.backend_ports.contains(&key.in_port) {
-            return Err(Refusal::Port(key.in_port));
-        }
+        // Refused here rather than by the backend a round trip later.
+        self.caps.admits(key, &program)?;
         let rules = res
             .path
             .iter()
@@ -507,8 +508,8 @@ impl OffloadTier {
             .collect();
         Ok(Decision {
             program,
-            path: res.path.clone(),
             miss_table: res.miss_table(),
+            path: res.path,
             rules,
         })
     }
@@ -576,7 +577,8 @@ impl OffloadTier {
                     match r {
                         Ok(last) => {
                             self.stats.removals += 1;
-                            self.credit(&key, &e, last.since(e.credited), pipeline);
+                            let delta = last.since(e.credited);
+                            credit(&mut self.stats, &mut self.ports, &key, &e, delta, pipeline);
                         }
                         // Never installed (its install was refused).
                         Err(OffloadError::NotFound) => {}
@@ -627,20 +629,19 @@ impl OffloadTier {
                     *self.named.lock().unwrap_or_else(|p| p.into_inner()) = named;
                 }
                 for (key, gen, c) in counters {
-                    if let Some(e) = self.entries.get(&key).filter(|e| e.gen == gen) {
-                        let delta = c.since(e.credited);
-                        let e = e.clone();
-                        self.credit(&key, &e, delta, pipeline);
-                        if let Some(e) = self.entries.get_mut(&key) {
-                            e.credited = c;
-                        }
+                    // The entry the counters belong to: live, or on its way out.
+                    let (e, live) = match self.entries.get_mut(&key).filter(|e| e.gen == gen) {
+                        Some(e) => (e, true),
+                        None => match self.retiring.get_mut(&(key, gen)) {
+                            Some(e) => (e, false),
+                            None => continue,
+                        },
+                    };
+                    let delta = c.since(e.credited);
+                    credit(&mut self.stats, &mut self.ports, &key, e, delta, pipeline);
+                    e.credited = c;
+                    if live {
                         self.placement.observe_offloaded(key, delta.packets);
-                    } else if let Some(e) = self.retiring.get(&(key, gen)).cloned() {
-                        let delta = c.since(e.credited);
-                        self.credit(&key, &e, delta, pipeline);
-                        if let Some(r) = self.retiring.get_mut(&(key, gen)) {
-                            r.credited = c;
-                        }
                     }
                 }
             }
@@ -649,38 +650,45 @@ impl OffloadTier {
         let now = self.stats();
         *self.published.lock().unwrap_or_else(|p| p.into_inner()) = now;
     }
+}
 
-    /// Credit `delta` frames of `e` to its walk's rules (removed or not: a
-    /// removed rule's counters are what its FLOW_REMOVED reports) and
-    /// tables, and to its ports.
-    fn credit(&mut self, key: &OffloadKey, e: &Entry, delta: EntryCounters, pipeline: &Pipeline) {
-        if delta.packets == 0 || matches!(e.program.verdict, Verdict::Cpu(_)) {
-            return;
+/// Credit `delta` frames of `e` to its walk's rules (removed or not: a
+/// removed rule's counters are what its FLOW_REMOVED reports) and tables,
+/// and to its ports (`ports`) and the tier's hits (`stats`).
+fn credit(
+    stats: &mut OffloadStats,
+    ports: &mut HashMap<u32, PortOffloadCounters>,
+    key: &OffloadKey,
+    e: &Entry,
+    delta: EntryCounters,
+    pipeline: &Pipeline,
+) {
+    if delta.packets == 0 || matches!(e.program.verdict, Verdict::Cpu(_)) {
+        return;
+    }
+    stats.hits += delta.packets;
+    stats.hit_bytes += delta.bytes;
+    let rx = ports.entry(key.in_port).or_default();
+    rx.rx_packets += delta.packets;
+    rx.rx_bytes += delta.bytes;
+    if let Some(out) = out_port(key, &e.program) {
+        let grow = tag_growth(key, &e.program);
+        let tx = ports.entry(out).or_default();
+        tx.tx_packets += delta.packets;
+        tx.tx_bytes += (delta.bytes as i64 + grow * delta.packets as i64).max(0) as u64;
+    }
+    let (n, b) = (delta.packets, delta.bytes);
+    for r in &e.rules {
+        r.counters
+            .add(if r.packets { n } else { 0 }, if r.bytes { b } else { 0 });
+    }
+    for step in &e.path {
+        if let Some(t) = pipeline.table_counters(step.table_id) {
+            t.add(n, n);
         }
-        self.stats.hits += delta.packets;
-        self.stats.hit_bytes += delta.bytes;
-        let rx = self.ports.entry(key.in_port).or_default();
-        rx.rx_packets += delta.packets;
-        rx.rx_bytes += delta.bytes;
-        if let Some(out) = out_port(key, &e.program) {
-            let grow = tag_growth(key, &e.program);
-            let tx = self.ports.entry(out).or_default();
-            tx.tx_packets += delta.packets;
-            tx.tx_bytes += (delta.bytes as i64 + grow * delta.packets as i64).max(0) as u64;
-        }
-        let (n, b) = (delta.packets, delta.bytes);
-        for r in &e.rules {
-            r.counters
-                .add(if r.packets { n } else { 0 }, if r.bytes { b } else { 0 });
-        }
-        for step in &e.path {
-            if let Some(t) = pipeline.table_counters(step.table_id) {
-                t.add(n, n);
-            }
-        }
-        if let Some(t) = e.miss_table.and_then(|t| pipeline.table_counters(t)) {
-            t.add(n, 0);
-        }
+    }
+    if let Some(t) = e.miss_table.and_then(|t| pipeline.table_counters(t)) {
+        t.add(n, 0);
     }
 }
 
@@ -797,6 +805,16 @@ mod tests {
         tier.note_effect(&effect, p);
     }
 
+    /// Table 0, priority 10: UDP to 10.0.0.2 gets `actions`; published.
+    fn add_udp_rule(tier: &mut OffloadTier, p: &mut Pipeline, actions: Vec<Action>) {
+        flow_mod(
+            tier,
+            p,
+            &FlowMod::add(0, 10, udp_to(0x0a00_0002), apply(actions)),
+        );
+        barrier(tier, p);
+    }
+
     /// Publish: revalidate and wait, as the adapter's barrier does.
     fn barrier(tier: &mut OffloadTier, p: &Pipeline) {
         if let Some(seq) = tier.revalidate(p) {
@@ -821,17 +839,7 @@ mod tests {
     fn offloaded_frames_are_credited_and_rule_changes_reach_the_backend_before_the_barrier() {
         let (mut tier, model, mut p) = setup(16);
         let set_src = Action::SetField(Field::Ipv4Src, 0x0b00_0001);
-        flow_mod(
-            &mut tier,
-            &mut p,
-            &FlowMod::add(
-                0,
-                10,
-                udp_to(0x0a00_0002),
-                apply(vec![set_src, Action::output(PortNo(2))]),
-            ),
-        );
-        barrier(&mut tier, &p);
+        add_udp_rule(&mut tier, &mut p, vec![set_src, Action::output(PortNo(2))]);
         tier.pin(key(1), Some(Pin::Down));
         settle(&mut tier, &p);
         let prog = *model.lock().unwrap().program(&key(1)).expect("offloaded");
@@ -892,17 +900,7 @@ mod tests {
     #[test]
     fn a_flow_the_compiler_refuses_stays_in_software_with_its_reason() {
         let (mut tier, model, mut p) = setup(16);
-        flow_mod(
-            &mut tier,
-            &mut p,
-            &FlowMod::add(
-                0,
-                10,
-                udp_to(0x0a00_0002),
-                apply(vec![Action::output(PortNo::CONTROLLER)]),
-            ),
-        );
-        barrier(&mut tier, &p);
+        add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo::CONTROLLER)]);
         tier.pin(key(1), Some(Pin::Down));
         settle(&mut tier, &p);
         assert!(model.lock().unwrap().is_empty());
@@ -922,17 +920,7 @@ mod tests {
     #[test]
     fn an_add_that_shadows_an_entry_rewrites_it_and_unrelated_adds_do_not() {
         let (mut tier, model, mut p) = setup(16);
-        flow_mod(
-            &mut tier,
-            &mut p,
-            &FlowMod::add(
-                0,
-                10,
-                udp_to(0x0a00_0002),
-                apply(vec![Action::output(PortNo(2))]),
-            ),
-        );
-        barrier(&mut tier, &p);
+        add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
         tier.pin(key(1), Some(Pin::Down));
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().operations, 1);
@@ -958,17 +946,7 @@ mod tests {
     #[test]
     fn blocked_ports_take_their_entries_back_to_software() {
         let (mut tier, model, mut p) = setup(16);
-        flow_mod(
-            &mut tier,
-            &mut p,
-            &FlowMod::add(
-                0,
-                10,
-                udp_to(0x0a00_0002),
-                apply(vec![Action::output(PortNo(2))]),
-            ),
-        );
-        barrier(&mut tier, &p);
+        add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
         tier.pin(key(1), Some(Pin::Down));
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().len(), 1);
@@ -984,17 +962,7 @@ mod tests {
     #[test]
     fn configured_pins_apply_to_matching_flows_as_they_are_seen() {
         let (mut tier, model, mut p) = setup(16);
-        flow_mod(
-            &mut tier,
-            &mut p,
-            &FlowMod::add(
-                0,
-                10,
-                udp_to(0x0a00_0002),
-                apply(vec![Action::output(PortNo(2))]),
-            ),
-        );
-        barrier(&mut tier, &p);
+        add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
         let mut down = Match::ANY;
         down.set_exact(Field::EthType, 0x0800);
         down.set_exact(Field::IpProto, 17);
@@ -1020,17 +988,7 @@ mod tests {
     #[test]
     fn heavy_hitters_go_down_while_room_lasts() {
         let (mut tier, model, mut p) = setup(2);
-        flow_mod(
-            &mut tier,
-            &mut p,
-            &FlowMod::add(
-                0,
-                10,
-                udp_to(0x0a00_0002),
-                apply(vec![Action::output(PortNo(2))]),
-            ),
-        );
-        barrier(&mut tier, &p);
+        add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
         for _ in 0..3 {
             tier.observe(key(1), 10_000);
             tier.observe(key(2), 20_000);
