@@ -188,6 +188,25 @@ impl OffloadKey {
     }
 }
 
+/// A UDP microflow 10.0.0.1:`tp_src` → 10.0.0.2:9 on port 1, untagged:
+/// the key the crate's unit tests start from.
+#[cfg(test)]
+pub(crate) fn udp_key(tp_src: u16) -> OffloadKey {
+    OffloadKey {
+        in_port: 1,
+        eth_dst: 0x0200_0000_0002,
+        eth_src: 0x0200_0000_0001,
+        vlan: None,
+        ipv4_src: 0x0a00_0001,
+        ipv4_dst: 0x0a00_0002,
+        ip_proto: proto::UDP,
+        ip_dscp: 0,
+        ip_ecn: 0,
+        tp_src,
+        tp_dst: 9,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -121,19 +121,7 @@ mod tests {
     use crate::program::Verdict;
 
     fn key(n: u16) -> OffloadKey {
-        OffloadKey {
-            in_port: 1,
-            eth_dst: 2,
-            eth_src: 1,
-            vlan: None,
-            ipv4_src: 1,
-            ipv4_dst: 2,
-            ip_proto: 17,
-            ip_dscp: 0,
-            ip_ecn: 0,
-            tp_src: n,
-            tp_dst: 2,
-        }
+        crate::key::udp_key(n)
     }
 
     #[test]

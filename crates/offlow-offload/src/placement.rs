@@ -378,19 +378,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn key(n: u16) -> OffloadKey {
-        OffloadKey {
-            in_port: 1,
-            eth_dst: 2,
-            eth_src: 1,
-            vlan: None,
-            ipv4_src: 1,
-            ipv4_dst: 2,
-            ip_proto: 17,
-            ip_dscp: 0,
-            ip_ecn: 0,
-            tp_src: n,
-            tp_dst: 9,
-        }
+        crate::key::udp_key(n)
     }
 
     fn cfg() -> PlacementConfig {

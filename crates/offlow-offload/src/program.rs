@@ -454,17 +454,9 @@ mod tests {
 
     fn key(vlan: Option<VlanTag>, ip_proto: u8) -> OffloadKey {
         OffloadKey {
-            in_port: 1,
-            eth_dst: 0x0200_0000_0002,
-            eth_src: 0x0200_0000_0001,
             vlan,
-            ipv4_src: 0x0a00_0001,
-            ipv4_dst: 0x0a00_0002,
             ip_proto,
-            ip_dscp: 0,
-            ip_ecn: 0,
-            tp_src: 1000,
-            tp_dst: 80,
+            ..crate::key::udp_key(1000)
         }
     }
 
