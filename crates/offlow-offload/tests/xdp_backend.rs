@@ -9,9 +9,7 @@ mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
 use offlow_flow::Field;
-use offlow_offload::xdp::{
-    action, AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpError, XdpMode, XdpPort,
-};
+use offlow_offload::xdp::{action, AttachPolicy, XdpBackend, XdpConfig, XdpError, XdpMode};
 use offlow_offload::{
     compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram, Refusal,
     Verdict,
@@ -44,14 +42,8 @@ fn an_interface_with_an_xdp_program_is_refused_clearly() {
         return;
     };
     ns.run(|| {
-        let cfg = XdpConfig::new(
-            vec![XdpPort {
-                ofport: 1,
-                ifname: "va".into(),
-                miss: MissPath::Pass,
-            }],
-            16,
-        );
+        // Port 1 only: `va`, misses to the stack.
+        let cfg = XdpConfig::new(common::ports()[..1].to_vec(), 16);
         let first = XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
         // veth has native XDP (since 4.19).
         assert_eq!(
@@ -410,14 +402,8 @@ fn attached_program_serves_live_frames() {
         return;
     };
     ns.run(|| {
-        let cfg = XdpConfig::new(
-            vec![XdpPort {
-                ofport: 1,
-                ifname: "va".into(),
-                miss: MissPath::Pass,
-            }],
-            16,
-        );
+        // Port 1 only: `va`, misses to the stack.
+        let cfg = XdpConfig::new(common::ports()[..1].to_vec(), 16);
         let mut b = XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let f = tcp(30);
         let key = OffloadKey::parse(&f, 1).unwrap();
