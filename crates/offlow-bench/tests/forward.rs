@@ -9,7 +9,9 @@
 //! `cargo test --workspace`); when absent those rows are left out with a
 //! notice.
 
-use std::path::PathBuf;
+mod common;
+
+use common::offlow_bin;
 use std::process::Command;
 
 use offlow_bench::forward::{self, ForwardArgs, RowKind};
@@ -35,13 +37,6 @@ fn can_run() -> bool {
         "NOTICE: skipping forward bench test (root={root} ip={ip} ovs-ofctl={ofctl} ovs={ovs})"
     );
     false
-}
-
-/// `target/<profile>/offlow`, beside `target/<profile>/deps/<this test>`.
-fn offlow_bin() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("offlow");
-    bin.is_file().then_some(bin)
 }
 
 #[test]

@@ -10,7 +10,9 @@
 //! (`target/{debug,release}/offlow`); when absent it is skipped with a
 //! notice.
 
-use std::path::PathBuf;
+mod common;
+
+use common::offlow_bin;
 use std::process::Command;
 use std::time::Duration;
 
@@ -102,13 +104,6 @@ fn generator_frames_cycle_ports_with_valid_checksums() {
             "UDP checksum, run {i}"
         );
     }
-}
-
-/// `target/<profile>/offlow`, beside `target/<profile>/deps/<this test>`.
-fn offlow_bin() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let bin = exe.parent()?.parent()?.join("offlow");
-    bin.is_file().then_some(bin)
 }
 
 /// The CLI wiring: `offlow bench offload --json` prints the object last,
