@@ -1,7 +1,8 @@
 //! `offlow bench offload`'s own instruments, short and privileged: the XDP
 //! live-frames generator and the XDP sink on a veth pair between two fresh
 //! namespaces (about a second of traffic), the generator program's output
-//! frames (ports and checksums), and the CLI's JSON line.
+//! frames (ports and checksums), the lookup floor (only the flows in its
+//! map are forwarded), and the CLI's JSON line.
 //!
 //! Needs root and `ip`; without them each test prints a notice and passes,
 //! unless `CI` is set (CI runs as root). The namespaces are owned by a
@@ -16,7 +17,7 @@ use common::offlow_bin;
 use std::process::Command;
 use std::time::Duration;
 
-use offlow_bench::offload::xdp::{self, GenConfig, Generator, Sink};
+use offlow_bench::offload::xdp::{self, Floor, GenConfig, Generator, Sink};
 use offlow_bench::topo::Topo;
 use offlow_bench::traffic::{build_frames, DST_PORT, FIRST_SRC_PORT};
 use offlow_wire::checksum::{fold, pseudo_ipv4, sum};
@@ -70,6 +71,45 @@ fn generator_and_sink_count_every_flow() {
     let ports = sink.src_ports().expect("port set");
     let want: Vec<u16> = (0..FLOWS as u16).map(|i| FIRST_SRC_PORT + i).collect();
     assert_eq!(ports, want, "exactly the flows' source ports arrived");
+}
+
+/// The floor forwards exactly the flows its map holds: the generator sends
+/// `FLOWS` flows, the map holds the first `FLOWS - 5`; the other five go
+/// to the switch namespace's stack and never reach the sink.
+#[test]
+fn lookup_floor_forwards_only_its_flows() {
+    if !can_run() {
+        return;
+    }
+    let t = Topo::hosts(true, 1).expect("namespaces and veth pairs");
+    let sw = t.sw().expect("switch namespace").to_string();
+    let sink = Sink::attach(&t.rx.0, &t.rx.1, DST_PORT).expect("sink attached");
+    let frame = build_frames(1, 64).pop().expect("a frame");
+    let known = FLOWS - 5;
+    let _floor =
+        Floor::attach(&sw, "p1", "p2", &frame, FIRST_SRC_PORT, known).expect("floor attached");
+    // The generator's frames reach p1 only while p1 has NAPI (its XDP
+    // program gives it that); the floor's redirect out of p2 needs NAPI on
+    // the receiver, which the sink gives.
+    let cfg = GenConfig {
+        ns: t.gen.0.clone(),
+        ifname: t.gen.1.clone(),
+        frame,
+        flows: FLOWS,
+        base_port: FIRST_SRC_PORT,
+        cpus: vec![0],
+        batch: 64,
+        rate_per_thread: 0,
+    };
+    let g = Generator::start(&cfg).expect("generator started");
+    std::thread::sleep(Duration::from_millis(500));
+    let sent = g.finish().expect("generator threads ended cleanly");
+    std::thread::sleep(Duration::from_millis(100));
+    let c = sink.counts().expect("sink counters");
+    assert!(c.frames > 0, "the sink counted nothing ({sent} sent)");
+    let ports = sink.src_ports().expect("port set");
+    let want: Vec<u16> = (0..known as u16).map(|i| FIRST_SRC_PORT + i).collect();
+    assert_eq!(ports, want, "exactly the floor's flows were forwarded");
 }
 
 #[test]

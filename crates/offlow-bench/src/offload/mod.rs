@@ -45,6 +45,11 @@
 //!   RECV's (N queues), no switch: what the generator and sink manage.
 //! - `ceiling (XDP redirect), N queue(s)`: `bpf/ceiling.bpf.c` on `p1`,
 //!   `bpf_redirect_map` into a DEVMAP holding `p2`, nothing else.
+//! - `lookup floor (parse, hash lookup, redirect), N queue(s)`:
+//!   `bpf/floor.bpf.c` on `p1`: the ceiling plus what any exact-match
+//!   offload must do per frame, a bounds-checked parse into offlow's
+//!   36-byte key and one lookup in a BPF hash map holding the `--flows`
+//!   flows; nothing else (no port record, counters or program record).
 //! - `offlow userspace af_xdp, N worker(s)`: `offlow run` with AF_XDP ports
 //!   and the flows `in_port=1,actions=output:2` (and back), as `bench
 //!   forward`'s AF_XDP rows.
@@ -133,7 +138,7 @@ use crate::topo::{catch_interrupt, interrupted, run_cmd, sleep_unless_interrupte
 use crate::traffic::{build_frames, DST_PORT, FIRST_FRAME_WAIT, FIRST_SRC_PORT};
 use crate::workload::FCS_LEN;
 
-use xdp::{Ceiling, GenConfig, Generator, Sink, SinkCounts};
+use xdp::{Ceiling, Floor, GenConfig, Generator, Sink, SinkCounts};
 
 /// Why the offloaded rows do not run yet.
 pub const OFFLOAD_PENDING: &str = "offload tier not wired into the switch yet";
@@ -172,6 +177,9 @@ pub enum RowKind {
     Generator,
     /// The XDP redirect ceiling (one row per `--workers` value: queues).
     Ceiling,
+    /// The lookup floor: parse, one hash lookup of offlow's 36-byte key,
+    /// redirect (one row per `--workers` value: queues).
+    Floor,
     /// offlow's userspace path, AF_XDP ports (one row per `--workers`).
     Userspace,
     /// Open vSwitch netdev datapath, `type=afxdp` ports.
@@ -212,7 +220,7 @@ pub struct OffloadArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "generator,ceiling,userspace,ovs-afxdp,offloaded"
+        default_value = "generator,ceiling,floor,userspace,ovs-afxdp,offloaded"
     )]
     pub rows: Vec<RowKind>,
     /// Latency rows after the rate rows: this many `ping` probes per row
@@ -243,6 +251,7 @@ impl Default for OffloadArgs {
             rows: vec![
                 RowKind::Generator,
                 RowKind::Ceiling,
+                RowKind::Floor,
                 RowKind::Userspace,
                 RowKind::OvsAfxdp,
                 RowKind::Offloaded,
@@ -393,6 +402,13 @@ pub struct Goals {
     pub ceiling_vs_userspace: Option<f64>,
     /// Best ceiling ÷ OVS afxdp: the same against Open vSwitch.
     pub ceiling_vs_ovs: Option<f64>,
+    /// Best lookup floor ÷ best ceiling: what one exact-match hash lookup
+    /// (and the parse feeding it) leaves of the ceiling; an offload tier
+    /// built on such a lookup stays below this.
+    pub floor_vs_ceiling: Option<f64>,
+    /// Best offloaded ÷ best lookup floor: how close offlow's program comes
+    /// to that bound.
+    pub offloaded_vs_floor: Option<f64>,
     /// Worst (highest) average ping RTT of the offloaded rows that were
     /// served by the tier ÷ the Linux bridge's (goal ≤ 1.25).
     pub ping_offloaded_vs_bridge: Option<f64>,
@@ -417,11 +433,12 @@ impl OffloadReport {
 
     /// The goal ratios.
     pub fn goals(&self) -> Goals {
-        let (off, ceil, user, ovs) = (
+        let (off, ceil, user, ovs, floor) = (
             self.best("offloaded"),
             self.best("ceiling"),
             self.best("userspace"),
             self.best("ovs-afxdp"),
+            self.best("floor"),
         );
         Goals {
             offloaded_vs_ceiling: ratio(off, ceil),
@@ -429,6 +446,8 @@ impl OffloadReport {
             offloaded_vs_ovs: ratio(off, ovs),
             ceiling_vs_userspace: ratio(ceil, user),
             ceiling_vs_ovs: ratio(ceil, ovs),
+            floor_vs_ceiling: ratio(floor, ceil),
+            offloaded_vs_floor: ratio(off, floor),
             ping_offloaded_vs_bridge: self
                 .ping_rows
                 .iter()
@@ -450,6 +469,7 @@ impl OffloadReport {
             "cpu_method_clocks": CPU_METHOD_CLOCKS,
             "offloaded_mpps": self.best("offloaded"),
             "ceiling_mpps": self.best("ceiling"),
+            "floor_mpps": self.best("floor"),
             "userspace_mpps": self.best("userspace"),
             "ovs_afxdp_mpps": self.best("ovs-afxdp"),
             "generator_mpps": self.best("generator"),
@@ -733,6 +753,7 @@ fn gro_on(ns: &str, ifname: &str) -> anyhow::Result<()> {
 enum Plan {
     Generator(usize),
     Ceiling(usize),
+    Floor(usize),
     Userspace(usize),
     OvsAfxdp,
     Offloaded(usize),
@@ -751,6 +772,10 @@ impl Plan {
         match self {
             Plan::Generator(n) => format!("generator alone, {}", plural(n, "thread")),
             Plan::Ceiling(n) => format!("ceiling (XDP redirect), {}", plural(n, "queue")),
+            Plan::Floor(n) => format!(
+                "lookup floor (parse, hash lookup, redirect), {}",
+                plural(n, "queue")
+            ),
             Plan::Userspace(n) => format!("offlow userspace af_xdp, {}", plural(n, "worker")),
             Plan::OvsAfxdp => "ovs 3.1 netdev, type=afxdp".into(),
             Plan::Offloaded(n) => format!("offlow offloaded, {}", plural(n, "worker")),
@@ -761,6 +786,7 @@ impl Plan {
         match self {
             Plan::Generator(_) => "generator",
             Plan::Ceiling(_) => "ceiling",
+            Plan::Floor(_) => "floor",
             Plan::Userspace(_) => "userspace",
             Plan::OvsAfxdp => "ovs-afxdp",
             Plan::Offloaded(_) => "offloaded",
@@ -769,7 +795,11 @@ impl Plan {
 
     fn queues(self) -> usize {
         match self {
-            Plan::Generator(n) | Plan::Ceiling(n) | Plan::Userspace(n) | Plan::Offloaded(n) => n,
+            Plan::Generator(n)
+            | Plan::Ceiling(n)
+            | Plan::Floor(n)
+            | Plan::Userspace(n)
+            | Plan::Offloaded(n) => n,
             Plan::OvsAfxdp => 1,
         }
     }
@@ -792,6 +822,12 @@ fn run_row(
         Plan::Ceiling(_) => {
             let sw = t.sw()?;
             let _c = Ceiling::attach(sw, "p1", "p2")?;
+            gro_on(sw, "p1")?;
+            measure(&t, row, args, frame, None, &sink)
+        }
+        Plan::Floor(_) => {
+            let sw = t.sw()?;
+            let _f = Floor::attach(sw, "p1", "p2", frame, FIRST_SRC_PORT, args.flows)?;
             gro_on(sw, "p1")?;
             measure(&t, row, args, frame, None, &sink)
         }
@@ -833,6 +869,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
             match k {
                 RowKind::Generator => plans.push(Plan::Generator(w)),
                 RowKind::Ceiling => plans.push(Plan::Ceiling(w)),
+                RowKind::Floor => plans.push(Plan::Floor(w)),
                 RowKind::Userspace => plans.push(Plan::Userspace(w)),
                 RowKind::Offloaded => plans.push(Plan::Offloaded(w)),
                 RowKind::OvsAfxdp => {}
@@ -996,6 +1033,15 @@ fn print_rates(r: &OffloadReport, args: &OffloadArgs) {
     );
     let g = r.goals();
     let f = |v: Option<f64>| v.map(|x| format!("{}×", fmt_f(x, 2))).unwrap_or("-".into());
+    if g.floor_vs_ceiling.is_some() {
+        println!(
+            "lookup floor: floor/ceiling {}, offloaded/floor {} (the floor parses and does one \
+             hash lookup of the same 36-byte key, nothing else: an offload built on that lookup \
+             cannot pass it)",
+            f(g.floor_vs_ceiling),
+            f(g.offloaded_vs_floor)
+        );
+    }
     match r.best("offloaded") {
         Some(_) => println!(
             "goals (issue 22): offloaded/ceiling {} (≥ 0.9), offloaded/userspace {} (≥ 3), \

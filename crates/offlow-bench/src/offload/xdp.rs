@@ -1,6 +1,6 @@
-//! The three XDP programs of `offlow bench offload` (`bpf/*.bpf.c`), loaded
-//! with libbpf-rs: the live-frames [`Generator`], the counting [`Sink`] and
-//! the redirect [`Ceiling`].
+//! The XDP programs of `offlow bench offload` (`bpf/*.bpf.c`), loaded with
+//! libbpf-rs: the live-frames [`Generator`], the counting [`Sink`], the
+//! redirect [`Ceiling`] and the lookup [`Floor`].
 //!
 //! Why live frames: `BPF_PROG_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` runs an
 //! XDP program on frames from a kernel page pool as if they had arrived on
@@ -26,7 +26,7 @@
 //! are looked up and programs attached from inside the interface's
 //! namespace ([`in_netns`]), since both resolve in the calling thread's.
 //!
-//! Thread-safety: [`Sink`], [`Ceiling`] and [`Generator`] live on the
+//! Thread-safety: [`Sink`], [`Ceiling`], [`Floor`] and [`Generator`] live on the
 //! measuring thread (libbpf objects are not `Send`); the generator threads
 //! hold only a duplicate of the program's descriptor and share atomics.
 
@@ -235,6 +235,72 @@ impl Ceiling {
             _obj: obj,
         })
     }
+}
+
+// ------------------------------------------------------------------- floor --
+
+/// The lookup floor (`bpf/floor.bpf.c`): parse, one exact-match lookup in
+/// a BPF hash map, redirect `from` → `to`.
+pub struct Floor {
+    _link: Link,
+    _obj: Object,
+}
+
+impl Floor {
+    /// Load, fill the map with the keys of `frame` with UDP source ports
+    /// `base_port .. base_port + flows` (the generator's flows), point the
+    /// DEVMAP at `to`, attach to `from`.
+    pub fn attach(
+        ns: &str,
+        from: &str,
+        to: &str,
+        frame: &[u8],
+        base_port: u16,
+        flows: u32,
+    ) -> anyhow::Result<Floor> {
+        let obj = load(object_bytes!("floor"), "floor", |_| {})?;
+        let keys = map(&obj, "flows")?;
+        for n in 0..flows {
+            let port = u16::try_from(u32::from(base_port) + n).context("source port range")?;
+            let key = floor_key(frame, port).context("the experiment frame is not IPv4 UDP")?;
+            keys.update(&key, &0u32.to_ne_bytes(), MapFlags::ANY)
+                .context("filling the floor's flow map")?;
+        }
+        let m = map(&obj, "tx_port")?;
+        in_netns(Some(ns), || -> anyhow::Result<()> {
+            let to_index = ifindex_here(to)?;
+            m.update(&0u32.to_ne_bytes(), &to_index.to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("pointing the DEVMAP at {to}"))
+        })??;
+        let link = attach(&obj, "floor_lookup", ns, from)?;
+        Ok(Floor {
+            _link: link,
+            _obj: obj,
+        })
+    }
+}
+
+/// The floor program's 36-byte key for `frame` (untagged IPv4 UDP) with
+/// UDP source port `src_port`: `struct flow_key` of `bpf/floor.bpf.c`,
+/// numbers in host order, in_port 1.
+fn floor_key(frame: &[u8], src_port: u16) -> Option<[u8; 36]> {
+    let ip = frame.get(14..34)?;
+    let l4 = frame.get(34..38)?;
+    let be16 = |b: &[u8], i: usize| u16::from_be_bytes([b[i], b[i + 1]]);
+    let be32 = |b: &[u8], i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    let mut k = [0u8; 36];
+    k[0..4].copy_from_slice(&1u32.to_ne_bytes());
+    k[4..8].copy_from_slice(&be32(ip, 12).to_ne_bytes());
+    k[8..12].copy_from_slice(&be32(ip, 16).to_ne_bytes());
+    k[12..18].copy_from_slice(frame.get(0..6)?);
+    k[18..24].copy_from_slice(frame.get(6..12)?);
+    // 24..28: VLAN fields, zero (untagged).
+    k[28..30].copy_from_slice(&src_port.to_ne_bytes());
+    k[30..32].copy_from_slice(&be16(l4, 2).to_ne_bytes());
+    k[32] = ip[9];
+    k[33] = ip[1] >> 2;
+    k[34] = ip[1] & 3;
+    Some(k)
 }
 
 // --------------------------------------------------------------- generator --
