@@ -888,3 +888,67 @@ fn offloaded_frames_are_counted_exactly() {
     );
     assert!(tier.revalidated > 0, "{}", tier.line);
 }
+
+/// A port whose interface is deleted and created again (a new interface
+/// index, no program on it): the entries sending to it were the tier's,
+/// and frames to the new interface must not vanish in the kernel through
+/// them. The tier takes those entries back when the interface goes and
+/// keeps that port's flows in software; the new host end receives the
+/// flow again.
+#[test]
+fn a_recreated_port_takes_its_flows_back_to_software() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites("the re-created port test") {
+        return;
+    }
+    let (net, d, log) = setup();
+    d.ofctl(&["add-flow", &format!("{MATCH},actions=output:2")]);
+    let generator = Generator::start(&net, 0);
+    // Long enough for the flow to go down (placement ticks every 100 ms).
+    std::thread::sleep(Duration::from_millis(1500));
+    net.unlink(1);
+    // At least one link poll sees it gone.
+    std::thread::sleep(control_link_poll() * 2);
+    net.link(1, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let desc = d.ofctl(&["dump-ports-desc"]);
+        let up = desc
+            .split("\n ")
+            .find(|b| b.starts_with(&format!("2({})", net.ports[1])))
+            .is_some_and(|b| !b.contains("LINK_DOWN") && !b.contains("PORT_DOWN"));
+        if up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "port 2 not up again: {desc}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let rx2 = Receiver::start(&net, 2);
+    std::thread::sleep(Duration::from_millis(1500));
+    let gen = generator.finish();
+    std::thread::sleep(Duration::from_millis(200));
+    let (got2, _) = rx2.finish();
+    let text = stop(d, log);
+    let tier = tier_stats(&text);
+    eprintln!(
+        "re-created port: {} frames sent, {} received on the new port 2; {}",
+        gen.sent,
+        got2.len(),
+        tier.line
+    );
+    assert!(tier.hits > 0, "the flow was offloaded first: {}", tier.line);
+    assert!(
+        text.contains("the port's interface is gone"),
+        "the tier let go of the port: {text}"
+    );
+    // 1.5 s at RATE: all but the first moments must arrive.
+    assert!(
+        got2.len() as u64 > RATE,
+        "only {} frames reached the re-created port",
+        got2.len()
+    );
+}
+
+fn control_link_poll() -> Duration {
+    offlow_switch::LINK_POLL
+}

@@ -619,6 +619,7 @@ impl DatapathSwitch {
     /// whose state changed (for PORT_STATUS).
     pub fn refresh_links(&mut self) -> Vec<offlow_openflow::Port> {
         let mut changed = Vec::new();
+        let mut lost = Vec::new();
         let netns = self.netns.as_deref();
         for p in &mut self.ports {
             if !p.interface {
@@ -645,6 +646,7 @@ impl DatapathSwitch {
                     tracing::warn!(port = p.number, name = %p.name, error = %e,
                         "port interface disappeared; re-opened when it is back");
                     p.tx = None;
+                    lost.push(p.number);
                     None
                 }
                 None => None,
@@ -669,6 +671,14 @@ impl DatapathSwitch {
             if now != p.link {
                 p.link = now;
                 changed.push(p.desc());
+            }
+        }
+        if let Some(t) = &mut self.offload {
+            for port in lost {
+                if t.port_lost(port) {
+                    tracing::warn!(port,
+                        "offload tier: the port's interface is gone; flows through it stay in software from now on");
+                }
             }
         }
         changed

@@ -30,6 +30,11 @@
 //! - **Ports.** A port configured `no_recv`, `no_fwd` or `port_down` takes
 //!   its entries (in or out) back to software and is refused until
 //!   cleared: the userspace path applies those bits.
+//!   A port whose interface disappears (deleted, or re-created under its
+//!   name: a new index the backend's maps do not hold, and no program on
+//!   it) takes its entries back the same way, for the life of the tier
+//!   ([`OffloadTier::port_lost`]): an entry redirecting to the old index
+//!   would drop every frame in the kernel.
 //!
 //! The backend itself runs on a thread of its own (`thread.rs`): the
 //! control loop sends it batches and collects answers without waiting.
@@ -142,6 +147,11 @@ pub struct OffloadTier {
     describe: String,
     /// The backend's ports and whether they are usable (port config).
     blocked_ports: HashSet<u32>,
+    /// Ports whose interface disappeared since the backend mapped it: the
+    /// backend's maps and attachment name an interface that is gone (a
+    /// re-created one has a new index and no program), so entries touching
+    /// them stay in software for good, whatever the port config says.
+    lost_ports: HashSet<u32>,
     /// What the backend declared: checked before an entry is sent.
     caps: offlow_offload::Capabilities,
     /// Entries installed or on their way, by key.
@@ -212,6 +222,7 @@ impl OffloadTier {
             placement: Placement::new(placement, caps.room),
             describe,
             blocked_ports: HashSet::new(),
+            lost_ports: HashSet::new(),
             caps,
             entries: HashMap::new(),
             retiring: HashMap::new(),
@@ -346,16 +357,39 @@ impl OffloadTier {
             return;
         }
         if blocked {
-            let touching: Vec<OffloadKey> = self
-                .entries
-                .iter()
-                .filter(|(k, e)| k.in_port == port || out_port(k, &e.program) == Some(port))
-                .map(|(k, _)| *k)
-                .collect();
-            let remove = touching.iter().map(|k| self.retire(*k)).collect();
-            self.send_apply(remove, Vec::new());
+            self.take_back_port(port);
         }
         self.placement.rules_changed();
+    }
+
+    /// Port `port`'s interface disappeared (deleted, or re-created under
+    /// the same name with a new index): the backend no longer reaches it.
+    /// Entries touching it go back to software now, and none is placed
+    /// again for the life of the tier (see `lost_ports`). Returns whether
+    /// this is news.
+    pub fn port_lost(&mut self, port: u32) -> bool {
+        if !self.caps.ports.contains(&port) || !self.lost_ports.insert(port) {
+            return false;
+        }
+        self.take_back_port(port);
+        self.placement.rules_changed();
+        true
+    }
+
+    /// Send the removal of every entry received on or sent to `port`.
+    fn take_back_port(&mut self, port: u32) {
+        let touching: Vec<OffloadKey> = self
+            .entries
+            .iter()
+            .filter(|(k, e)| k.in_port == port || out_port(k, &e.program) == Some(port))
+            .map(|(k, _)| *k)
+            .collect();
+        let remove = touching.iter().map(|k| self.retire(*k)).collect();
+        self.send_apply(remove, Vec::new());
+    }
+
+    fn port_usable(&self, port: u32) -> bool {
+        !self.blocked_ports.contains(&port) && !self.lost_ports.contains(&port)
     }
 
     /// After a publish: bring the offloaded entries in line with the
@@ -484,13 +518,13 @@ impl OffloadTier {
 
     /// Look `key` up and compile its decision.
     fn decide(&self, key: &OffloadKey, pipeline: &Pipeline) -> Result<Decision, Refusal> {
-        if self.blocked_ports.contains(&key.in_port) {
+        if !self.port_usable(key.in_port) {
             return Err(Refusal::Port(key.in_port));
         }
         let res = pipeline.lookup(&key.to_flow_key());
         let program = compile(key, &res.actions)?;
         if let Some(p) = out_port(key, &program) {
-            if self.blocked_ports.contains(&p) {
+            if !self.port_usable(p) {
                 return Err(Refusal::Port(p));
             }
         }
@@ -957,6 +991,26 @@ mod tests {
         tier.port_config(2, false);
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_lost_port_stays_in_software_whatever_its_config() {
+        let (mut tier, model, mut p) = setup(16);
+        add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
+        tier.pin(key(1), Some(Pin::Down));
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().len(), 1);
+        assert!(tier.port_lost(2));
+        assert!(!tier.port_lost(2), "reported once");
+        assert!(!tier.port_lost(99), "not a backend port");
+        settle(&mut tier, &p);
+        assert!(model.lock().unwrap().is_empty());
+        // Unblocking by config does not bring it back.
+        tier.port_config(2, true);
+        tier.port_config(2, false);
+        settle(&mut tier, &p);
+        assert!(model.lock().unwrap().is_empty());
+        assert_eq!(tier.tier(&key(1)), Tier::Software(Some(Refusal::Port(2))));
     }
 
     #[test]
