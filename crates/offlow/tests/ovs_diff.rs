@@ -14,7 +14,6 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,7 +21,7 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{can_run, flow_lines, free_port, ofctl_at, target, wait_accepting, Daemon};
+use common::{can_run, flow_lines, ofctl_at, target, Daemon, Ovs};
 
 /// `ovs-ofctl --timeout` here: loading a large file (`OFFLOW_FLOWS`) into
 /// either switch on a busy machine takes far longer than one command.
@@ -31,106 +30,6 @@ const LIMIT: Duration = Duration::from_secs(300);
 /// `ovs-ofctl COMMAND tcp:127.0.0.1:PORT ARGS...`, required to succeed.
 fn ofctl(port: u16, args: &[&str]) -> String {
     ofctl_at(LIMIT, port, args)
-}
-
-/// A private OVS instance; stopped and its directory removed on drop.
-struct Ovs {
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Ovs {
-    fn run(dir: &Path, prog: &str, args: &[&str]) {
-        let out = Command::new(prog)
-            .args(args)
-            .env("OVS_RUNDIR", dir)
-            .env("OVS_DBDIR", dir)
-            .env("OVS_LOGDIR", dir)
-            .env("OVS_SYSCONFDIR", dir)
-            .output()
-            .unwrap_or_else(|e| panic!("{prog}: {e}"));
-        assert!(
-            out.status.success(),
-            "{prog} {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    fn start() -> Ovs {
-        let dir =
-            std::env::temp_dir().join(format!("offlow-ovs-{}-{}", std::process::id(), free_port()));
-        std::fs::create_dir_all(&dir).expect("ovs dir");
-        let port = free_port();
-        // From here on, Drop cleans up whatever got started.
-        let ovs = Ovs { dir, port };
-        let d = ovs.dir.clone();
-        let p = |f: &str| d.join(f).display().to_string();
-        let db = p("conf.db");
-        let sock = format!("unix:{}", p("db.sock"));
-        Ovs::run(
-            &d,
-            "ovsdb-tool",
-            &["create", &db, "/usr/share/openvswitch/vswitch.ovsschema"],
-        );
-        Ovs::run(
-            &d,
-            "ovsdb-server",
-            &[
-                &db,
-                &format!("--remote=punix:{}", p("db.sock")),
-                &format!("--pidfile={}", p("ovsdb-server.pid")),
-                &format!("--log-file={}", p("ovsdb-server.log")),
-                "--detach",
-            ],
-        );
-        let vsctl = |args: &[&str]| {
-            let mut a = vec!["--db", &sock, "--timeout=10"];
-            a.extend_from_slice(args);
-            Ovs::run(&d, "ovs-vsctl", &a);
-        };
-        vsctl(&["--no-wait", "init"]);
-        Ovs::run(
-            &d,
-            "ovs-vswitchd",
-            &[
-                &sock,
-                "--enable-dummy",
-                &format!("--pidfile={}", p("ovs-vswitchd.pid")),
-                &format!("--log-file={}", p("ovs-vswitchd.log")),
-                "--detach",
-            ],
-        );
-        let listen = format!("ptcp:{port}:127.0.0.1");
-        vsctl(&[
-            "add-br",
-            "brd",
-            "--",
-            "set",
-            "bridge",
-            "brd",
-            "datapath_type=dummy",
-            "protocols=OpenFlow13",
-            "fail-mode=secure",
-            "--",
-            "set-controller",
-            "brd",
-            &listen,
-        ]);
-        wait_accepting(port, "ovs-vswitchd", None);
-        ovs
-    }
-}
-
-impl Drop for Ovs {
-    fn drop(&mut self) {
-        for pidfile in ["ovs-vswitchd.pid", "ovsdb-server.pid"] {
-            if let Ok(pid) = std::fs::read_to_string(self.dir.join(pidfile)) {
-                let _ = Command::new("kill").arg(pid.trim()).status();
-            }
-        }
-        std::thread::sleep(Duration::from_millis(100));
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// Flow lines with duration and counters removed, sorted.
@@ -202,7 +101,7 @@ fn dump_flows_matches_open_vswitch() {
     ) {
         return;
     }
-    let ovs = Ovs::start();
+    let ovs = Ovs::start(0);
     let offlow = Daemon::start(&["--tables", "254"]);
     let dir = std::env::temp_dir().join(format!("offlow-ovsdiff-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

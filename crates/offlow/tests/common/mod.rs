@@ -18,6 +18,9 @@
 //!   host namespaces (10.0.0.1 and 10.0.0.2 on their `eth0`), and traffic
 //!   across it: [`Net::ping`], [`tcp_transfer`], [`udp`].
 //! - text: [`number_after`], [`first_number_after`], [`flow_lines`].
+//! - [`Ovs`]: a private Open vSwitch 3.1 (its own directory, `ovsdb-server`
+//!   and `ovs-vswitchd --enable-dummy`, a `datapath_type=dummy` bridge with
+//!   dummy ports: no kernel datapath, no host interface), stopped on drop.
 //!
 //! Invariants:
 //! - Everything a helper creates is owned by a guard whose `Drop` removes
@@ -39,6 +42,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -642,5 +646,146 @@ impl Peer {
         self.send(&Message::new(1, Body::Hello(Hello::of13())));
         let m = self.recv();
         assert!(matches!(m.body, Body::Hello(_)), "{m:?}");
+    }
+}
+
+// ---------------------------------------------------------------------
+// A private Open vSwitch.
+
+/// A private OVS instance; stopped and its directory removed on drop.
+pub(crate) struct Ovs {
+    pub dir: PathBuf,
+    /// Its passive OpenFlow listener on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Ovs {
+    pub(crate) fn run(dir: &Path, prog: &str, args: &[&str]) {
+        let out = Command::new(prog)
+            .args(args)
+            .env("OVS_RUNDIR", dir)
+            .env("OVS_DBDIR", dir)
+            .env("OVS_LOGDIR", dir)
+            .env("OVS_SYSCONFDIR", dir)
+            .output()
+            .unwrap_or_else(|e| panic!("{prog}: {e}"));
+        assert!(
+            out.status.success(),
+            "{prog} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Start it with bridge `brd` (`datapath_type=dummy`, OpenFlow 1.3,
+    /// fail-mode secure, listening on a free port) and `ports` dummy ports
+    /// `p1..pN` numbered 1..N.
+    pub(crate) fn start(ports: u32) -> Ovs {
+        let dir =
+            std::env::temp_dir().join(format!("offlow-ovs-{}-{}", std::process::id(), free_port()));
+        std::fs::create_dir_all(&dir).expect("ovs dir");
+        let port = free_port();
+        // From here on, Drop cleans up whatever got started.
+        let ovs = Ovs { dir, port };
+        let d = ovs.dir.clone();
+        let p = |f: &str| d.join(f).display().to_string();
+        let db = p("conf.db");
+        let sock = format!("unix:{}", p("db.sock"));
+        Ovs::run(
+            &d,
+            "ovsdb-tool",
+            &["create", &db, "/usr/share/openvswitch/vswitch.ovsschema"],
+        );
+        Ovs::run(
+            &d,
+            "ovsdb-server",
+            &[
+                &db,
+                &format!("--remote=punix:{}", p("db.sock")),
+                &format!("--pidfile={}", p("ovsdb-server.pid")),
+                &format!("--log-file={}", p("ovsdb-server.log")),
+                "--detach",
+            ],
+        );
+        let vsctl = |args: &[&str]| {
+            let mut a = vec!["--db", &sock, "--timeout=10"];
+            a.extend_from_slice(args);
+            Ovs::run(&d, "ovs-vsctl", &a);
+        };
+        vsctl(&["--no-wait", "init"]);
+        Ovs::run(
+            &d,
+            "ovs-vswitchd",
+            &[
+                &sock,
+                "--enable-dummy",
+                &format!("--pidfile={}", p("ovs-vswitchd.pid")),
+                &format!("--log-file={}", p("ovs-vswitchd.log")),
+                "--detach",
+            ],
+        );
+        let listen = format!("ptcp:{port}:127.0.0.1");
+        vsctl(&[
+            "add-br",
+            "brd",
+            "--",
+            "set",
+            "bridge",
+            "brd",
+            "datapath_type=dummy",
+            "protocols=OpenFlow13",
+            "fail-mode=secure",
+            "--",
+            "set-controller",
+            "brd",
+            &listen,
+        ]);
+        for i in 1..=ports {
+            let name = format!("p{i}");
+            vsctl(&[
+                "add-port",
+                "brd",
+                &name,
+                "--",
+                "set",
+                "interface",
+                &name,
+                "type=dummy",
+                &format!("ofport_request={i}"),
+            ]);
+        }
+        wait_accepting(port, "ovs-vswitchd", None);
+        ovs
+    }
+
+    /// `ovs-appctl -t ovs-vswitchd ARGS...` of this instance, required to
+    /// succeed; its standard output.
+    pub(crate) fn appctl(&self, args: &[&str]) -> String {
+        let pid = std::fs::read_to_string(self.dir.join("ovs-vswitchd.pid")).expect("vswitchd pid");
+        let ctl = self.dir.join(format!("ovs-vswitchd.{}.ctl", pid.trim()));
+        let ctl = ctl.display().to_string();
+        let mut a = vec!["-t", ctl.as_str()];
+        a.extend_from_slice(args);
+        let out = Command::new("ovs-appctl")
+            .args(&a)
+            .output()
+            .expect("ovs-appctl");
+        assert!(
+            out.status.success(),
+            "ovs-appctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Ovs {
+    fn drop(&mut self) {
+        for pidfile in ["ovs-vswitchd.pid", "ovsdb-server.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.dir.join(pidfile)) {
+                let _ = Command::new("kill").arg(pid.trim()).status();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
