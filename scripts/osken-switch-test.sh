@@ -141,6 +141,7 @@ case_dir_for() { # folder -> a directory holding the cases to run
     local d="$RUN/cases/$folder"
     mkdir -p "$d"
     grep -E "^${folder}/" "$CASES" | while read -r c; do
+        case "$c" in '#'*|'') continue ;; esac
         [ -f "$CASEDIR/$c" ] || { echo "osken-switch-test: no case $c" >&2; exit 2; }
         cp "$CASEDIR/$c" "$d/"
     done
