@@ -13,10 +13,11 @@
 //! matches on in_port, Ethernet addresses, VLAN id, IPv4 prefixes, DSCP,
 //! TCP/UDP ports and metadata (value/mask); Apply-Actions and
 //! Write-Actions with outputs and set-fields (Ethernet and IPv4 addresses,
-//! DSCP, L4 ports, VLAN id/PCP and pop-VLAN on tagged matches, dec-TTL),
+//! DSCP, L4 ports, VLAN id/PCP and pop-VLAN on tagged matches, push-VLAN
+//! on untagged ones, dec-TTL),
 //! Clear-Actions, Write-Metadata and Goto-Table. Every set-field's
 //! prerequisites are in its rule's match, as OpenFlow requires. Not yet
-//! drawn: push-VLAN, MPLS, groups (offlow has none yet), output to
+//! drawn: double tagging, MPLS, groups (offlow has none yet), output to
 //! CONTROLLER, FLOOD/ALL.
 //!
 //! OVS reports the datapath actions ("Datapath actions: set(...),3,..."),
@@ -107,7 +108,9 @@ impl Packet {
             f.insert("vlan", r.pick(&VIDS).to_string());
             f.insert("vlan_pcp", r.below(8).to_string());
         } else {
+            // An untagged packet's key says PCP 0; a pushed tag starts there.
             f.insert("vlan", "none".into());
+            f.insert("vlan_pcp", "0".into());
         }
         f.insert("ipv4_src", r.pick(&IPS).to_string());
         f.insert("ipv4_dst", r.pick(&IPS).to_string());
@@ -193,9 +196,15 @@ fn random_rule(r: &mut Rng, table: u8, n_tables: u8, prio: u64) -> String {
     if r.chance(25) {
         let _ = write!(m, ",dl_dst={}", r.pick(&MACS));
     }
+    let mut push = false;
     if r.chance(20) {
         let _ = write!(m, ",dl_vlan={}", r.pick(&VIDS));
         pre.vlan = true;
+    } else if r.chance(15) {
+        // Untagged only: a packet is never tagged twice, which is all the
+        // comparison models.
+        m.push_str(",vlan_tci=0x0000/0x1fff");
+        push = r.chance(70);
     }
     if table > 0 && r.chance(30) {
         let _ = write!(m, ",metadata={:#x}/{:#x}", r.below(4), 3);
@@ -229,7 +238,23 @@ fn random_rule(r: &mut Rng, table: u8, n_tables: u8, prio: u64) -> String {
     }
     let last = table + 1 >= n_tables;
     let mut ins = Vec::new();
-    let apply = random_actions(r, &pre, true);
+    let mut apply = random_actions(r, &pre, true);
+    if push {
+        pre.vlan = true;
+        let rest = random_actions(r, &pre, true);
+        let mut a = format!(
+            "push_vlan:0x8100,set_field:{}->vlan_vid",
+            0x1000 | r.pick(&VIDS)
+        );
+        if rest != "drop" {
+            a = format!("{a},{rest}");
+        }
+        apply = if apply == "drop" {
+            a
+        } else {
+            format!("{apply},{a}")
+        };
+    }
     if !apply.is_empty() && apply != "drop" {
         // Apply-Actions are ovs-ofctl's default instruction: bare actions.
         ins.push(apply.clone());
