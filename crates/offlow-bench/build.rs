@@ -1,5 +1,6 @@
 //! Builds the XDP programs of `offlow bench offload` (`bpf/*.bpf.c`: the
-//! live-frames generator, the counting sink and the redirect ceiling) with
+//! live-frames generator, the counting sink and the redirect ceiling; and
+//! `offlow bench latency`'s pass-through) with
 //! clang through libbpf-cargo, and generates their Rust skeletons in
 //! `OUT_DIR` (included by `src/offload/bpf.rs`).
 
@@ -7,7 +8,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: [&str; 3] = ["gen", "sink", "ceiling"];
+const PROGRAMS: [&str; 4] = ["gen", "sink", "ceiling", "pass"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

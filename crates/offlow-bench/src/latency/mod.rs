@@ -14,7 +14,10 @@
 //! # Switches
 //! offlow with AF_PACKET ports, with AF_XDP ports, and offloaded (`offlow
 //! run --offload xdp --config` with [`crate::offload::ping::OFFLOAD_CONFIG`],
-//! AF_PACKET ports: the probe's microflow is promoted to the XDP tier);
+//! AF_PACKET ports: the probe's microflow is promoted to the XDP tier,
+//! which answers with `XDP_TX`; the hosts' veths then carry an XDP
+//! pass-through program, without which a veth does not deliver `XDP_TX`
+//! frames to its peer);
 //! Open vSwitch 3.1's netdev datapath with ports of type `system` and
 //! `afxdp` ([`crate::forward`]'s private instance); and the Linux bridge,
 //! which cannot do `IN_PORT`: its `p1` is in hairpin mode with a static
@@ -64,6 +67,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::forward::Ovs;
 use crate::offload::ping::OFFLOAD_CONFIG;
+use crate::offload::xdp::PassThrough;
 use crate::topo::{
     catch_interrupt, interrupted, ip, run_cmd, sleep_unless_interrupted, start_offlow_logged,
     unique_tag, wait_link_up, ChildGuard, Topo,
@@ -87,7 +91,9 @@ Percentiles are nearest-rank; std is the sample standard deviation. Δt_proc = �
 2·Δt_prop − Δt_trans with 2·Δt_prop + Δt_trans taken as the mean RTT of the same-size probe \
 through the Linux bridge baseline on the same veth topology (so Δt_proc is the delay over the \
 kernel bridge). Frame sizes are wire sizes (preamble, SFD and FCS included: minus 12 B handed \
-to the kernel). A probe with no reply within the timeout is lost.";
+to the kernel). A probe with no reply within the timeout is lost. Offloaded rows: the hosts' \
+veths carry an XDP pass-through program (a veth delivers the tier's XDP_TX frames only to a \
+peer with an XDP program).";
 
 /// A switch configuration (a row family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -694,6 +700,17 @@ fn run_switch(
     // The background stream goes out of B and comes back to B.
     t.gen = t.rx.clone();
     let sw = t.sw()?.to_string();
+    // The offload tier answers with XDP_TX, which a veth delivers only to
+    // a peer with an XDP program of its own: a pass-through on each host
+    // (see `bpf/pass.bpf.c`).
+    let _pass = if kind == SwitchKind::OfflowOffload {
+        vec![
+            PassThrough::attach(&host_a.0, &host_a.1)?,
+            PassThrough::attach(&t.rx.0, &t.rx.1)?,
+        ]
+    } else {
+        Vec::new()
+    };
     let running = Running::start(kind, &sw, bin)?;
     wait_link_up(&host_a.0, &host_a.1);
     let mut prober = Prober::open(&host_a.0, &host_a.1)?;

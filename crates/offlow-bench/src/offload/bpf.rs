@@ -12,3 +12,6 @@ pub(crate) mod sink {
 pub(crate) mod ceiling {
     include!(concat!(env!("OUT_DIR"), "/ceiling.skel.rs"));
 }
+pub(crate) mod pass {
+    include!(concat!(env!("OUT_DIR"), "/pass.skel.rs"));
+}
