@@ -262,10 +262,21 @@ fn colour_legend(r: &LatencyReport) -> String {
     let all: Vec<&ConfigResult> = r.results.iter().collect();
     switches_of(&all)
         .iter()
-        .enumerate()
-        .map(|(i, k)| format!("{} = {}", k.name(), COLOURS[i % COLOURS.len()].1))
+        .map(|k| format!("{} = {}", k.name(), COLOURS[colour_index(*k)].1))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A switch's colour, the same in every plot whichever switches ran.
+fn colour_index(k: SwitchKind) -> usize {
+    match k {
+        SwitchKind::LinuxBridge => 0,
+        SwitchKind::OfflowAfpacket => 1,
+        SwitchKind::OfflowAfxdp => 2,
+        SwitchKind::OfflowOffload => 3,
+        SwitchKind::OvsSystem => 4,
+        SwitchKind::OvsAfxdp => 5,
+    }
 }
 
 /// Register a font once; whether one is available.
@@ -291,17 +302,9 @@ fn font_ready() -> bool {
 type Series = Vec<(String, usize, bool, Vec<(f64, f64)>)>;
 
 fn series(rows: &[&ConfigResult]) -> Series {
-    let all_switches = [
-        SwitchKind::LinuxBridge,
-        SwitchKind::OfflowAfpacket,
-        SwitchKind::OfflowAfxdp,
-        SwitchKind::OfflowOffload,
-        SwitchKind::OvsSystem,
-        SwitchKind::OvsAfxdp,
-    ];
     let mut out = Vec::new();
     for k in switches_of(rows) {
-        let colour = all_switches.iter().position(|x| *x == k).unwrap_or(0);
+        let colour = colour_index(k);
         // Tables: one line per tuple.
         let mut tuples: Vec<Tuple> = Vec::new();
         for r in rows.iter().filter(|r| r.switch == k) {
