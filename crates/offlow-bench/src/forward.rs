@@ -401,6 +401,12 @@ impl Ovs {
         format!("--db=unix:{}", self.dir.join("db.sock").display())
     }
 
+    /// Its OpenFlow channel for `ovs-ofctl` (bridge `br0`'s management
+    /// socket).
+    pub(crate) fn of_target(&self) -> String {
+        format!("unix:{}", self.dir.join("br0.mgmt").display())
+    }
+
     /// The ovs-vswitchd process id (the datapath's threads are its).
     pub(crate) fn vswitchd_pid(&self) -> Option<u32> {
         self.vswitchd.as_ref().map(|g| g.child.id())

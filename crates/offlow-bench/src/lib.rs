@@ -26,6 +26,7 @@ pub mod dpdk;
 pub mod dpdk_fib;
 pub mod fib;
 pub mod forward;
+pub mod latency;
 pub mod offload;
 pub mod report;
 pub mod topo;

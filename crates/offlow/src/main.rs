@@ -56,6 +56,11 @@ enum Bench {
     /// generator through the switch on veths, received pps and CPU time per
     /// packet, vs an XDP redirect ceiling and Open vSwitch afxdp.
     Offload(offlow_bench::offload::OffloadArgs),
+    /// Per-packet latency by the Stuttgart report's method: UDP probes
+    /// looped back by the switch (IN_PORT), SO_TIMESTAMPING, RTT
+    /// percentiles and processing delay over frame sizes, match tuples,
+    /// table sizes and background load; CSV, Markdown and PNG plots.
+    Latency(offlow_bench::latency::LatencyArgs),
     /// Flow-mods of an ovs-ofctl flow file sent back to back with one
     /// barrier at the end, to one or more switches (Open vSwitch too):
     /// flow-mods per second until the barrier reply.
@@ -109,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Forward(a)) => offlow_bench::forward::main(&a),
         Command::Bench(Bench::Control(a)) => offlow_bench::control::main(&a),
         Command::Bench(Bench::Offload(a)) => offlow_bench::offload::main(&a),
+        Command::Bench(Bench::Latency(a)) => offlow_bench::latency::main(&a),
         Command::Bench(Bench::FlowMods(a)) => flowmod_bench::main(&a),
     }
 }

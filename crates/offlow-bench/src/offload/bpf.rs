@@ -15,3 +15,6 @@ pub(crate) mod ceiling {
 pub(crate) mod floor {
     include!(concat!(env!("OUT_DIR"), "/floor.skel.rs"));
 }
+pub(crate) mod pass {
+    include!(concat!(env!("OUT_DIR"), "/pass.skel.rs"));
+}

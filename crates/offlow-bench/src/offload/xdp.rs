@@ -1,6 +1,7 @@
 //! The XDP programs of `offlow bench offload` (`bpf/*.bpf.c`), loaded with
 //! libbpf-rs: the live-frames [`Generator`], the counting [`Sink`], the
-//! redirect [`Ceiling`] and the lookup [`Floor`].
+//! redirect [`Ceiling`] and the lookup [`Floor`]; and `offlow bench
+//! latency`'s [`PassThrough`].
 //!
 //! Why live frames: `BPF_PROG_RUN` with `BPF_F_TEST_XDP_LIVE_FRAMES` runs an
 //! XDP program on frames from a kernel page pool as if they had arrived on
@@ -301,6 +302,28 @@ fn floor_key(frame: &[u8], src_port: u16) -> Option<[u8; 36]> {
     k[33] = ip[1] >> 2;
     k[34] = ip[1] & 3;
     Some(k)
+}
+
+// -------------------------------------------------------------------- pass --
+
+/// The pass-through XDP program (`bpf/pass.bpf.c`) on a host's veth, so
+/// that frames its peer sends with `XDP_TX` are delivered (see the
+/// program's comment).
+pub struct PassThrough {
+    _link: Link,
+    _obj: Object,
+}
+
+impl PassThrough {
+    /// Load and attach to `ifname` in `ns`.
+    pub fn attach(ns: &str, ifname: &str) -> anyhow::Result<PassThrough> {
+        let obj = load(object_bytes!("pass"), "pass", |_| {})?;
+        let link = attach(&obj, "pass", ns, ifname)?;
+        Ok(PassThrough {
+            _link: link,
+            _obj: obj,
+        })
+    }
 }
 
 // --------------------------------------------------------------- generator --
