@@ -1,9 +1,10 @@
 //! Ports: where frames enter and leave the switch.
 //!
 //! - [`AfPacketPort`]: a Linux interface through an `AF_PACKET` socket with
-//!   a TPACKET_V3 receive ring (blocks of frames, no copy on receive, one
-//!   `poll` per block at most) and batched transmit (`sendmmsg`, qdisc
-//!   bypassed). Several sockets on one interface form a fanout group with a
+//!   a memory-mapped receive ring, no copy on receive ([`RxRing`]: TPACKET_V2
+//!   frames by default, each handed over and woken for as soon as it is
+//!   written; or TPACKET_V3 blocks, handed over when full or after a 1 ms
+//!   retire timer) and batched transmit (`sendmmsg`, qdisc bypassed). Several sockets on one interface form a fanout group with a
 //!   symmetric flow hash, so each worker thread has its own socket per port.
 //! - [`AfXdpPort`]: one receive queue of a Linux interface through an
 //!   `AF_XDP` socket (UMEM, fill/completion rings, need_wakeup), fed by a
@@ -53,7 +54,7 @@ mod sys;
 use std::io;
 use std::os::fd::RawFd;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState};
+pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState, RxRing};
 pub use afxdp::{
     AfXdpConfig, AfXdpCounters, AfXdpPort, XdpAttach, XdpMode, XdpProgram, XdpStatistics, XskBind,
 };
