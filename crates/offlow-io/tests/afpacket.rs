@@ -21,8 +21,7 @@ fn open(ns: &Netns, ifname: &str) -> AfPacketPort {
 }
 
 fn open_ring(ns: &Netns, ifname: &str, ring: RxRing) -> AfPacketPort {
-    let mut cfg = AfPacketConfig::new(ifname);
-    cfg.ring = ring;
+    let cfg = AfPacketConfig::new(ifname).with_ring(ring);
     ns.run(|| AfPacketPort::open(&cfg))
         .expect("opening the port")
 }
@@ -67,8 +66,7 @@ fn frames_cross_a_veth_pair_in_order_with_vlan_tags_restored() {
 fn a_small_ring_wraps_and_partial_receives_resume() {
     let Some(ns) = netns() else { return };
     for ring in RINGS {
-        let mut cfg = AfPacketConfig::new("va");
-        cfg.ring = ring;
+        let mut cfg = AfPacketConfig::new("va").with_ring(ring);
         cfg.block_size = 4096;
         cfg.block_count = 2;
         let mut a = ns.run(|| AfPacketPort::open(&cfg)).unwrap();
@@ -113,8 +111,7 @@ fn truncated_frames_are_counted_not_handed_out() {
         ip(&["-n", &ns.0, "link", "set", dev, "mtu", "9000"]);
     }
     for (ring, extra) in [(RxRing::Frames, 600), (RxRing::Blocks, 5000)] {
-        let mut cfg = AfPacketConfig::new("va");
-        cfg.ring = ring;
+        let mut cfg = AfPacketConfig::new("va").with_ring(ring);
         cfg.frame_size = 256;
         cfg.block_size = 4096;
         let mut a = ns.run(|| AfPacketPort::open(&cfg)).unwrap();

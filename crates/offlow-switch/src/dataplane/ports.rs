@@ -301,9 +301,8 @@ pub(super) fn open_port(
 ) -> anyhow::Result<Box<dyn Port>> {
     Ok(match &p.kind {
         PortKind::AfPacket => {
-            let mut pc = AfPacketConfig::new(&p.ifname);
+            let mut pc = AfPacketConfig::new(&p.ifname).with_ring(ring);
             pc.fanout_group = fanout;
-            pc.ring = ring;
             let port = in_netns(netns, || AfPacketPort::open(&pc))
                 .context("entering the ports' network namespace")?
                 .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
