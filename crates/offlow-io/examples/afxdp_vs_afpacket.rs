@@ -168,6 +168,7 @@ fn main() -> Result<(), String> {
         // geometry first tried, kept to show why the default has more.
         ("AF_PACKET V2 2048 slots", None, RxRing::Frames),
         ("AF_PACKET V3 blocks", None, RxRing::Blocks),
+        ("AF_PACKET adaptive", None, RxRing::Adaptive),
     ] {
         let mut port: Box<dyn Port> = match attach {
             Some(a) => {

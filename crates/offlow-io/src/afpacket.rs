@@ -11,9 +11,10 @@
 //!   (`tpacket_rcv` calls `sk_data_ready` per frame for V1/V2);
 //!   [`AfPacketPort::recv`] gives each slot back (`TP_STATUS_KERNEL`) right
 //!   after its frame was handed out. A lone frame reaches the worker in
-//!   microseconds. Under load it batches as well as blocks do: `recv`
-//!   takes every user-owned slot in ring order, and a wake-up costs the
-//!   kernel nothing when no thread sleeps on the socket.
+//!   microseconds. `recv` takes every user-owned slot in ring order (a
+//!   batch costs no system call), but each slot holds one frame: the ring
+//!   needs more memory than a blocks ring for the same burst (8192 slots,
+//!   16 MiB, by default) and costs more per frame at saturation (below).
 //! - **Blocks** (TPACKET_V3): frames packed into fixed-size blocks, a
 //!   block handed over when full or when its retire timer
 //!   (`block_timeout_ms`) fires; `recv` walks the frames of the current
@@ -21,9 +22,19 @@
 //!   kernel wakes `poll` only when a block is retired, so a lone frame
 //!   waits up to the retire timer (1 ms; the kernel's minimum): ping
 //!   through the switch took 1.0-1.4 ms on average where the Linux bridge
-//!   takes 0.04 ms (docs/bench-journal.md, issue 23). Kept for
-//!   comparison and for traffic of many small frames, which blocks pack
-//!   densely.
+//!   takes 0.04 ms (docs/bench-journal.md, issue 23). Kept because it
+//!   batches better at saturation: frames packed densely cost the kernel
+//!   and the reader fewer cache misses than 2 KiB-strided slots
+//!   (~150-250 ns a frame less kernel CPU, measured).
+//! - **Adaptive** (one worker): a frames socket and a blocks socket in a
+//!   fanout group of their own (`PACKET_FANOUT_CBPF` picking the frames
+//!   socket, `PACKET_FANOUT_FLAG_ROLLOVER`): the kernel writes to the
+//!   frames ring while it has room and rolls over to the blocks ring when
+//!   it has none. `recv` reads the blocks ring first, so a worker that is
+//!   behind leaves the frames ring full and the port runs as a blocks ring
+//!   until it has caught up. Measured so far: no better than frames alone
+//!   on a loaded VM (rollover needs a quarter of the blocks ring free, so
+//!   it holds less than a blocks ring); experimental.
 //!
 //! Frames the kernel marks are reported, not lost: a VLAN tag stripped by
 //! offload comes back in [`RxMeta::vlan`], a partial checksum in
@@ -80,7 +91,11 @@ const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
 const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_MR_PROMISC: libc::c_ushort = 1;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_FANOUT_HASH: u32 = 0;
+const PACKET_FANOUT_CBPF: u32 = 6;
+const PACKET_FANOUT_FLAG_ROLLOVER: u32 = 0x1000;
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
 const PACKET_OUTGOING: u8 = 4;
 
@@ -187,6 +202,17 @@ pub enum RxRing {
     /// the block retire timer fires: a lone frame waits up to
     /// [`AfPacketConfig::block_timeout_ms`].
     Blocks,
+    /// Two sockets: a frames ring (the configured geometry) first and a
+    /// blocks ring (16 blocks) behind it, in a fanout group of their own
+    /// whose program always picks the frames socket, with rollover: the
+    /// kernel fills the frames ring while it has room and rolls over to
+    /// the blocks ring when it has none (`fanout_demux_rollover`). A lone
+    /// frame takes the frames ring; a burst the worker cannot keep up with
+    /// spills into blocks. Frames of one flow can be reordered where a
+    /// burst spills. Needs the port's own fanout group: with
+    /// [`AfPacketConfig::fanout_group`] set (several workers) the port
+    /// opens as [`RxRing::Frames`].
+    Adaptive,
 }
 
 /// How an [`AfPacketPort`] is set up.
@@ -235,11 +261,14 @@ impl AfPacketConfig {
     /// geometry: frames, 64 blocks of 256 KiB in 2 KiB slots (8192
     /// frames, 16 MiB); blocks, 16 blocks of 256 KiB (4 MiB) with a 1 ms
     /// retire timer.
+    ///
+    /// [`RxRing::Adaptive`]: a frames ring of 16 blocks (2048 slots) before
+    /// a 16-block blocks ring (4 MiB each).
     pub fn with_ring(mut self, ring: RxRing) -> AfPacketConfig {
         self.ring = ring;
         self.block_count = match ring {
             RxRing::Frames => FRAMES_RING_BLOCKS,
-            RxRing::Blocks => BLOCKS_RING_BLOCKS,
+            RxRing::Blocks | RxRing::Adaptive => BLOCKS_RING_BLOCKS,
         };
         self
     }
@@ -279,6 +308,9 @@ pub struct AfPacketPort {
     tx_iov: Vec<libc::iovec>,
     tx_msgs: Vec<libc::mmsghdr>,
     stats: PortStats,
+    /// [`RxRing::Adaptive`]: the blocks socket frames roll over to
+    /// (receive only; its counters are added to ours).
+    overflow: Option<Box<AfPacketPort>>,
 }
 
 /// The mapped receive ring.
@@ -380,6 +412,66 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
 impl AfPacketPort {
     /// Open the interface (it must exist; it need not be up yet).
     pub fn open(cfg: &AfPacketConfig) -> io::Result<AfPacketPort> {
+        let hash = cfg.fanout_group.map(|group| {
+            u32::from(group) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16)
+        });
+        if cfg.ring != RxRing::Adaptive || hash.is_some() {
+            let mut c = cfg.clone();
+            if c.ring == RxRing::Adaptive {
+                c.ring = RxRing::Frames;
+            }
+            return AfPacketPort::open_socket(&c, hash);
+        }
+        // The frames socket joins first: it is member 0, the one the
+        // group's program picks.
+        let mut frames = cfg.clone();
+        frames.ring = RxRing::Frames;
+        let first =
+            (PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_ROLLOVER | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+        let mut port = AfPacketPort::open_socket(&frames, Some(first))?;
+        // The kernel chose a free group id (Linux 4.3+); read it back.
+        let mut arg: u32 = 0;
+        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: `arg`/`len` are live and sized for the u32 the kernel
+        // writes.
+        let rc = unsafe {
+            libc::getsockopt(
+                port.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_FANOUT,
+                (&mut arg as *mut u32).cast(),
+                &mut len,
+            )
+        };
+        cvt(rc, "reading the fanout group id")?;
+        // "Always member 0" (`ret 0`); without a program the kernel picks 0
+        // too (`fanout_demux_bpf`), so this only makes it explicit.
+        let mut ret0 = libc::sock_filter {
+            code: 0x06, // BPF_RET | BPF_K
+            jt: 0,
+            jf: 0,
+            k: 0,
+        };
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: &mut ret0,
+        };
+        setsockopt(
+            port.fd.as_raw_fd(),
+            PACKET_FANOUT_DATA,
+            &prog,
+            "PACKET_FANOUT_DATA",
+        )?;
+        let mut blocks = cfg.clone().with_ring(RxRing::Blocks);
+        blocks.tx_batch = 1;
+        let join = (arg & 0xffff) | ((PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_ROLLOVER) << 16);
+        port.overflow = Some(Box::new(AfPacketPort::open_socket(&blocks, Some(join))?));
+        Ok(port)
+    }
+
+    /// Open one socket of a port; `fanout`: the `PACKET_FANOUT` argument
+    /// to join with (after binding), if any.
+    fn open_socket(cfg: &AfPacketConfig, fanout: Option<u32>) -> io::Result<AfPacketPort> {
         let index = ifindex(&cfg.ifname)?;
         let page = 4096u32;
         if !cfg.block_size.is_power_of_two()
@@ -394,7 +486,7 @@ impl AfPacketPort {
                  frame size between 128 and the block size",
             ));
         }
-        if cfg.ring == RxRing::Frames && (cfg.frame_size % 16 != 0 || cfg.frame_size < V2_HDRLEN) {
+        if cfg.ring != RxRing::Blocks && (cfg.frame_size % 16 != 0 || cfg.frame_size < V2_HDRLEN) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "ring geometry: frame slots must be a multiple of 16 bytes (TPACKET_ALIGNMENT)",
@@ -414,7 +506,7 @@ impl AfPacketPort {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let s = fd.as_raw_fd();
         let version = match cfg.ring {
-            RxRing::Frames => TPACKET_V2,
+            RxRing::Frames | RxRing::Adaptive => TPACKET_V2,
             RxRing::Blocks => TPACKET_V3,
         };
         setsockopt(s, PACKET_VERSION, &version, "PACKET_VERSION")?;
@@ -424,7 +516,7 @@ impl AfPacketPort {
         let frames_per_block = cfg.block_size / cfg.frame_size;
         let frame_nr = frames_per_block * cfg.block_count;
         match cfg.ring {
-            RxRing::Frames => {
+            RxRing::Frames | RxRing::Adaptive => {
                 let req = TpacketReq {
                     block_size: cfg.block_size,
                     block_nr: cfg.block_count,
@@ -496,9 +588,7 @@ impl AfPacketPort {
             };
             setsockopt(s, PACKET_ADD_MEMBERSHIP, &mreq, "promiscuous mode")?;
         }
-        if let Some(group) = cfg.fanout_group {
-            let arg: u32 =
-                u32::from(group) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16);
+        if let Some(arg) = fanout {
             setsockopt(s, PACKET_FANOUT, &arg, "PACKET_FANOUT")?;
         }
         let slot = cfg.tx_max_frame.max(64);
@@ -514,6 +604,7 @@ impl AfPacketPort {
             tx_iov: Vec::with_capacity(batch),
             tx_msgs: Vec::with_capacity(batch),
             stats: PortStats::default(),
+            overflow: None,
         })
     }
 
@@ -677,10 +768,24 @@ impl Port for AfPacketPort {
     }
 
     fn recv(&mut self, max: usize, on_frame: &mut dyn FnMut(&[u8], RxMeta)) -> io::Result<usize> {
-        Ok(match self.ring.mode {
-            RxRing::Frames => self.recv_frames(max, on_frame),
-            RxRing::Blocks => self.recv_blocks(max, on_frame),
-        })
+        // Adaptive: the blocks ring first, the frames ring with what is left
+        // of the batch. While the worker is behind, blocks fill whole
+        // batches, the frames ring fills up and the kernel rolls every
+        // frame over to the blocks ring: the port runs as a blocks ring.
+        // Once the worker has caught up (no retired block), it drains the
+        // frames ring, which takes the traffic again. Frames-first starved
+        // the blocks ring instead, and both dropped.
+        let mut handed = 0;
+        if let Some(o) = &mut self.overflow {
+            handed = o.recv(max, on_frame)?;
+        }
+        if handed < max {
+            handed += match self.ring.mode {
+                RxRing::Blocks => self.recv_blocks(max - handed, on_frame),
+                RxRing::Frames | RxRing::Adaptive => self.recv_frames(max - handed, on_frame),
+            };
+        }
+        Ok(handed)
     }
 
     fn send(&mut self, frame: &[u8]) -> bool {
@@ -756,6 +861,13 @@ impl Port for AfPacketPort {
         Some(self.fd.as_raw_fd())
     }
 
+    fn poll_fds(&self, out: &mut Vec<RawFd>) {
+        out.push(self.fd.as_raw_fd());
+        if let Some(o) = &self.overflow {
+            out.push(o.fd.as_raw_fd());
+        }
+    }
+
     fn stats(&mut self) -> PortStats {
         let mut st = TpacketStatsV3 {
             packets: 0,
@@ -777,7 +889,15 @@ impl Port for AfPacketPort {
         if rc == 0 {
             self.stats.rx_dropped += u64::from(st.drops);
         }
-        self.stats
+        let mut total = self.stats;
+        if let Some(o) = &mut self.overflow {
+            let os = o.stats();
+            total.rx_packets += os.rx_packets;
+            total.rx_bytes += os.rx_bytes;
+            total.rx_dropped += os.rx_dropped;
+            total.rx_errors += os.rx_errors;
+        }
+        total
     }
 }
 

@@ -3,8 +3,10 @@
 //! - [`AfPacketPort`]: a Linux interface through an `AF_PACKET` socket with
 //!   a memory-mapped receive ring, no copy on receive ([`RxRing`]: TPACKET_V2
 //!   frames by default, each handed over and woken for as soon as it is
-//!   written; or TPACKET_V3 blocks, handed over when full or after a 1 ms
-//!   retire timer) and batched transmit (`sendmmsg`, qdisc bypassed). Several sockets on one interface form a fanout group with a
+//!   written; TPACKET_V3 blocks, handed over when full or after a 1 ms
+//!   retire timer; or, experimental, a frames ring that spills into a
+//!   blocks ring when full) and batched transmit (`sendmmsg`, qdisc
+//!   bypassed). Several sockets on one interface form a fanout group with a
 //!   symmetric flow hash, so each worker thread has its own socket per port.
 //! - [`AfXdpPort`]: one receive queue of a Linux interface through an
 //!   `AF_XDP` socket (UMEM, fill/completion rings, need_wakeup), fed by a

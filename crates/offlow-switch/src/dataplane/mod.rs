@@ -25,7 +25,7 @@
 //! (tens of µs of scheduler latency on a VM). Under load the worker never
 //! reaches the sleep. `IdlePoll::Busy` never sleeps, like Open vSwitch's
 //! PMD threads: each worker keeps a core at 100% busy even with no
-//! traffic; every [`BUSY_CHECK_EVERY`] it polls its descriptors without
+//! traffic; every `BUSY_CHECK_EVERY` (20 ms) it polls its descriptors without
 //! waiting, to notice failed ports. Counters are credited once per idle
 //! period, when the spin ends.
 //!

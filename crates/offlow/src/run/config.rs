@@ -44,7 +44,8 @@
 //! [dataplane]                # how the packet workers receive
 //! busy_poll = false          # true: workers never sleep (a core each at 100%, lowest delay)
 //! idle_spin_us = 50          # an idle worker polls this long after its last frame, then sleeps
-//! af_packet_ring = "frames"  # or "blocks" (TPACKET_V3; a lone frame waits up to 1 ms)
+//! af_packet_ring = "frames"  # or "blocks" (TPACKET_V3; a lone frame waits up to 1 ms), or
+//!                            # "adaptive" (frames spilling into blocks under load; one worker)
 //! ```
 //!
 //! `[[steer]]` entries form the workers' steering table
@@ -175,8 +176,10 @@ pub(crate) struct RunArgs {
     pub idle_spin_us: Option<u64>,
     /// Receive ring of AF_PACKET ports: `frames` (TPACKET_V2, the default:
     /// a lone frame is handed over at once) or `blocks` (TPACKET_V3: a
-    /// lone frame waits up to 1 ms for its block to be retired).
-    #[arg(long, value_name = "frames|blocks", value_parser = parse_ring)]
+    /// lone frame waits up to 1 ms for its block to be retired) or
+    /// `adaptive` (a frames ring that spills into a blocks ring when full;
+    /// one worker only, several workers open `frames`).
+    #[arg(long, value_name = "frames|blocks|adaptive", value_parser = parse_ring)]
     pub af_packet_ring: Option<offlow_switch::RxRing>,
 }
 
@@ -184,7 +187,10 @@ fn parse_ring(s: &str) -> Result<offlow_switch::RxRing, String> {
     match s {
         "frames" => Ok(offlow_switch::RxRing::Frames),
         "blocks" => Ok(offlow_switch::RxRing::Blocks),
-        other => Err(format!("`{other}`: the rings are `frames` and `blocks`")),
+        "adaptive" => Ok(offlow_switch::RxRing::Adaptive),
+        other => Err(format!(
+            "`{other}`: the rings are `frames`, `blocks` and `adaptive`"
+        )),
     }
 }
 
@@ -1160,6 +1166,7 @@ mod tests {
         );
         let _ = std::fs::remove_dir_all(&dir);
         assert!(parse_ring("v2").is_err());
+        assert_eq!(parse_ring("adaptive"), Ok(RxRing::Adaptive));
     }
 
     #[test]
