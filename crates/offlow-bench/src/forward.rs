@@ -144,6 +144,10 @@ pub struct ForwardArgs {
     /// The offlow binary (default: this executable).
     #[arg(long)]
     pub offlow_bin: Option<PathBuf>,
+    /// An extra argument for the offlow rows' `offlow run` (repeatable),
+    /// e.g. `--offlow-arg=--busy-poll`.
+    #[arg(long = "offlow-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub offlow_args: Vec<String>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     pub json: bool,
@@ -167,6 +171,7 @@ impl Default for ForwardArgs {
                 RowKind::OvsAfxdp,
             ],
             offlow_bin: None,
+            offlow_args: Vec::new(),
             json: false,
         }
     }
@@ -329,8 +334,15 @@ pub(crate) const FLOWS: [&str; 2] = ["in_port=1,actions=output:2", "in_port=2,ac
 
 /// Start `offlow run` on p1/p2 of the switch namespace, secure mode, with
 /// the two port-to-port flows (added with `ovs-ofctl`).
-fn start_offlow(bin: &Path, sw: &str, workers: usize, xdp: bool) -> anyhow::Result<ChildGuard> {
-    start_offlow_with(bin, sw, workers, xdp, &[])
+fn start_offlow(
+    bin: &Path,
+    sw: &str,
+    workers: usize,
+    xdp: bool,
+    extra: &[String],
+) -> anyhow::Result<ChildGuard> {
+    let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+    start_offlow_with(bin, sw, workers, xdp, &extra)
 }
 
 /// [`start_offlow`] with `extra` arguments for `offlow run` (used by
@@ -601,14 +613,14 @@ fn run_row(
         }
         Plan::Offlow(w) => {
             let t = Topo::hosts(true, 1)?;
-            let _switch = start_offlow(bin, t.sw()?, *w, false)?;
+            let _switch = start_offlow(bin, t.sw()?, *w, false, &args.offlow_args)?;
             measure(&t, frames, args)
         }
         // The generator's frames carry complete checksums: AF_XDP's lack of
         // a partial-checksum flag does not matter here.
         Plan::OfflowXdp(w) => {
             let t = Topo::hosts(true, *w)?;
-            let _switch = start_offlow(bin, t.sw()?, *w, true)?;
+            let _switch = start_offlow(bin, t.sw()?, *w, true, &args.offlow_args)?;
             measure(&t, frames, args)
         }
         Plan::Ovs(ty) => {

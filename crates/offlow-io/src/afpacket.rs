@@ -1,20 +1,46 @@
-//! A Linux interface as a port: `AF_PACKET` with a TPACKET_V3 receive ring
-//! and `sendmmsg` transmit batches.
+//! A Linux interface as a port: `AF_PACKET` with a memory-mapped receive
+//! ring (TPACKET_V2 frames or TPACKET_V3 blocks) and `sendmmsg` transmit
+//! batches.
 //!
 //! # Receive
-//! The kernel fills fixed-size *blocks* of a shared ring with frames and
-//! hands a block over (status `TP_STATUS_USER`) when it is full or its
-//! retire timer (`block_timeout_ms`) fires. [`AfPacketPort::recv`] walks the
-//! frames of the current block in place and gives the block back
-//! (`TP_STATUS_KERNEL`) once every frame was handed out, so a burst costs
-//! no system call at all and an idle port one `poll`. The cost of blocks is
-//! latency at low rates: a lone frame waits up to the retire timer (1 ms by
-//! default; the kernel's minimum).
+//! Two ring layouts ([`RxRing`]), both read in place (no copy, no system
+//! call while frames wait):
+//! - **Frames** (TPACKET_V2, the default): fixed slots of `frame_size`
+//!   bytes, each with its own status word. The kernel hands a slot over
+//!   (`TP_STATUS_USER`) and wakes `poll` as soon as the frame is written
+//!   (`tpacket_rcv` calls `sk_data_ready` per frame for V1/V2);
+//!   [`AfPacketPort::recv`] gives each slot back (`TP_STATUS_KERNEL`) right
+//!   after its frame was handed out. A lone frame reaches the worker in
+//!   microseconds. `recv` takes every user-owned slot in ring order (a
+//!   batch costs no system call), but each slot holds one frame: the ring
+//!   needs more memory than a blocks ring for the same burst (8192 slots,
+//!   16 MiB, by default) and costs more per frame at saturation (below).
+//! - **Blocks** (TPACKET_V3): frames packed into fixed-size blocks, a
+//!   block handed over when full or when its retire timer
+//!   (`block_timeout_ms`) fires; `recv` walks the frames of the current
+//!   block and gives the block back once every frame was handed out. The
+//!   kernel wakes `poll` only when a block is retired, so a lone frame
+//!   waits up to the retire timer (1 ms; the kernel's minimum): ping
+//!   through the switch took 1.0-1.4 ms on average where the Linux bridge
+//!   takes 0.04 ms (docs/bench-journal.md, issue 23). Kept because it
+//!   batches better at saturation: frames packed densely cost the kernel
+//!   and the reader fewer cache misses than 2 KiB-strided slots
+//!   (~150-250 ns a frame less kernel CPU, measured).
+//! - **Adaptive** (one worker): a frames socket and a blocks socket in a
+//!   fanout group of their own (`PACKET_FANOUT_CBPF` picking the frames
+//!   socket, `PACKET_FANOUT_FLAG_ROLLOVER`): the kernel writes to the
+//!   frames ring while it has room and rolls over to the blocks ring when
+//!   it has none. `recv` reads the blocks ring first, so a worker that is
+//!   behind leaves the frames ring full and the port runs as a blocks ring
+//!   until it has caught up. Measured so far: no better than frames alone
+//!   on a loaded VM (rollover needs a quarter of the blocks ring free, so
+//!   it holds less than a blocks ring); experimental.
 //!
 //! Frames the kernel marks are reported, not lost: a VLAN tag stripped by
 //! offload comes back in [`RxMeta::vlan`], a partial checksum in
-//! [`RxMeta::csum_partial`]. Frames longer than a ring frame arrive
-//! truncated; they are counted in `rx_errors` and not handed out.
+//! [`RxMeta::csum_partial`]. Frames longer than the ring holds (a frame
+//! slot, or a block) arrive truncated; they are counted in `rx_errors`
+//! and not handed out.
 //! Outgoing frames (`PACKET_OUTGOING`: what the host itself sends on the
 //! interface) are ignored.
 //!
@@ -33,7 +59,12 @@
 //! # Invariants
 //! - Every offset read from a ring block (first frame, next frame, MAC
 //!   offset, snap length) is checked against the block before use; a bad
-//!   one ends the block (counted) instead of reading outside it.
+//!   one ends the block (counted) instead of reading outside it. In a
+//!   frames ring the same offsets are checked against the frame's slot; a
+//!   bad one costs that frame (counted) and the slot is given back.
+//! - A slot or block is read only while its status says the user owns it
+//!   (acquire load) and given back with a release store after the last
+//!   read of it.
 //! - The mapping lives exactly as long as the port; the socket is closed
 //!   after it is unmapped.
 //!
@@ -57,9 +88,14 @@ const PACKET_VERSION: libc::c_int = 10;
 const PACKET_FANOUT: libc::c_int = 18;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const TPACKET_V2: libc::c_int = 1;
 const TPACKET_V3: libc::c_int = 2;
 const PACKET_MR_PROMISC: libc::c_ushort = 1;
+const PACKET_FANOUT_DATA: libc::c_int = 22;
 const PACKET_FANOUT_HASH: u32 = 0;
+const PACKET_FANOUT_CBPF: u32 = 6;
+const PACKET_FANOUT_FLAG_ROLLOVER: u32 = 0x1000;
+const PACKET_FANOUT_FLAG_UNIQUEID: u32 = 0x2000;
 const PACKET_FANOUT_FLAG_DEFRAG: u32 = 0x8000;
 const PACKET_OUTGOING: u8 = 4;
 
@@ -74,18 +110,51 @@ const TP_STATUS_VLAN_TPID_VALID: u32 = 1 << 6;
 const BLOCK_STATUS: usize = 8;
 const BLOCK_NUM_PKTS: usize = 12;
 const BLOCK_FIRST_PKT: usize = 16;
-/// `struct tpacket3_hdr` offsets.
+/// `struct tpacket3_hdr` offsets (only V3 has `tp_next_offset`, at 0).
 const PKT_NEXT: usize = 0;
-const PKT_SNAPLEN: usize = 12;
-const PKT_LEN: usize = 16;
-const PKT_STATUS: usize = 20;
-const PKT_MAC: usize = 24;
-const PKT_VLAN_TCI: usize = 32;
-const PKT_VLAN_TPID: usize = 36;
-/// `TPACKET_ALIGN(sizeof(struct tpacket3_hdr))`: where `sockaddr_ll` starts.
-const PKT_SLL: usize = 48;
-/// `sockaddr_ll.sll_pkttype` within it.
+/// `sockaddr_ll.sll_pkttype` within the `sockaddr_ll` that follows a
+/// frame header.
 const SLL_PKTTYPE: usize = 10;
+
+/// Where the fields of a frame header are: `struct tpacket3_hdr` (V3)
+/// or `struct tpacket2_hdr` (V2), include/uapi/linux/if_packet.h.
+struct HdrLayout {
+    snaplen: usize,
+    len: usize,
+    status: usize,
+    mac: usize,
+    vlan_tci: usize,
+    /// V3's `hv1.tp_vlan_tci` is a `u32`, V2's `tp_vlan_tci` a `u16`.
+    vlan_tci_wide: bool,
+    vlan_tpid: usize,
+    /// `TPACKET_ALIGN(sizeof(header))`: where `sockaddr_ll` starts.
+    sll: usize,
+}
+
+const V3_HDR: HdrLayout = HdrLayout {
+    snaplen: 12,
+    len: 16,
+    status: 20,
+    mac: 24,
+    vlan_tci: 32,
+    vlan_tci_wide: true,
+    vlan_tpid: 36,
+    sll: 48,
+};
+
+const V2_HDR: HdrLayout = HdrLayout {
+    status: 0,
+    len: 4,
+    snaplen: 8,
+    mac: 12,
+    vlan_tci: 24,
+    vlan_tci_wide: false,
+    vlan_tpid: 26,
+    sll: 32,
+};
+/// `TPACKET2_HDRLEN`: the V2 header and the `sockaddr_ll` (20 bytes)
+/// after it; the smallest frame slot the kernel accepts.
+const V2_HDRLEN: u32 = 52;
 
 #[repr(C)]
 struct TpacketReq3 {
@@ -96,6 +165,15 @@ struct TpacketReq3 {
     retire_blk_tov: u32,
     sizeof_priv: u32,
     feature_req_word: u32,
+}
+
+/// `struct tpacket_req` (V1/V2 rings).
+#[repr(C)]
+struct TpacketReq {
+    block_size: u32,
+    block_nr: u32,
+    frame_size: u32,
+    frame_nr: u32,
 }
 
 #[repr(C)]
@@ -113,18 +191,50 @@ struct PacketMreq {
     address: [u8; 8],
 }
 
+/// The receive ring's layout (see the module docs, "Receive").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RxRing {
+    /// TPACKET_V2: fixed frame slots, each handed over (and `poll` woken)
+    /// as soon as it is written: a lone frame waits microseconds.
+    #[default]
+    Frames,
+    /// TPACKET_V3: frames packed into blocks handed over when full or when
+    /// the block retire timer fires: a lone frame waits up to
+    /// [`AfPacketConfig::block_timeout_ms`].
+    Blocks,
+    /// Two sockets: a frames ring (the configured geometry) first and a
+    /// blocks ring (16 blocks) behind it, in a fanout group of their own
+    /// whose program always picks the frames socket, with rollover: the
+    /// kernel fills the frames ring while it has room and rolls over to
+    /// the blocks ring when it has none (`fanout_demux_rollover`). A lone
+    /// frame takes the frames ring; a burst the worker cannot keep up with
+    /// spills into blocks. Frames of one flow can be reordered where a
+    /// burst spills. Needs the port's own fanout group: with
+    /// [`AfPacketConfig::fanout_group`] set (several workers) the port
+    /// opens as [`RxRing::Frames`].
+    Adaptive,
+}
+
 /// How an [`AfPacketPort`] is set up.
 #[derive(Debug, Clone)]
 pub struct AfPacketConfig {
     /// Interface name.
     pub ifname: String,
+    /// The receive ring's layout. The geometry below applies to both:
+    /// [`RxRing::Frames`] cuts each block into `block_size / frame_size`
+    /// fixed slots.
+    pub ring: RxRing,
     /// Bytes per ring block (a power of two, a multiple of the page size).
     pub block_size: u32,
     /// Blocks in the ring.
     pub block_count: u32,
-    /// Largest frame received whole (bigger ones are counted and dropped).
+    /// Frame slot size: the largest frame a [`RxRing::Frames`] ring
+    /// receives whole, header included (bigger ones are counted and
+    /// dropped). A [`RxRing::Blocks`] ring packs frames of any length up to
+    /// a block.
     pub frame_size: u32,
-    /// Block retire timer, milliseconds (latency bound at low rates).
+    /// Block retire timer, milliseconds (latency bound at low rates;
+    /// [`RxRing::Blocks`] only).
     pub block_timeout_ms: u32,
     /// Frames per transmit batch.
     pub tx_batch: usize,
@@ -136,14 +246,42 @@ pub struct AfPacketConfig {
     pub promiscuous: bool,
 }
 
+/// Blocks of 256 KiB in a frames ring: 64, 8192 slots of 2 KiB (16 MiB).
+/// A slot holds one frame whatever its length, where a block packs ~2000
+/// small ones: with the 2048 slots of the blocks ring's 4 MiB, a receiver
+/// descheduled for ~10 ms at 200 kframes/s overflowed (measured on a
+/// loaded 2-vCPU VM: 70-100 kframes/s received and most dropped, against
+/// 150-240 kframes/s for the blocks ring; 8192 slots received 114-228k).
+const FRAMES_RING_BLOCKS: u32 = 64;
+/// Blocks of 256 KiB in a blocks ring: 16 (4 MiB, ~32k 60-byte frames).
+const BLOCKS_RING_BLOCKS: u32 = 16;
+
 impl AfPacketConfig {
-    /// Defaults for `ifname`: 16 blocks of 256 KiB, 2 KiB frames, 1 ms
-    /// retire timer, 64-frame transmit batches, promiscuous.
+    /// This configuration with receive ring `ring` and that ring's default
+    /// geometry: frames, 64 blocks of 256 KiB in 2 KiB slots (8192
+    /// frames, 16 MiB); blocks, 16 blocks of 256 KiB (4 MiB) with a 1 ms
+    /// retire timer.
+    ///
+    /// [`RxRing::Adaptive`]: a frames ring of 16 blocks (2048 slots) before
+    /// a 16-block blocks ring (4 MiB each).
+    pub fn with_ring(mut self, ring: RxRing) -> AfPacketConfig {
+        self.ring = ring;
+        self.block_count = match ring {
+            RxRing::Frames => FRAMES_RING_BLOCKS,
+            RxRing::Blocks | RxRing::Adaptive => BLOCKS_RING_BLOCKS,
+        };
+        self
+    }
+
+    /// Defaults for `ifname`: a [`RxRing::Frames`] ring (see
+    /// [`AfPacketConfig::with_ring`] for its geometry), 64-frame transmit
+    /// batches, promiscuous.
     pub fn new(ifname: &str) -> AfPacketConfig {
         AfPacketConfig {
             ifname: ifname.to_string(),
+            ring: RxRing::Frames,
             block_size: 1 << 18,
-            block_count: 16,
+            block_count: FRAMES_RING_BLOCKS,
             frame_size: 2048,
             block_timeout_ms: 1,
             tx_batch: 64,
@@ -154,14 +292,15 @@ impl AfPacketConfig {
     }
 }
 
-/// A Linux interface through a TPACKET_V3 packet socket (see module docs).
+/// A Linux interface through a packet socket with a TPACKET_V2 or V3
+/// receive ring (see module docs).
 pub struct AfPacketPort {
     name: String,
     /// Declared before `fd`: unmapped first.
     ring: Ring,
     fd: OwnedFd,
-    /// Walk state inside the current block: (offset of the next frame,
-    /// frames left), or `None` when no block is being read.
+    /// Blocks mode: walk state inside the current block: (offset of the
+    /// next frame, frames left), or `None` when no block is being read.
     walk: Option<(usize, u32)>,
     tx_arena: Vec<u8>,
     tx_slot: usize,
@@ -169,14 +308,23 @@ pub struct AfPacketPort {
     tx_iov: Vec<libc::iovec>,
     tx_msgs: Vec<libc::mmsghdr>,
     stats: PortStats,
+    /// [`RxRing::Adaptive`]: the blocks socket frames roll over to
+    /// (receive only; its counters are added to ours).
+    overflow: Option<Box<AfPacketPort>>,
 }
 
 /// The mapped receive ring.
 struct Ring {
+    mode: RxRing,
     base: *mut u8,
     len: usize,
     block_size: usize,
     block_count: usize,
+    /// Frames mode: slot size and slots per block (a slot never crosses
+    /// a block: the kernel lays them out so, `packet_set_ring`).
+    frame_size: usize,
+    frames_per_block: usize,
+    /// The block (blocks mode) or frame slot (frames mode) read next.
     current: usize,
 }
 
@@ -195,6 +343,35 @@ impl Ring {
         // inside the mapping; the kernel writes it concurrently, hence the
         // atomic view.
         unsafe { AtomicU32::from_ptr(self.base.add(start + BLOCK_STATUS).cast()) }
+    }
+
+    /// Frame slots in the ring (frames mode).
+    fn slot_count(&self) -> usize {
+        self.block_count * self.frames_per_block
+    }
+
+    /// Where the current frame slot starts in the mapping. At most
+    /// `(block_count - 1) * block_size + (frames_per_block - 1) *
+    /// frame_size`, so the slot ends inside the mapping.
+    fn slot_start(&self) -> usize {
+        (self.current / self.frames_per_block) * self.block_size
+            + (self.current % self.frames_per_block) * self.frame_size
+    }
+
+    /// The current frame slot's bytes (frames mode).
+    fn slot(&self) -> &[u8] {
+        // SAFETY: `current < slot_count()`, so the slot lies inside the
+        // mapping (see `slot_start`), which lives as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.base.add(self.slot_start()), self.frame_size) }
+    }
+
+    /// The current frame slot's `tp_status` (frames mode).
+    fn slot_status(&self) -> &AtomicU32 {
+        // SAFETY: `tp_status` opens the slot (offset 0), which is 16-aligned
+        // (`frame_size` is a multiple of TPACKET_ALIGNMENT, blocks are
+        // page-aligned) and inside the mapping; the kernel writes it
+        // concurrently, hence the atomic view.
+        unsafe { AtomicU32::from_ptr(self.base.add(self.slot_start() + V2_HDR.status).cast()) }
     }
 }
 
@@ -235,6 +412,66 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
 impl AfPacketPort {
     /// Open the interface (it must exist; it need not be up yet).
     pub fn open(cfg: &AfPacketConfig) -> io::Result<AfPacketPort> {
+        let hash = cfg.fanout_group.map(|group| {
+            u32::from(group) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16)
+        });
+        if cfg.ring != RxRing::Adaptive || hash.is_some() {
+            let mut c = cfg.clone();
+            if c.ring == RxRing::Adaptive {
+                c.ring = RxRing::Frames;
+            }
+            return AfPacketPort::open_socket(&c, hash);
+        }
+        // The frames socket joins first: it is member 0, the one the
+        // group's program picks.
+        let mut frames = cfg.clone();
+        frames.ring = RxRing::Frames;
+        let first =
+            (PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_ROLLOVER | PACKET_FANOUT_FLAG_UNIQUEID) << 16;
+        let mut port = AfPacketPort::open_socket(&frames, Some(first))?;
+        // The kernel chose a free group id (Linux 4.3+); read it back.
+        let mut arg: u32 = 0;
+        let mut len = std::mem::size_of::<u32>() as libc::socklen_t;
+        // SAFETY: `arg`/`len` are live and sized for the u32 the kernel
+        // writes.
+        let rc = unsafe {
+            libc::getsockopt(
+                port.fd.as_raw_fd(),
+                SOL_PACKET,
+                PACKET_FANOUT,
+                (&mut arg as *mut u32).cast(),
+                &mut len,
+            )
+        };
+        cvt(rc, "reading the fanout group id")?;
+        // "Always member 0" (`ret 0`); without a program the kernel picks 0
+        // too (`fanout_demux_bpf`), so this only makes it explicit.
+        let mut ret0 = libc::sock_filter {
+            code: 0x06, // BPF_RET | BPF_K
+            jt: 0,
+            jf: 0,
+            k: 0,
+        };
+        let prog = libc::sock_fprog {
+            len: 1,
+            filter: &mut ret0,
+        };
+        setsockopt(
+            port.fd.as_raw_fd(),
+            PACKET_FANOUT_DATA,
+            &prog,
+            "PACKET_FANOUT_DATA",
+        )?;
+        let mut blocks = cfg.clone().with_ring(RxRing::Blocks);
+        blocks.tx_batch = 1;
+        let join = (arg & 0xffff) | ((PACKET_FANOUT_CBPF | PACKET_FANOUT_FLAG_ROLLOVER) << 16);
+        port.overflow = Some(Box::new(AfPacketPort::open_socket(&blocks, Some(join))?));
+        Ok(port)
+    }
+
+    /// Open one socket of a port; `fanout`: the `PACKET_FANOUT` argument
+    /// to join with (after binding), if any.
+    fn open_socket(cfg: &AfPacketConfig, fanout: Option<u32>) -> io::Result<AfPacketPort> {
         let index = ifindex(&cfg.ifname)?;
         let page = 4096u32;
         if !cfg.block_size.is_power_of_two()
@@ -247,6 +484,12 @@ impl AfPacketPort {
                 io::ErrorKind::InvalidInput,
                 "ring geometry: block size must be a power of two of at least a page, \
                  frame size between 128 and the block size",
+            ));
+        }
+        if cfg.ring != RxRing::Blocks && (cfg.frame_size % 16 != 0 || cfg.frame_size < V2_HDRLEN) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ring geometry: frame slots must be a multiple of 16 bytes (TPACKET_ALIGNMENT)",
             ));
         }
         let proto = ETH_P_ALL.to_be();
@@ -262,20 +505,39 @@ impl AfPacketPort {
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let s = fd.as_raw_fd();
-        setsockopt(s, PACKET_VERSION, &TPACKET_V3, "PACKET_VERSION")?;
+        let version = match cfg.ring {
+            RxRing::Frames | RxRing::Adaptive => TPACKET_V2,
+            RxRing::Blocks => TPACKET_V3,
+        };
+        setsockopt(s, PACKET_VERSION, &version, "PACKET_VERSION")?;
         // Not fatal before 4.20: outgoing frames are then skipped by type.
         let _ = setsockopt(s, PACKET_IGNORE_OUTGOING, &1i32, "PACKET_IGNORE_OUTGOING");
         setsockopt(s, PACKET_QDISC_BYPASS, &1i32, "PACKET_QDISC_BYPASS")?;
-        let req = TpacketReq3 {
-            block_size: cfg.block_size,
-            block_nr: cfg.block_count,
-            frame_size: cfg.frame_size,
-            frame_nr: (cfg.block_size / cfg.frame_size) * cfg.block_count,
-            retire_blk_tov: cfg.block_timeout_ms,
-            sizeof_priv: 0,
-            feature_req_word: 0,
-        };
-        setsockopt(s, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+        let frames_per_block = cfg.block_size / cfg.frame_size;
+        let frame_nr = frames_per_block * cfg.block_count;
+        match cfg.ring {
+            RxRing::Frames | RxRing::Adaptive => {
+                let req = TpacketReq {
+                    block_size: cfg.block_size,
+                    block_nr: cfg.block_count,
+                    frame_size: cfg.frame_size,
+                    frame_nr,
+                };
+                setsockopt(s, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+            }
+            RxRing::Blocks => {
+                let req = TpacketReq3 {
+                    block_size: cfg.block_size,
+                    block_nr: cfg.block_count,
+                    frame_size: cfg.frame_size,
+                    frame_nr,
+                    retire_blk_tov: cfg.block_timeout_ms,
+                    sizeof_priv: 0,
+                    feature_req_word: 0,
+                };
+                setsockopt(s, PACKET_RX_RING, &req, "PACKET_RX_RING")?;
+            }
+        }
         let len = cfg.block_size as usize * cfg.block_count as usize;
         // SAFETY: mapping the ring the kernel just allocated for `s`; the
         // result is checked and owned by `Ring`.
@@ -294,10 +556,13 @@ impl AfPacketPort {
             return Err(io::Error::new(e.kind(), format!("mapping the ring: {e}")));
         }
         let ring = Ring {
+            mode: cfg.ring,
             base: base.cast(),
             len,
             block_size: cfg.block_size as usize,
             block_count: cfg.block_count as usize,
+            frame_size: cfg.frame_size as usize,
+            frames_per_block: frames_per_block as usize,
             current: 0,
         };
         // SAFETY: an all-zero sockaddr_ll is a valid value to fill in.
@@ -323,9 +588,7 @@ impl AfPacketPort {
             };
             setsockopt(s, PACKET_ADD_MEMBERSHIP, &mreq, "promiscuous mode")?;
         }
-        if let Some(group) = cfg.fanout_group {
-            let arg: u32 =
-                u32::from(group) | ((PACKET_FANOUT_HASH | PACKET_FANOUT_FLAG_DEFRAG) << 16);
+        if let Some(arg) = fanout {
             setsockopt(s, PACKET_FANOUT, &arg, "PACKET_FANOUT")?;
         }
         let slot = cfg.tx_max_frame.max(64);
@@ -341,6 +604,7 @@ impl AfPacketPort {
             tx_iov: Vec::with_capacity(batch),
             tx_msgs: Vec::with_capacity(batch),
             stats: PortStats::default(),
+            overflow: None,
         })
     }
 
@@ -355,58 +619,9 @@ impl AfPacketPort {
         self.ring.current = (self.ring.current + 1) % self.ring.block_count;
         self.walk = None;
     }
-}
 
-fn rd32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
-}
-
-fn rd16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
-}
-
-/// One frame of a block: `(frame range, meta, next frame offset, skip)`.
-fn frame_at(block: &[u8], off: usize) -> Option<(std::ops::Range<usize>, RxMeta, u32, bool)> {
-    let next = rd32(block, off + PKT_NEXT)?;
-    let snaplen = rd32(block, off + PKT_SNAPLEN)? as usize;
-    let len = rd32(block, off + PKT_LEN)?;
-    let status = rd32(block, off + PKT_STATUS)?;
-    let mac = usize::from(rd16(block, off + PKT_MAC)?);
-    let pkttype = *block.get(off + PKT_SLL + SLL_PKTTYPE)?;
-    let start = off.checked_add(mac)?;
-    let end = start.checked_add(snaplen)?;
-    if end > block.len() {
-        return None;
-    }
-    let vlan = (status & TP_STATUS_VLAN_VALID != 0).then(|| {
-        let tci = rd32(block, off + PKT_VLAN_TCI).unwrap_or(0) as u16;
-        let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
-            rd16(block, off + PKT_VLAN_TPID).unwrap_or(0x8100)
-        } else {
-            0x8100
-        };
-        (tpid, tci)
-    });
-    let meta = RxMeta {
-        vlan,
-        csum_partial: status & TP_STATUS_CSUMNOTREADY != 0,
-        wire_len: len,
-    };
-    let truncated = snaplen < len as usize;
-    Some((
-        start..end,
-        meta,
-        next,
-        truncated || pkttype == PACKET_OUTGOING,
-    ))
-}
-
-impl Port for AfPacketPort {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn recv(&mut self, max: usize, on_frame: &mut dyn FnMut(&[u8], RxMeta)) -> io::Result<usize> {
+    /// Blocks mode (TPACKET_V3): walk the frames of user-owned blocks.
+    fn recv_blocks(&mut self, max: usize, on_frame: &mut dyn FnMut(&[u8], RxMeta)) -> usize {
         let mut handed = 0;
         while handed < max {
             let (mut off, mut left) = match self.walk {
@@ -423,7 +638,9 @@ impl Port for AfPacketPort {
             };
             while left > 0 && handed < max {
                 let block = self.ring.block();
-                let Some((range, meta, next, skip)) = frame_at(block, off) else {
+                let (Some((range, meta, skip)), Some(next)) =
+                    (frame_at(block, off, &V3_HDR), rd32(block, off + PKT_NEXT))
+                else {
                     // A frame header pointing outside the block: drop the
                     // rest of the block rather than trust it.
                     self.stats.rx_errors += u64::from(left);
@@ -455,6 +672,118 @@ impl Port for AfPacketPort {
             } else {
                 self.walk = Some((off, left));
             }
+        }
+        handed
+    }
+
+    /// Frames mode (TPACKET_V2): take user-owned slots in ring order,
+    /// giving each back as soon as its frame was handed out.
+    fn recv_frames(&mut self, max: usize, on_frame: &mut dyn FnMut(&[u8], RxMeta)) -> usize {
+        let mut handed = 0;
+        while handed < max {
+            if self.ring.slot_status().load(Ordering::Acquire) & TP_STATUS_USER == 0 {
+                break;
+            }
+            let slot = self.ring.slot();
+            match frame_at(slot, 0, &V2_HDR) {
+                // A header pointing outside its slot: count it, never read
+                // past the slot.
+                None => self.stats.rx_errors += 1,
+                Some((range, meta, true)) => {
+                    if meta.wire_len as usize > range.len() {
+                        self.stats.rx_errors += 1;
+                    }
+                }
+                Some((range, meta, false)) => {
+                    self.stats.rx_packets += 1;
+                    self.stats.rx_bytes += range.len() as u64;
+                    on_frame(&slot[range], meta);
+                    handed += 1;
+                }
+            }
+            // Every read of the slot happens before the kernel may
+            // overwrite it (the store below is its release).
+            fence(Ordering::Release);
+            self.ring
+                .slot_status()
+                .store(TP_STATUS_KERNEL, Ordering::Release);
+            self.ring.current = (self.ring.current + 1) % self.ring.slot_count();
+        }
+        handed
+    }
+}
+
+fn rd32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn rd16(b: &[u8], at: usize) -> Option<u16> {
+    Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
+}
+
+/// The frame whose header (laid out as `l`) starts at `off` of `buf` (a
+/// V3 block or a V2 slot): `(frame range within buf, meta, skip)`, where
+/// skip means truncated or outgoing. `None` when the header or the frame
+/// it describes does not lie inside `buf`.
+fn frame_at(
+    buf: &[u8],
+    off: usize,
+    l: &HdrLayout,
+) -> Option<(std::ops::Range<usize>, RxMeta, bool)> {
+    let snaplen = rd32(buf, off + l.snaplen)? as usize;
+    let len = rd32(buf, off + l.len)?;
+    let status = rd32(buf, off + l.status)?;
+    let mac = usize::from(rd16(buf, off + l.mac)?);
+    let pkttype = *buf.get(off + l.sll + SLL_PKTTYPE)?;
+    let start = off.checked_add(mac)?;
+    let end = start.checked_add(snaplen)?;
+    if end > buf.len() {
+        return None;
+    }
+    let vlan = (status & TP_STATUS_VLAN_VALID != 0).then(|| {
+        let tci = if l.vlan_tci_wide {
+            rd32(buf, off + l.vlan_tci).unwrap_or(0) as u16
+        } else {
+            rd16(buf, off + l.vlan_tci).unwrap_or(0)
+        };
+        let tpid = if status & TP_STATUS_VLAN_TPID_VALID != 0 {
+            rd16(buf, off + l.vlan_tpid).unwrap_or(0x8100)
+        } else {
+            0x8100
+        };
+        (tpid, tci)
+    });
+    let meta = RxMeta {
+        vlan,
+        csum_partial: status & TP_STATUS_CSUMNOTREADY != 0,
+        wire_len: len,
+    };
+    let truncated = snaplen < len as usize;
+    Some((start..end, meta, truncated || pkttype == PACKET_OUTGOING))
+}
+
+impl Port for AfPacketPort {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn recv(&mut self, max: usize, on_frame: &mut dyn FnMut(&[u8], RxMeta)) -> io::Result<usize> {
+        // Adaptive: the blocks ring first, the frames ring with what is left
+        // of the batch. While the worker is behind, blocks fill whole
+        // batches, the frames ring fills up and the kernel rolls every
+        // frame over to the blocks ring: the port runs as a blocks ring.
+        // Once the worker has caught up (no retired block), it drains the
+        // frames ring, which takes the traffic again. Frames-first starved
+        // the blocks ring instead, and both dropped.
+        let mut handed = 0;
+        if let Some(o) = &mut self.overflow {
+            handed = o.recv(max, on_frame)?;
+        }
+        if handed < max {
+            handed += match self.ring.mode {
+                RxRing::Blocks => self.recv_blocks(max - handed, on_frame),
+                RxRing::Frames | RxRing::Adaptive => self.recv_frames(max - handed, on_frame),
+            };
         }
         Ok(handed)
     }
@@ -532,6 +861,13 @@ impl Port for AfPacketPort {
         Some(self.fd.as_raw_fd())
     }
 
+    fn poll_fds(&self, out: &mut Vec<RawFd>) {
+        out.push(self.fd.as_raw_fd());
+        if let Some(o) = &self.overflow {
+            out.push(o.fd.as_raw_fd());
+        }
+    }
+
     fn stats(&mut self) -> PortStats {
         let mut st = TpacketStatsV3 {
             packets: 0,
@@ -553,7 +889,15 @@ impl Port for AfPacketPort {
         if rc == 0 {
             self.stats.rx_dropped += u64::from(st.drops);
         }
-        self.stats
+        let mut total = self.stats;
+        if let Some(o) = &mut self.overflow {
+            let os = o.stats();
+            total.rx_packets += os.rx_packets;
+            total.rx_bytes += os.rx_bytes;
+            total.rx_dropped += os.rx_dropped;
+            total.rx_errors += os.rx_errors;
+        }
+        total
     }
 }
 

@@ -1,8 +1,11 @@
 //! Ports: where frames enter and leave the switch.
 //!
 //! - [`AfPacketPort`]: a Linux interface through an `AF_PACKET` socket with
-//!   a TPACKET_V3 receive ring (blocks of frames, no copy on receive, one
-//!   `poll` per block at most) and batched transmit (`sendmmsg`, qdisc
+//!   a memory-mapped receive ring, no copy on receive ([`RxRing`]: TPACKET_V2
+//!   frames by default, each handed over and woken for as soon as it is
+//!   written; TPACKET_V3 blocks, handed over when full or after a 1 ms
+//!   retire timer; or, experimental, a frames ring that spills into a
+//!   blocks ring when full) and batched transmit (`sendmmsg`, qdisc
 //!   bypassed). Several sockets on one interface form a fanout group with a
 //!   symmetric flow hash, so each worker thread has its own socket per port.
 //! - [`AfXdpPort`]: one receive queue of a Linux interface through an
@@ -53,7 +56,7 @@ mod sys;
 use std::io;
 use std::os::fd::RawFd;
 
-pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState};
+pub use afpacket::{AfPacketConfig, AfPacketPort, AfPacketTx, LinkState, RxRing};
 pub use afxdp::{
     AfXdpConfig, AfXdpCounters, AfXdpPort, XdpAttach, XdpMode, XdpProgram, XdpStatistics, XskBind,
 };

@@ -11,8 +11,10 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use offlow_datapath::SteeringTable;
+pub use offlow_io::RxRing;
 
 /// Default number of flow tables.
 pub const DEFAULT_TABLES: u16 = 8;
@@ -92,6 +94,50 @@ pub enum PortKind {
     },
 }
 
+/// How long an idle worker keeps polling its ports after its last frame
+/// before it sleeps in `poll(2)` ([`IdlePoll::Adaptive`]). Measured, not
+/// guessed: see docs/bench-journal.md, issue 23 (ping through the switch
+/// with 0, 10, 50 and 200 µs, and the CPU each costs: at 400 frames/s,
+/// 2.0, 2.6 and 5.6% of a core for 0, 50 and 200 µs; busy polling 100%).
+pub const DEFAULT_IDLE_SPIN: Duration = Duration::from_micros(50);
+
+/// How an idle packet worker waits for frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdlePoll {
+    /// Keep polling the ports (no system call) for `spin` after the last
+    /// frame, then sleep in `poll(2)` on them until a frame (or at most
+    /// [`crate::dataplane::IDLE_SLEEP`]). A frame that arrives while the
+    /// worker spins, such as the reply to what it just forwarded, is
+    /// taken at once; one that arrives while it sleeps waits for the
+    /// scheduler to wake it (tens of µs).
+    Adaptive {
+        /// How long to keep polling after the last frame.
+        spin: Duration,
+    },
+    /// Never sleep, like Open vSwitch's PMD threads: each worker keeps its
+    /// core at 100% whether frames arrive or not, and takes a frame as soon
+    /// as the port has it.
+    Busy,
+}
+
+impl Default for IdlePoll {
+    fn default() -> Self {
+        IdlePoll::Adaptive {
+            spin: DEFAULT_IDLE_SPIN,
+        }
+    }
+}
+
+/// How the packet workers receive: the AF_PACKET ring layout and how an
+/// idle worker waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Receive {
+    /// The receive ring of AF_PACKET ports.
+    pub af_packet_ring: RxRing,
+    /// What an idle worker does.
+    pub idle: IdlePoll,
+}
+
 /// A flow installed before any port receives.
 #[derive(Debug, Clone)]
 pub struct InitialFlow {
@@ -131,6 +177,8 @@ pub struct SwitchConfig {
     pub steering: SteeringTable,
     /// The offload tier.
     pub offload: Offload,
+    /// How the workers receive.
+    pub receive: Receive,
 }
 
 /// Whether (and how) hot flows are offloaded.
@@ -191,6 +239,7 @@ impl Default for SwitchConfig {
             flows: Vec::new(),
             steering: SteeringTable::default(),
             offload: Offload::Off,
+            receive: Receive::default(),
         }
     }
 }

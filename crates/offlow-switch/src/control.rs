@@ -278,6 +278,7 @@ fn start_ports(
             _ => None,
         },
         external_xsks,
+        receive: cfg.receive,
     })?;
     switch.attach(ports, dp, cfg.netns.clone());
     if let (Some(mut b), crate::config::Offload::Xdp(o)) = (backend, &cfg.offload) {

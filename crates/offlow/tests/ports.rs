@@ -95,6 +95,34 @@ fn standalone_switch_passes_ping_tcp_and_udp() {
     assert!(first_number_after(&ports, "rx pkts=") >= 2000, "{ports}");
 }
 
+/// The receive options of issue 23: busy-polling workers (two, so the
+/// frames rings form a fanout group) and the TPACKET_V3 blocks ring both
+/// carry ping, TCP and UDP.
+#[test]
+fn busy_poll_workers_and_the_blocks_ring_pass_ping_tcp_and_udp() {
+    if !prerequisites() {
+        return;
+    }
+    for (what, extra) in [
+        (
+            "busy-polling workers",
+            &["--busy-poll", "--workers", "2"][..],
+        ),
+        ("a blocks ring", &["--af-packet-ring", "blocks"][..]),
+    ] {
+        let net = Net::new("oft", OFFLOADS);
+        let mut args = vec!["--fail-mode", "standalone"];
+        args.extend_from_slice(extra);
+        let d = start(&net, &args);
+        ping_tcp_udp(&net, what, 1 << 20, (1000, 10), 4);
+        let ports = d.ofctl(&["dump-ports"]);
+        assert!(
+            first_number_after(&ports, "rx pkts=") >= 1000,
+            "{what}: {ports}"
+        );
+    }
+}
+
 #[test]
 fn secure_switch_follows_ovs_ofctl_flows_and_reports_to_the_controller() {
     if !prerequisites() {

@@ -233,6 +233,10 @@ pub struct OffloadArgs {
     /// The offlow binary (default: this executable).
     #[arg(long)]
     pub offlow_bin: Option<PathBuf>,
+    /// An extra argument for every `offlow run` of the latency rows
+    /// (repeatable), e.g. `--offlow-arg=--busy-poll`.
+    #[arg(long = "offlow-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub offlow_args: Vec<String>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     pub json: bool,
@@ -259,6 +263,7 @@ impl Default for OffloadArgs {
             ping: 400,
             only_ping: false,
             offlow_bin: None,
+            offlow_args: Vec::new(),
             json: false,
         }
     }
@@ -932,7 +937,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
         }
     }
     let ping_rows = if args.ping > 0 && !interrupted() {
-        ping::run(args.ping, &bin)
+        ping::run(args.ping, &bin, &args.offlow_args)
     } else {
         Vec::new()
     };

@@ -257,7 +257,13 @@ fn warm_and_ping(ns: &str, n: u32) -> anyhow::Result<PingStats> {
     ping(ns, n, false)
 }
 
-fn run_row(plan: Plan, row: &mut PingRow, n: u32, bin: &Path) -> anyhow::Result<()> {
+fn run_row(
+    plan: Plan,
+    row: &mut PingRow,
+    n: u32,
+    bin: &Path,
+    extra_args: &[String],
+) -> anyhow::Result<()> {
     let t = Topo::hosts(true, 1)?;
     let sw = t.sw()?;
     let (a, b) = (t.gen.0.as_str(), t.rx.0.as_str());
@@ -302,13 +308,14 @@ fn run_row(plan: Plan, row: &mut PingRow, n: u32, bin: &Path) -> anyhow::Result<
             let log = TempFile(std::env::temp_dir().join(format!("offlow-ping-{tag}.log")));
             let cfg = TempFile(std::env::temp_dir().join(format!("offlow-ping-{tag}.toml")));
             let cfg_path = cfg.0.to_string_lossy().into_owned();
-            let extra: Vec<&str> = if offload {
+            let mut extra: Vec<&str> = if offload {
                 std::fs::write(&cfg.0, OFFLOAD_CONFIG)
                     .with_context(|| format!("writing {}", cfg.0.display()))?;
                 vec!["--config", &cfg_path]
             } else {
                 Vec::new()
             };
+            extra.extend(extra_args.iter().map(String::as_str));
             let mut s = start_offlow_logged(bin, sw, 1, xdp, &extra, Some(&log.0))?;
             let r = warm_and_ping(a, n);
             s.check_alive()?;
@@ -334,8 +341,9 @@ fn run_row(plan: Plan, row: &mut PingRow, n: u32, bin: &Path) -> anyhow::Result<
     Ok(())
 }
 
-/// The latency rows, `n` probes each (each row: 1 worker, 1 queue).
-pub fn run(n: u32, bin: &Path) -> Vec<PingRow> {
+/// The latency rows, `n` probes each (each row: 1 worker, 1 queue);
+/// `extra`: more arguments for every `offlow run`.
+pub fn run(n: u32, bin: &Path, extra: &[String]) -> Vec<PingRow> {
     let plans = [
         Plan::Bridge,
         Plan::Offlow {
@@ -363,7 +371,7 @@ pub fn run(n: u32, bin: &Path) -> Vec<PingRow> {
         }
         let mut row = PingRow::new(p.name(), p.kind());
         eprint!("offload: ping {} ... ", row.name);
-        match run_row(p, &mut row, n, bin) {
+        match run_row(p, &mut row, n, bin, extra) {
             Ok(()) => eprintln!(
                 "avg {} ms, {}/{} replies",
                 fmt_f(row.stats.avg_ms, 3),

@@ -12,8 +12,22 @@
 //! finishing partial checksums, so what is forwarded is what was on the
 //! wire), runs them through the worker, queues the outputs on the ports'
 //! transmit batches and flushes those. An idle worker answers counter
-//! syncs ([`Worker::poll`]) and, after a few empty rounds, sleeps in
-//! `poll(2)` on its ports for at most [`IDLE_SLEEP`].
+//! syncs ([`Worker::poll`]) every empty round.
+//!
+//! Idle policy ([`IdlePoll`], issue 23: low delay at every load): an empty
+//! round costs no system call on AF_PACKET (a status word in the ring),
+//! AF_XDP (the RX ring's producer index) or the inbox (an atomic flag), so
+//! a worker that just forwarded something keeps polling for a bounded
+//! *time* (`IdlePoll::Adaptive { spin }`, default
+//! [`crate::config::DEFAULT_IDLE_SPIN`]) before it sleeps in `poll(2)` on
+//! its ports and inbox for at most [`IDLE_SLEEP`]: the reply to a frame it
+//! forwarded, or the next frame of a burst, is taken without a wake-up
+//! (tens of µs of scheduler latency on a VM). Under load the worker never
+//! reaches the sleep. `IdlePoll::Busy` never sleeps, like Open vSwitch's
+//! PMD threads: each worker keeps a core at 100% busy even with no
+//! traffic; every `BUSY_CHECK_EVERY` (20 ms) it polls its descriptors without
+//! waiting, to notice failed ports. Counters are credited once per idle
+//! period, when the spin ends.
 //!
 //! Frames for the controller (Output:CONTROLLER) are copied into a bounded
 //! channel to the control thread; when it is full they are counted and
@@ -87,7 +101,7 @@ use offlow_io::{csum, Port, PortStats, RxMeta};
 use offlow_offload::{OffloadKey, Sampler};
 use offlow_openflow::port::{OFPPC_NO_FWD, OFPPC_NO_PACKET_IN, OFPPC_NO_RECV, OFPPC_PORT_DOWN};
 
-use crate::config::PortKind;
+use crate::config::{IdlePoll, PortKind, Receive};
 pub use crate::port_sink::{PacketInFrame, INBOX_FRAMES};
 use crate::port_sink::{PacketInQueue, PortSink, SteerBatch};
 use tokio::sync::mpsc;
@@ -108,8 +122,10 @@ pub const BATCH: usize = 32;
 pub const MAX_FRAME: usize = 2048;
 /// Longest idle sleep (bounds the latency of stop and counter syncs).
 pub const IDLE_SLEEP: Duration = Duration::from_millis(2);
-/// Empty rounds before a worker sleeps.
-const SPIN_ROUNDS: u32 = 64;
+/// How often a busy-polling worker (which never sleeps in `poll(2)`)
+/// still polls its descriptors without waiting: to notice failed ports and
+/// reset its inbox's eventfd.
+const BUSY_CHECK_EVERY: Duration = Duration::from_millis(20);
 /// How often a worker publishes its statistics.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 /// Packet-ins queued towards the control thread before drops.
@@ -212,6 +228,8 @@ pub struct DataplaneConfig<'a> {
     /// Per port (configuration order): the offload tier's socket map when
     /// its XDP program serves an AF_XDP port (empty: none does).
     pub external_xsks: Vec<Option<ExternalXsk>>,
+    /// The AF_PACKET ring layout and what an idle worker does.
+    pub receive: Receive,
 }
 
 /// Most flow samples a worker leaves for the control side between two
@@ -259,6 +277,7 @@ impl Dataplane {
                         cfg.netns,
                         fanout_base.map(|b| fanout_id(b, n_ports, i, 0)),
                         share.as_deref().map(|s| (s, w, n_workers)),
+                        cfg.receive.af_packet_ring,
                     )?
                 };
                 ports.push(port);
@@ -339,6 +358,7 @@ impl Dataplane {
                 reopen_failed: 0,
                 sampler: cfg.sample_every.map(Sampler::new),
                 samples: sample_slot,
+                receive: cfg.receive,
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
@@ -549,6 +569,8 @@ struct WorkerThread {
     sampler: Option<Sampler>,
     /// Where its samples are published (taken by the control side).
     samples: SampleSlot,
+    /// The ring of AF_PACKET ports it (re-)opens, and its idle policy.
+    receive: Receive,
 }
 
 impl WorkerThread {
@@ -557,8 +579,14 @@ impl WorkerThread {
             .map(|_| PacketBuf::new(DEFAULT_HEADROOM, MAX_FRAME))
             .collect();
         let mut pollfds = self.poll_set();
-        let mut idle = 0u32;
+        // When the worker last found nothing to do after doing something
+        // (`None` while frames come).
+        let mut idle_since: Option<Instant> = None;
+        // Counters credited since the last frame (done once per idle
+        // period, not every empty round).
+        let mut flushed = true;
         let mut last_publish = Instant::now();
+        let mut last_busy_check = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
             // Between batches: one atomic load unless a port was re-opened
             // by the control side (rare; then sockets are opened here).
@@ -604,32 +632,26 @@ impl WorkerThread {
                 self.process_incoming(&mut bufs);
             }
             if any {
-                idle = 0;
+                idle_since = None;
+                flushed = false;
             } else {
                 self.worker.poll();
                 self.flush_pending();
-                idle += 1;
-                if idle > SPIN_ROUNDS {
-                    self.worker.flush_counters();
-                    // SAFETY: `pollfds` is a live array of its length.
-                    let ready = unsafe {
-                        libc::poll(
-                            pollfds.as_mut_ptr(),
-                            pollfds.len() as libc::nfds_t,
-                            IDLE_SLEEP.as_millis() as libc::c_int,
-                        )
-                    };
-                    if ready > 0 {
-                        self.check_port_errors(&mut pollfds);
-                        // A wake-up whose frames were already taken (the
-                        // sender rang after we swapped the inbox) would
-                        // keep the eventfd readable: reset it.
-                        if let Some(inbox) = self.inboxes.get(self.sink.me) {
-                            if pollfds
-                                .last()
-                                .is_some_and(|p| p.revents & libc::POLLIN != 0)
-                            {
-                                inbox.clear();
+                // One clock read per empty round: the spin is bounded in
+                // time, not in rounds (a round's cost varies with the
+                // ports).
+                let now = Instant::now();
+                let since = *idle_since.get_or_insert(now);
+                if now.duration_since(since) >= self.spin() {
+                    if !std::mem::replace(&mut flushed, true) {
+                        self.worker.flush_counters();
+                    }
+                    match self.receive.idle {
+                        IdlePoll::Adaptive { .. } => self.sleep(&mut pollfds, IDLE_SLEEP),
+                        IdlePoll::Busy => {
+                            if now.duration_since(last_busy_check) >= BUSY_CHECK_EVERY {
+                                last_busy_check = now;
+                                self.sleep(&mut pollfds, Duration::ZERO);
                             }
                         }
                     }
@@ -642,6 +664,42 @@ impl WorkerThread {
         }
         self.worker.flush_counters();
         self.publish();
+    }
+
+    /// How long an idle worker keeps polling before it sleeps (busy
+    /// polling: before it credits its counters, then it polls on).
+    fn spin(&self) -> Duration {
+        match self.receive.idle {
+            IdlePoll::Adaptive { spin } => spin,
+            IdlePoll::Busy => crate::config::DEFAULT_IDLE_SPIN,
+        }
+    }
+
+    /// Wait in `poll(2)` on the ports and the inbox for at most `timeout`
+    /// (zero: just look), then handle failed ports and a stale wake-up.
+    fn sleep(&mut self, pollfds: &mut [libc::pollfd], timeout: Duration) {
+        // SAFETY: `pollfds` is a live array of its length.
+        let ready = unsafe {
+            libc::poll(
+                pollfds.as_mut_ptr(),
+                pollfds.len() as libc::nfds_t,
+                timeout.as_millis() as libc::c_int,
+            )
+        };
+        if ready > 0 {
+            self.check_port_errors(pollfds);
+            // A wake-up whose frames were already taken (the sender rang
+            // after we swapped the inbox) would keep the eventfd readable:
+            // reset it.
+            if let Some(inbox) = self.inboxes.get(self.sink.me) {
+                if pollfds
+                    .last()
+                    .is_some_and(|p| p.revents & libc::POLLIN != 0)
+                {
+                    inbox.clear();
+                }
+            }
+        }
     }
 
     /// What an idle worker sleeps on: the live ports' descriptors, then
@@ -753,7 +811,13 @@ impl WorkerThread {
             let n_workers = self.sink.n_workers;
             match self.xdp_share(i, generation).and_then(|share| {
                 let xdp = share.as_deref().map(|s| (s, self.sink.me, n_workers));
-                open_port(dp, self.netns.as_deref(), fanout, xdp)
+                open_port(
+                    dp,
+                    self.netns.as_deref(),
+                    fanout,
+                    xdp,
+                    self.receive.af_packet_ring,
+                )
             }) {
                 Ok(port) => {
                     self.ports[i] = port;
@@ -1071,6 +1135,7 @@ mod tests {
             no_recv: vec![false; n],
             no_recv_drops: vec![0; n],
             no_recv_bytes: vec![0; n],
+            receive: Receive::default(),
         }
     }
 

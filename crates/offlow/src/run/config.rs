@@ -40,6 +40,12 @@
 //! generic = false            # force generic (SKB) XDP
 //! pin_down = ["udp,tp_dst=4791"]   # such flows go down at once, whatever their rate
 //! pin_up = ["tcp,tp_dst=22"]       # such flows never go down
+//!
+//! [dataplane]                # how the packet workers receive
+//! busy_poll = false          # true: workers never sleep (a core each at 100%, lowest delay)
+//! idle_spin_us = 50          # an idle worker polls this long after its last frame, then sleeps
+//! af_packet_ring = "frames"  # or "blocks" (TPACKET_V3; a lone frame waits up to 1 ms), or
+//!                            # "adaptive" (frames spilling into blocks under load; one worker)
 //! ```
 //!
 //! `[[steer]]` entries form the workers' steering table
@@ -158,6 +164,44 @@ pub(crate) struct RunArgs {
     /// Entries the offload tier holds (with `--offload xdp`).
     #[arg(long, value_name = "N")]
     pub offload_room: Option<usize>,
+    /// Workers never sleep: each polls its ports in a loop, like Open
+    /// vSwitch's PMD threads, for the lowest delay. Costs one core per
+    /// worker at 100% even with no traffic.
+    #[arg(long)]
+    pub busy_poll: bool,
+    /// How long an idle worker keeps polling after its last frame before
+    /// it sleeps, in µs (default 50; 0: sleep at once). Ignored with
+    /// `--busy-poll`.
+    #[arg(long, value_name = "US")]
+    pub idle_spin_us: Option<u64>,
+    /// Receive ring of AF_PACKET ports: `frames` (TPACKET_V2, the default:
+    /// a lone frame is handed over at once) or `blocks` (TPACKET_V3: a
+    /// lone frame waits up to 1 ms for its block to be retired) or
+    /// `adaptive` (a frames ring that spills into a blocks ring when full;
+    /// one worker only, several workers open `frames`).
+    #[arg(long, value_name = "frames|blocks|adaptive", value_parser = parse_ring)]
+    pub af_packet_ring: Option<offlow_switch::RxRing>,
+}
+
+fn parse_ring(s: &str) -> Result<offlow_switch::RxRing, String> {
+    match s {
+        "frames" => Ok(offlow_switch::RxRing::Frames),
+        "blocks" => Ok(offlow_switch::RxRing::Blocks),
+        "adaptive" => Ok(offlow_switch::RxRing::Adaptive),
+        other => Err(format!(
+            "`{other}`: the rings are `frames`, `blocks` and `adaptive`"
+        )),
+    }
+}
+
+/// Most `idle_spin_us` accepted: a second of spinning is a busy poll.
+const MAX_IDLE_SPIN_US: u64 = 1_000_000;
+
+fn check_idle_spin(us: u64) -> anyhow::Result<std::time::Duration> {
+    if us > MAX_IDLE_SPIN_US {
+        bail!("{us} µs: at most {MAX_IDLE_SPIN_US} (use busy_poll for a worker that never sleeps)");
+    }
+    Ok(std::time::Duration::from_micros(us))
 }
 
 fn parse_offload_mode(s: &str) -> Result<offlow_switch::Offload, String> {
@@ -303,6 +347,8 @@ pub(crate) struct RunConfig {
     pub steer: Vec<SteerConfig>,
     /// The offload tier.
     pub offload: offlow_switch::Offload,
+    /// How the workers receive (`[dataplane]`).
+    pub receive: offlow_switch::Receive,
 }
 
 /// One `[[steer]]` entry.
@@ -355,6 +401,7 @@ impl RunConfig {
             flows,
             steering,
             offload: self.offload,
+            receive: self.receive,
         })
     }
 }
@@ -436,6 +483,7 @@ impl Default for RunConfig {
             flows: None,
             steer: Vec::new(),
             offload: offlow_switch::Offload::Off,
+            receive: offlow_switch::Receive::default(),
         }
     }
 }
@@ -473,6 +521,15 @@ struct FileConfig {
     #[serde(default)]
     steer: Vec<FileSteer>,
     offload: Option<FileOffload>,
+    dataplane: Option<FileDataplane>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDataplane {
+    busy_poll: Option<toml::Spanned<bool>>,
+    idle_spin_us: Option<toml::Spanned<u64>>,
+    af_packet_ring: Option<toml::Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -716,7 +773,34 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
             }
         }
     };
+    let mut receive = offlow_switch::Receive::default();
+    if let Some(d) = &f.dataplane {
+        if let Some(r) = &d.af_packet_ring {
+            receive.af_packet_ring = parse_ring(r.get_ref())
+                .map_err(|e| at("dataplane.af_packet_ring", r.span(), anyhow::anyhow!(e)))?;
+        }
+        if let Some(us) = &d.idle_spin_us {
+            let spin = check_idle_spin(*us.get_ref())
+                .map_err(|e| at("dataplane.idle_spin_us", us.span(), e))?;
+            receive.idle = offlow_switch::IdlePoll::Adaptive { spin };
+        }
+        if let Some(b) = &d.busy_poll {
+            if *b.get_ref() {
+                if let Some(us) = &d.idle_spin_us {
+                    return Err(at(
+                        "dataplane.idle_spin_us",
+                        us.span(),
+                        anyhow::anyhow!(
+                            "busy_poll workers never sleep: drop idle_spin_us or busy_poll"
+                        ),
+                    ));
+                }
+                receive.idle = offlow_switch::IdlePoll::Busy;
+            }
+        }
+    }
     Ok(RunConfig {
+        receive,
         offload,
         dpid: f.dpid.unwrap_or(DEFAULT_DPID),
         tables,
@@ -788,6 +872,19 @@ impl RunArgs {
                 .any(|p| matches!(p.kind, PortKind::Pcap { .. }))
         {
             bail!("pcap ports are served by one worker: use --workers 1");
+        }
+        if let Some(us) = self.idle_spin_us {
+            if self.busy_poll {
+                bail!("--idle-spin-us with --busy-poll: busy-polling workers never sleep");
+            }
+            let spin = check_idle_spin(us).context("--idle-spin-us")?;
+            c.receive.idle = offlow_switch::IdlePoll::Adaptive { spin };
+        }
+        if self.busy_poll {
+            c.receive.idle = offlow_switch::IdlePoll::Busy;
+        }
+        if let Some(r) = self.af_packet_ring {
+            c.receive.af_packet_ring = r;
         }
         if let Some(d) = self.dpid {
             c.dpid = d;
@@ -1003,6 +1100,73 @@ mod tests {
             parse_file(Path::new("s.toml"), "").unwrap().offload,
             offlow_switch::Offload::Off
         );
+    }
+
+    #[test]
+    fn dataplane_settings_flags_and_their_errors() {
+        use offlow_switch::{IdlePoll, RxRing};
+        use std::time::Duration;
+        let c = parse_file(Path::new("s.toml"), "").unwrap();
+        assert_eq!(c.receive, offlow_switch::Receive::default());
+        assert_eq!(c.receive.af_packet_ring, RxRing::Frames);
+        let text = "[dataplane]\nidle_spin_us = 20\naf_packet_ring = \"blocks\"\n";
+        let c = parse_file(Path::new("s.toml"), text).unwrap();
+        assert_eq!(
+            c.receive.idle,
+            IdlePoll::Adaptive {
+                spin: Duration::from_micros(20)
+            }
+        );
+        assert_eq!(c.receive.af_packet_ring, RxRing::Blocks);
+        let c = parse_file(Path::new("s.toml"), "[dataplane]\nbusy_poll = true\n").unwrap();
+        assert_eq!(c.receive.idle, IdlePoll::Busy);
+        let err = |text: &str| {
+            parse_file(Path::new("s.toml"), text)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err("dpid = 1\n[dataplane]\naf_packet_ring = \"v3\"\n");
+        assert!(
+            e.contains("s.toml, line 3, key `dataplane.af_packet_ring`: `v3`"),
+            "{e}"
+        );
+        let e = err("[dataplane]\nbusy_poll = true\nidle_spin_us = 5\n");
+        assert!(
+            e.contains("s.toml, line 3, key `dataplane.idle_spin_us`"),
+            "{e}"
+        );
+        let e = err("[dataplane]\n\nidle_spin_us = 5000000\n");
+        assert!(e.contains("line 3, key `dataplane.idle_spin_us`"), "{e}");
+        let e = err("[dataplane]\nspin = 5\n");
+        assert!(e.contains("line 2") && e.contains("spin"), "{e}");
+        // Flags override the file.
+        let dir = std::env::temp_dir().join(format!("offlow-dp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("s.toml");
+        std::fs::write(&file, "[dataplane]\nidle_spin_us = 20\n").unwrap();
+        let args = RunArgs {
+            config: Some(file.clone()),
+            busy_poll: true,
+            af_packet_ring: Some(RxRing::Blocks),
+            ..RunArgs::default()
+        };
+        let c = args.resolve().unwrap();
+        assert_eq!(c.receive.idle, IdlePoll::Busy);
+        assert_eq!(c.receive.af_packet_ring, RxRing::Blocks);
+        let args = RunArgs {
+            config: Some(file),
+            idle_spin_us: Some(0),
+            ..RunArgs::default()
+        };
+        assert_eq!(
+            args.resolve().unwrap().receive.idle,
+            IdlePoll::Adaptive {
+                spin: Duration::ZERO
+            }
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(parse_ring("v2").is_err());
+        assert_eq!(parse_ring("adaptive"), Ok(RxRing::Adaptive));
     }
 
     #[test]
