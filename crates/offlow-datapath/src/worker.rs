@@ -473,6 +473,15 @@ impl Worker {
         self.process(&mut none, 0, &mut NullSink);
     }
 
+    /// Whether the control side asked for a counter sync this worker has
+    /// not answered yet. The next [`process`](Self::process) or
+    /// [`poll`](Self::poll) answers it; an owner with counters of its own
+    /// (ports) publishes them first, so that what the control side reads
+    /// after the answer includes every frame handled before the request.
+    pub fn sync_pending(&self) -> bool {
+        self.sync.requested.0.load(Ordering::Acquire) != self.acked
+    }
+
     /// Credit every pending count now.
     pub fn flush_counters(&mut self) {
         let guard = self.reader.enter();

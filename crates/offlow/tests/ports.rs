@@ -658,3 +658,53 @@ fn mod_port_stops_and_restores_forwarding() {
         "no-forward drops counted on port 2: {ports}"
     );
 }
+
+/// A statistics reply counts every frame the switch forwarded before the
+/// request (workers publish their port counters before they answer the
+/// counter sync, not only every 20 ms): each round sends a burst from host
+/// 1 to host 2 and, the moment host 2 has every datagram, asks for the
+/// port counters; they must already include the burst. Ten rounds, so a
+/// reply built from counters up to 20 ms old would show.
+#[test]
+fn port_stats_count_every_frame_forwarded_before_the_request() {
+    if !prerequisites() {
+        return;
+    }
+    let net = Net::new("ofs", OFFLOADS);
+    let d = start(&net, &["--fail-mode", "secure"]);
+    d.ofctl(&["add-flow", "in_port=1,actions=output:2"]);
+    d.ofctl(&["add-flow", "in_port=2,actions=output:1"]);
+    // ARP resolved before counting.
+    assert!(net.ping(0, "10.0.0.2", 1), "ping across the switch");
+    let rx = in_netns(Some(&net.h[1]), || UdpSocket::bind("10.0.0.2:7003"))
+        .expect("enter host b")
+        .expect("bind");
+    rx.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    let tx = in_netns(Some(&net.h[0]), || UdpSocket::bind("10.0.0.1:7004"))
+        .expect("enter host a")
+        .expect("bind");
+    const BURST: u64 = 50;
+    let rx_pkts = |d: &Daemon| {
+        let out = d.ofctl(&["dump-ports", "1"]);
+        (first_number_after(&out, "rx pkts="), out)
+    };
+    let (mut before, _) = rx_pkts(&d);
+    let mut buf = [0u8; 64];
+    for round in 0..10 {
+        for i in 0..BURST {
+            tx.send_to(&i.to_be_bytes(), "10.0.0.2:7003").expect("send");
+        }
+        for _ in 0..BURST {
+            rx.recv(&mut buf)
+                .unwrap_or_else(|e| panic!("round {round}: a datagram lost: {e}"));
+        }
+        let (now, out) = rx_pkts(&d);
+        assert!(
+            now >= before + BURST,
+            "round {round}: port 1 rx {now} < {} after host 2 received the burst: {out}",
+            before + BURST
+        );
+        before = now;
+    }
+}

@@ -79,9 +79,10 @@
 //!
 //! Invariants: no allocation per packet except packet-in copies; no lock
 //! on the packet path of unsteered traffic (statistics are published to a
-//! per-worker mutex every [`PUBLISH_EVERY`], which only the control thread
-//! also takes; steered frames cost one inbox lock per destination per
-//! round).
+//! per-worker mutex every [`PUBLISH_EVERY`], and before a worker answers a
+//! counter sync, so a statistics reply includes every frame handled before
+//! its request; only the control thread also takes that mutex; steered
+//! frames cost one inbox lock per destination per round).
 //!
 //! Thread-safety: a worker thread owns its ports, buffers and [`Worker`];
 //! it meets the control thread only through the datapath's `Control`
@@ -594,6 +595,14 @@ impl WorkerThread {
                 self.reopen_ports();
                 self.apply_port_config();
                 pollfds = self.poll_set();
+            }
+            // A counter sync is answered by the worker below (process or
+            // poll); the port counters go out first, so a statistics reply
+            // counts every frame this worker handled before the request
+            // (not only those of the last PUBLISH_EVERY tick).
+            if self.worker.sync_pending() {
+                last_publish = Instant::now();
+                self.publish();
             }
             let mut any = false;
             for i in 0..self.ports.len() {
