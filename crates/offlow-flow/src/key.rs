@@ -35,7 +35,10 @@
 //! therefore stores the payload's L3/L4 fields in their usual slots, with
 //! [`encap`] saying what kind of payload they describe, and the few fields a
 //! pop reveals in slots the encapsulated frame cannot use (see [`encap`]).
-//! The pipeline's working key then follows a pop without the frame.
+//! The pipeline's working key then follows a pop without the frame. One
+//! payload field is visible before the pop: a GRE key or VXLAN VNI in the
+//! payload sets `tunnel_id` (which has no prerequisite), as it would for
+//! the unencapsulated packet.
 //!
 //! # Absent fields
 //!

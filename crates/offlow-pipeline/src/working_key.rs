@@ -373,3 +373,101 @@ fn pop_pbb(k: &mut FlowKey) -> bool {
     clear_payload(k);
     ctype != 0 && !is_stacked(ctype)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An MPLS key as the parser gives it: top label `(label, tc, bos)`,
+    /// an optional second entry, an IPv4/TCP payload.
+    fn mpls_key(top: (u128, u128, u128), next: Option<u128>) -> FlowKey {
+        let mut k = FlowKey::ZERO;
+        k.set(Field::EthType, 0x8847);
+        k.set(Field::MplsLabel, top.0);
+        k.set(Field::MplsTc, top.1);
+        k.set(Field::MplsBos, top.2);
+        k.add_presence(present::MPLS);
+        if let Some(n) = next {
+            k.set(encap::NEXT_LSE, n);
+            k.add_presence(present::MPLS_NEXT);
+        }
+        k.set(Field::Ipv4Src, 0x0a00_0001);
+        k.set(Field::IpProto, 6);
+        k.set(Field::TcpDst, 80);
+        k.add_presence(present::L3 | present::L4);
+        encap::set_payload(&mut k, Payload::Ipv4);
+        k
+    }
+
+    #[test]
+    fn pop_mpls_reveals_the_payload_of_its_kind_only() {
+        let k = mpls_key((100, 3, 1), None);
+        let (after, exact) = key_after(&k, &[Action::PopMpls(0x0800)]);
+        assert!(exact);
+        assert_eq!(after.get(Field::EthType), 0x0800);
+        assert_eq!(after.get(Field::TcpDst), 80);
+        assert_eq!(after.presence(), present::L3 | present::L4);
+        assert_eq!(encap::payload(&after), Payload::None);
+        // Another kind: nothing revealed, still exact (the parser reads
+        // nothing there either).
+        let (after, exact) = key_after(&k, &[Action::PopMpls(0x86dd)]);
+        assert!(exact);
+        assert_eq!(after.presence(), 0);
+        assert_eq!(after.get(Field::Ipv4Src), 0);
+        // To MPLS below the bottom of the stack: the key cannot follow.
+        assert!(!key_after(&k, &[Action::PopMpls(0x8847)]).1);
+        // No label at all: nothing happens (the executor skips it too).
+        let mut ip = FlowKey::ZERO;
+        ip.set(Field::EthType, 0x0800);
+        assert_eq!(key_after(&ip, &[Action::PopMpls(0x0806)]), (ip, true));
+    }
+
+    #[test]
+    fn pop_mpls_walks_two_labels_then_gives_up() {
+        let two = mpls_key((200, 5, 0), Some((100 << 4) | (3 << 1) | 1));
+        let (after, exact) = key_after(&two, &[Action::PopMpls(0x8847)]);
+        assert!(exact);
+        assert_eq!(
+            (
+                after.get(Field::MplsLabel),
+                after.get(Field::MplsTc),
+                after.get(Field::MplsBos)
+            ),
+            (100, 3, 1)
+        );
+        assert_eq!(after.presence() & present::MPLS_NEXT, 0);
+        // The second entry is not the bottom: a third label exists.
+        let three = mpls_key((200, 5, 0), Some((100 << 4) | (3 << 1)));
+        assert!(!key_after(&three, &[Action::PopMpls(0x8847)]).1);
+        // A non-bottom label popped to IPv4 re-reads a label as IPv4.
+        assert!(!key_after(&two, &[Action::PopMpls(0x0800)]).1);
+    }
+
+    #[test]
+    fn push_then_pop_pbb_restores_the_key() {
+        let mut k = mpls_key((0, 0, 0), None);
+        // Make it a plain IPv4 key.
+        k.set(Field::EthType, 0x0800);
+        k.set(Field::MplsLabel, 0);
+        k.clear_presence(present::MPLS);
+        encap::set_payload(&mut k, Payload::None);
+        k.set(Field::EthDst, 0xbb);
+        let (pushed, exact) = key_after(&k, &[Action::PushPbb(0x88e7)]);
+        assert!(exact);
+        assert_eq!(pushed.get(Field::EthType), 0x88e7);
+        assert_eq!(pushed.get(encap::CUSTOMER_TYPE), 0x0800);
+        assert_eq!(encap::payload(&pushed), Payload::Ipv4);
+        let acts = [
+            Action::PushPbb(0x88e7),
+            Action::SetField(Field::EthDst, 0xcc),
+            Action::SetField(Field::PbbIsid, 9),
+            Action::PopPbb,
+        ];
+        assert_eq!(key_after(&k, &acts), (k, true));
+        // A tagged frame's tag goes inside: popping cannot restore it.
+        let mut tagged = k;
+        tagged.set(Field::VlanVid, VID_PRESENT | 5);
+        tagged.add_presence(present::VLAN);
+        assert!(!key_after(&tagged, &[Action::PushPbb(0x88e7), Action::PopPbb]).1);
+    }
+}
