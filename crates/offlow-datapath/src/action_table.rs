@@ -187,6 +187,8 @@ pub fn preserves_key(program: &Program) -> bool {
                     | Action::PopVlan
                     | Action::PushMpls(_)
                     | Action::PopMpls(_)
+                    | Action::PushPbb(_)
+                    | Action::PopPbb
             )
         })
 }

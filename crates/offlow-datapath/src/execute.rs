@@ -23,8 +23,9 @@
 //!   as the parser reads them); no option is ever added.
 //! - `tunnel_id` and `metadata` have no frame bytes: they are reported in
 //!   [`ExecOutcome`] for the output path. `in_port`, `in_phy_port`,
-//!   `eth_type`, `pbb_isid`, `ipv6_exthdr` are not settable here
-//!   (`set_field_unsupported`).
+//!   `eth_type`, `ipv6_exthdr` are not settable here
+//!   (`set_field_unsupported`; validation refuses them). `pbb_isid` rewrites
+//!   the I-SID of the outer I-TAG, keeping its other bits.
 //! - Push/pop VLAN insert/remove 4 bytes behind the MAC addresses using the
 //!   buffer's headroom (only the 12 MAC bytes move) and shift the layout.
 //!   Push-MPLS inserts a label after the tags (only the L2 header moves);
@@ -34,6 +35,15 @@
 //!   label and the label or IPv4/IPv6 header below it; elsewhere (IP-in-IP)
 //!   it is counted (`copy_ttl_unsupported`). Set/dec MPLS TTL and the MPLS
 //!   set-fields work on the top label.
+//! - Push-PBB (IEEE 802.1ah, OpenFlow 1.3.5 §7.2.5) puts a backbone
+//!   header in front of the frame: B-DA and B-SA copied from the frame's
+//!   own addresses (which stay as C-DA, C-SA, followed by the frame's tags
+//!   and everything else), EtherType 0x88e7 and an I-TAG with every field 0
+//!   (I-PCP, I-DEI, UCA, I-SID: set the I-SID with set-field `pbb_isid`).
+//!   Only headroom is used: the 18 new bytes go in front, nothing moves.
+//!   Pop-PBB drops everything up to the customer header (backbone
+//!   addresses, B-tags, EtherType, I-TAG) by advancing the frame start.
+//!   Both re-parse the frame for its layout, as pop-MPLS does.
 //! - Dec-TTL with a TTL of 0 or 1 stops execution with
 //!   [`Verdict::TtlExpired`]: the packet must not be forwarded; the caller
 //!   sends it to the controller with reason `OFPR_INVALID_TTL` when the
@@ -45,7 +55,7 @@
 //!   does not say whether a routing header is present, so rewriting
 //!   `ipv6_dst` on such a packet updates the transport checksum as if it
 //!   had none (Open vSwitch has the same limit).
-//! - `ip_proto` on IPv6 and set-field `pbb_isid` are not executed (counted).
+//! - `ip_proto` on IPv6 is not executed (counted).
 //! - Set-field writes only fields the frame has: it never adds a header or
 //!   an ND option.
 //!
@@ -73,7 +83,7 @@ use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
 pub use offlow_wire::checksum::{crc32c, sctp_checksum};
 use offlow_wire::checksum::{sum_array, update16, update_bytes};
 use offlow_wire::ethernet::ethertype;
-use offlow_wire::{arp, ethernet, icmpv4, icmpv6, ipv4, ipv6, mpls, sctp, tcp, udp, vlan};
+use offlow_wire::{arp, ethernet, icmpv4, icmpv6, ipv4, ipv6, mpls, pbb, sctp, tcp, udp, vlan};
 
 /// The layout locates a VLAN tag at its TPID (the EtherType slot before
 /// it); the TCI follows, where `offlow_wire::vlan::Tag` starts.
@@ -217,7 +227,7 @@ exec_stats! {
     /// rewrites an existing tag; it does not push one).
     set_vlan_no_tag,
     /// Set-field on a field not settable on the frame (in_port, eth_type,
-    /// pbb_isid, ipv6_exthdr, ip_proto on IPv6).
+    /// ipv6_exthdr, ip_proto on IPv6).
     set_field_unsupported,
     /// A write the layout placed outside the frame (inconsistent layout).
     write_out_of_range,
@@ -243,6 +253,13 @@ exec_stats! {
     push_mpls_no_room,
     /// Pop-MPLS on a frame without an MPLS label.
     pop_mpls_no_label,
+    /// Push-PBB with an EtherType other than 0x88e7 (§7.2.5).
+    push_pbb_bad_ethertype,
+    /// Push-PBB without headroom or on a frame shorter than an Ethernet
+    /// header.
+    push_pbb_no_room,
+    /// Pop-PBB on a frame without an I-TAG and a complete customer header.
+    pop_pbb_no_itag,
     /// Copy-TTL-in/out without an MPLS label over a label or IPv4/IPv6.
     copy_ttl_unsupported,
     /// Output to the ingress port by number (§4.5: only OFPP_IN_PORT sends
@@ -443,6 +460,8 @@ where
             Action::PopVlan => pop_vlan(&mut cx, buf),
             Action::PushMpls(et) => push_mpls(&mut cx, buf, et),
             Action::PopMpls(et) => pop_mpls(&mut cx, buf, et, in_port),
+            Action::PushPbb(et) => push_pbb(&mut cx, buf, et, in_port),
+            Action::PopPbb => pop_pbb(&mut cx, buf, in_port),
             Action::CopyTtlOut => copy_ttl(&mut cx, buf.frame_mut(), false),
             Action::CopyTtlIn => copy_ttl(&mut cx, buf.frame_mut(), true),
             Action::SetQueue(q) => cx.out.queue = Some(q),
@@ -467,6 +486,8 @@ fn modifies_frame(a: &Action) -> bool {
         | Action::PopVlan
         | Action::PushMpls(_)
         | Action::PopMpls(_)
+        | Action::PushPbb(_)
+        | Action::PopPbb
         | Action::SetMplsTtl(_)
         | Action::DecMplsTtl => true,
         Action::Output { .. }
@@ -732,6 +753,15 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
                 None => false,
             })
         }
+        // §7.2.3.7: the I-SID of the outermost I-TAG; its other bits
+        // (I-PCP, I-DEI, UCA) are kept.
+        Field::PbbIsid => itag_at(&lay, f).map(|at| match rd::<4>(f, at) {
+            Some(w) => {
+                let w = (u32::from_be_bytes(w) & 0xff00_0000) | v as u32;
+                wr(f, at, &w.to_be_bytes())
+            }
+            None => false,
+        }),
         Field::TunnelId => {
             cx.out.tunnel_id = Some(v as u64);
             return;
@@ -740,7 +770,7 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             cx.out.metadata = Some(v as u64);
             return;
         }
-        Field::InPort | Field::InPhyPort | Field::EthType | Field::PbbIsid | Field::Ipv6Exthdr => {
+        Field::InPort | Field::InPhyPort | Field::EthType | Field::Ipv6Exthdr => {
             cx.stats.set_field_unsupported += 1;
             return;
         }
@@ -1252,7 +1282,71 @@ fn pop_mpls<S: AsRef<[u8]> + AsMut<[u8]>>(
     }
     // close_gap moved the prefix forward by 4: the EtherType is at et_at.
     wr16(buf.frame_mut(), et_at, et);
+    reparse(cx, buf.frame(), in_port);
+}
+
+// ---------------------------------------------------------------------------
+// PBB push / pop.
+
+/// Bytes push-PBB adds: B-DA, B-SA, the EtherType and the I-TAG TCI.
+const PBB_PUSH_LEN: usize = 12 + 2 + pbb::HEADER_LEN;
+
+/// Offset of the outer I-TAG TCI, if the frame's EtherType (after any
+/// B-tags) is PBB and the TCI is inside the frame.
+fn itag_at(lay: &Layout, f: &[u8]) -> Option<usize> {
+    let et = lay.eth_type as usize;
+    if et == 0 || rd16(f, et)? != ethertype::PBB {
+        return None;
+    }
+    let at = et + 2;
+    (f.len() >= at + pbb::HEADER_LEN).then_some(at)
+}
+
+/// Re-parse the frame for its layout after a change the layout cannot
+/// follow by shifting (push/pop of a whole header).
+fn reparse(cx: &mut Ctx<'_>, f: &[u8], in_port: u32) {
     let mut scratch_key = offlow_flow::FlowKey::ZERO;
     let mut scratch_stats = offlow_flow::ParseStats::default();
-    *cx.lay = offlow_flow::extract_into(buf.frame(), in_port, &mut scratch_key, &mut scratch_stats);
+    *cx.lay = offlow_flow::extract_into(f, in_port, &mut scratch_key, &mut scratch_stats);
+}
+
+/// Push a PBB header (see the module docs for where each field comes from).
+fn push_pbb<S: AsRef<[u8]> + AsMut<[u8]>>(
+    cx: &mut Ctx<'_>,
+    buf: &mut PacketBuf<S>,
+    et: u16,
+    in_port: u32,
+) {
+    if et != ethertype::PBB {
+        cx.stats.push_pbb_bad_ethertype += 1;
+        return;
+    }
+    let Some(macs) = rd::<12>(buf.frame(), 0) else {
+        cx.stats.push_pbb_no_room += 1;
+        return;
+    };
+    if buf.len() < ethernet::HEADER_LEN || !buf.open_gap(0, PBB_PUSH_LEN) {
+        cx.stats.push_pbb_no_room += 1;
+        return;
+    }
+    let f = buf.frame_mut();
+    // In range: the frame grew by PBB_PUSH_LEN (18) bytes in front.
+    wr(f, 0, &macs);
+    wr16(f, 12, et);
+    wr(f, 14, &[0; pbb::HEADER_LEN]);
+    reparse(cx, buf.frame(), in_port);
+}
+
+/// Pop the outer PBB header: the frame then starts at the customer header.
+fn pop_pbb<S: AsRef<[u8]> + AsMut<[u8]>>(cx: &mut Ctx<'_>, buf: &mut PacketBuf<S>, in_port: u32) {
+    let lay = *cx.lay;
+    let Some(cust) = itag_at(&lay, buf.frame()).map(|at| at + pbb::HEADER_LEN) else {
+        cx.stats.pop_pbb_no_itag += 1;
+        return;
+    };
+    if buf.len() < cust + ethernet::HEADER_LEN || !buf.close_gap(0, cust) {
+        cx.stats.pop_pbb_no_itag += 1;
+        return;
+    }
+    reparse(cx, buf.frame(), in_port);
 }

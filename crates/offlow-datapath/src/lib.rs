@@ -8,7 +8,8 @@
 //!   MAC bytes, never the payload.
 //! - [`execute()`]: applies a final action list (the pipeline's
 //!   [`offlow_pipeline::Action`]s) to a frame in place: set-field on every
-//!   field with frame bytes, TTL, VLAN push/pop, MPLS TTL and label fields,
+//!   field with frame bytes, TTL, VLAN, MPLS and PBB push/pop, MPLS TTL and
+//!   label fields, the PBB I-SID,
 //!   set-queue and output (including IN_PORT, FLOOD/ALL expansion,
 //!   CONTROLLER truncation, LOCAL, TABLE), keeping every checksum valid
 //!   (RFC 1624 incremental updates; SCTP CRC32c recomputed) and the header

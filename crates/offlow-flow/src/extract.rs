@@ -13,6 +13,16 @@
 //! the key: the parser does not descend into the inner frame (the [`Layout`]
 //! says where it starts).
 //!
+//! MPLS and PBB frames are the exception, because OpenFlow can pop those
+//! encapsulations and a later table must then match the payload: the parser
+//! also records the second label of a stack, the PBB customer frame's
+//! EtherType (and MAC addresses when they differ from the backbone ones),
+//! and the payload's L3/L4 fields (below the bottom-of-stack label, chosen
+//! by its first nibble; below an untagged customer header, by its
+//! EtherType), as the key's module docs (`encap`) describe. The [`Layout`]
+//! still stops at the top label (`l3`) or the I-TAG (after `eth_type`);
+//! payload anomalies are not counted in [`ParseStats`].
+//!
 //! # Presence and errors
 //!
 //! Parsing proceeds layer by layer. When a header is truncated or
@@ -44,6 +54,7 @@
 //! Pure function over its arguments; [`ParseStats`] is per worker (no
 //! sharing), merged by whoever reports.
 
+use crate::key::encap::{self, Payload};
 use crate::key::{present, Field, FlowKey};
 use offlow_wire::ethernet::{self, ethertype};
 use offlow_wire::ip::proto;
@@ -98,7 +109,8 @@ pub enum L3Kind {
     /// is non-zero only if the extension-header chain was walked to the end.
     Ipv6,
     /// An MPLS label stack: `l3` is the offset of the top label stack entry.
-    /// The parser does not look below the stack.
+    /// The layout does not look below the stack (the key does: see the
+    /// module docs).
     Mpls,
 }
 
@@ -244,7 +256,12 @@ impl Parsed {
         if p & present::LATER_FRAG != 0 && (p & present::L4 != 0 || l.l4 != 0) {
             return Err("later fragment with transport fields");
         }
-        if p & present::L3 != 0 && l.l3_kind == L3Kind::None {
+        // Under PBB the layout stops at the I-TAG while the key holds the
+        // customer payload (its kind recorded).
+        if p & present::L3 != 0
+            && l.l3_kind == L3Kind::None
+            && encap::payload(&self.key) == Payload::None
+        {
             return Err("L3 presence without an L3 header");
         }
         if self.key.get(Field::InPort) != self.key.get(Field::InPhyPort) {
@@ -469,23 +486,130 @@ pub fn extract_to_general(
         ethertype::IPV6 => parse_ipv6(frame, l3, key, lay, stats),
         ethertype::ARP => parse_arp(frame, l3, key, lay, stats),
         ethertype::MPLS_UNICAST | ethertype::MPLS_MULTICAST => {
-            match mpls::Lse::new_checked(tail(frame, l3)) {
-                Ok(lse) => {
-                    key.set(Field::MplsLabel, lse.label() as u128);
-                    key.set(Field::MplsTc, lse.tc() as u128);
-                    key.set(Field::MplsBos, lse.bos() as u128);
-                    key.add_presence(present::MPLS);
-                    lay.l3 = off16(l3);
-                    lay.l3_kind = L3Kind::Mpls;
-                }
-                Err(_) => stats.truncated_mpls += 1,
-            }
+            parse_mpls(frame, l3, key, lay, stats)
         }
-        ethertype::PBB => match pbb::ITag::new_checked(tail(frame, l3)) {
-            Ok(t) => key.set(Field::PbbIsid, t.isid() as u128),
-            Err(_) => stats.truncated_pbb += 1,
-        },
+        ethertype::PBB => parse_pbb(frame, l3, key, eth.dst_addr(), eth.src_addr(), stats),
         _ => {}
+    }
+}
+
+/// At most this many MPLS label stack entries are walked to find the
+/// payload; a deeper stack leaves the payload unparsed.
+pub const MAX_MPLS_LABELS: usize = 8;
+
+/// An MPLS label stack at `off`: the top entry into the MPLS fields, the
+/// second into [`encap::NEXT_LSE`], and the payload below the
+/// bottom-of-stack entry into the L3/L4 fields (see the key's module docs:
+/// a pop must be able to reveal them; no rule can match them before).
+#[inline]
+fn parse_mpls(
+    frame: &[u8],
+    off: usize,
+    key: &mut FlowKey,
+    lay: &mut Layout,
+    stats: &mut ParseStats,
+) {
+    let lse = match mpls::Lse::new_checked(tail(frame, off)) {
+        Ok(l) => l,
+        Err(_) => {
+            stats.truncated_mpls += 1;
+            return;
+        }
+    };
+    key.set(Field::MplsLabel, lse.label() as u128);
+    key.set(Field::MplsTc, lse.tc() as u128);
+    key.set(Field::MplsBos, lse.bos() as u128);
+    key.add_presence(present::MPLS);
+    lay.l3 = off16(off);
+    lay.l3_kind = L3Kind::Mpls;
+    let mut at = off + mpls::HEADER_LEN;
+    let mut bos = lse.bos();
+    let mut depth = 1;
+    while !bos {
+        if depth == MAX_MPLS_LABELS {
+            return;
+        }
+        let Ok(next) = mpls::Lse::new_checked(tail(frame, at)) else {
+            stats.truncated_mpls += 1;
+            return;
+        };
+        if depth == 1 {
+            let packed = (next.label() << 4) | (u32::from(next.tc()) << 1) | u32::from(next.bos());
+            key.set(encap::NEXT_LSE, packed as u128);
+            key.add_presence(present::MPLS_NEXT);
+        }
+        bos = next.bos();
+        depth += 1;
+        at += mpls::HEADER_LEN;
+    }
+    // RFC 3032 §2.2: what follows the bottom of the stack is not typed; the
+    // IP version nibble is what every LSR looks at, and anything else is
+    // tried as ARP. The payload's anomalies are not counted: it is parsed
+    // for a pop that may never come.
+    let kind = match frame.get(at).map(|b| b >> 4) {
+        Some(4) => Payload::Ipv4,
+        Some(6) => Payload::Ipv6,
+        Some(_) => Payload::Arp,
+        None => return,
+    };
+    parse_payload(frame, at, kind, key);
+}
+
+/// The payload of an encapsulation at `at`, of kind `kind`, into the L3/L4
+/// fields, with the kind recorded. Uses the same parsers as an unencapsulated
+/// frame, so after a pop to the matching EtherType the key is exactly what
+/// a parse of the popped frame gives.
+#[inline]
+fn parse_payload(frame: &[u8], at: usize, kind: Payload, key: &mut FlowKey) {
+    let mut lay = Layout::default();
+    let mut stats = ParseStats::default();
+    match kind {
+        Payload::Ipv4 => parse_ipv4(frame, at, key, &mut lay, &mut stats),
+        Payload::Ipv6 => parse_ipv6(frame, at, key, &mut lay, &mut stats),
+        Payload::Arp => parse_arp(frame, at, key, &mut lay, &mut stats),
+        Payload::None => return,
+    }
+    encap::set_payload(key, kind);
+}
+
+/// A PBB I-TAG at `off` (IEEE 802.1ah): the I-SID, then the customer frame
+/// for a later pop-PBB: its EtherType into [`encap::CUSTOMER_TYPE`], its
+/// MAC addresses into [`encap::CUSTOMER_MACS`] when they differ from the
+/// backbone's `b_da`/`b_sa`, and an untagged IPv4/IPv6/ARP payload into the
+/// L3/L4 fields.
+#[inline]
+fn parse_pbb(
+    frame: &[u8],
+    off: usize,
+    key: &mut FlowKey,
+    b_da: [u8; 6],
+    b_sa: [u8; 6],
+    stats: &mut ParseStats,
+) {
+    let t = match pbb::ITag::new_checked(tail(frame, off)) {
+        Ok(t) => t,
+        Err(_) => {
+            stats.truncated_pbb += 1;
+            return;
+        }
+    };
+    key.set(Field::PbbIsid, t.isid() as u128);
+    let c = off + pbb::HEADER_LEN;
+    let Ok(cust) = ethernet::Frame::new_checked(tail(frame, c)) else {
+        return;
+    };
+    let ctype = cust.ethertype_raw();
+    key.set(encap::CUSTOMER_TYPE, u128::from(ctype));
+    parse_payload(
+        frame,
+        c + ethernet::HEADER_LEN,
+        Payload::of_ethertype(ctype),
+        key,
+    );
+    let (c_da, c_sa) = (cust.dst_addr(), cust.src_addr());
+    if (c_da, c_sa) != (b_da, b_sa) && key.presence() & present::ND_TARGET == 0 {
+        key.set(encap::CUSTOMER_MACS, (mac(c_da) << 48) | mac(c_sa));
+        key.add_presence(present::PBB_CMAC);
     }
 }
 

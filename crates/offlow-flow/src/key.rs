@@ -16,7 +16,7 @@
 //! | 7,8  | ipv6_src (high word first) |                                             |
 //! | 9,10 | ipv6_dst              |                                                  |
 //! | 11,12| ipv6_nd_target        |                                                  |
-//! | 13   | arp_sha / nd_sll [0,48) | ipv6_exthdr [48,57), mpls_tc [57,60), mpls_bos [60,61) |
+//! | 13   | arp_sha / nd_sll [0,48) | ipv6_exthdr [48,57), mpls_tc [57,60), mpls_bos [60,61), payload kind [61,63) (see [`encap`]) |
 //! | 14   | arp_tha / nd_tll [0,48) | presence bits [48,64) (see [`present`])        |
 //! | 15   | ipv6_flabel [0,20)    | mpls_label [20,40), pbb_isid [40,64)             |
 //!
@@ -25,6 +25,20 @@
 //! IPv4 and ARP addresses share word 5. A rule always carries the prerequisite
 //! (`eth_type`, `ip_proto`) that tells them apart, so sharing never makes two
 //! different rules ambiguous.
+//!
+//! # Encapsulated payloads (MPLS, PBB)
+//!
+//! A frame under an MPLS label stack or a PBB I-TAG carries a payload whose
+//! fields no rule can match while the encapsulation is there (every L3 field
+//! needs `eth_type` IPv4/IPv6/ARP, OpenFlow 1.3.5 §7.2.3.6), but that a
+//! later table must see once pop-MPLS or pop-PBB has removed it. The parser
+//! therefore stores the payload's L3/L4 fields in their usual slots, with
+//! [`encap`] saying what kind of payload they describe, and the few fields a
+//! pop reveals in slots the encapsulated frame cannot use (see [`encap`]).
+//! The pipeline's working key then follows a pop without the frame. One
+//! payload field is visible before the pop: a GRE key or VXLAN VNI in the
+//! payload sets `tunnel_id` (which has no prerequisite), as it would for
+//! the unencapsulated packet.
 //!
 //! # Absent fields
 //!
@@ -66,6 +80,88 @@ pub mod present {
     pub const MPLS: u16 = 1 << 8;
     /// A tunnel header (GRE key, VXLAN VNI) was parsed into `tunnel_id`.
     pub const TUNNEL: u16 = 1 << 9;
+    /// MPLS: the second label stack entry is stored in [`super::encap::NEXT_LSE`].
+    pub const MPLS_NEXT: u16 = 1 << 10;
+    /// PBB: the customer MAC addresses differ from the backbone ones and are
+    /// stored in [`super::encap::CUSTOMER_MACS`].
+    pub const PBB_CMAC: u16 = 1 << 11;
+}
+
+/// Where the key keeps what a pop-MPLS or pop-PBB reveals (see the module
+/// documentation). Each slot belongs to a field whose prerequisites the
+/// encapsulated frame cannot meet, so no rule ever sees the stored bits:
+/// `pbb_isid` needs eth_type 0x88e7 (unused on an MPLS frame), the MPLS
+/// fields need 0x8847/0x8848 (unused on a PBB frame), and `ipv6_nd_target`
+/// needs an IPv6 ND payload.
+pub mod encap {
+    use super::{Field, FlowKey};
+
+    /// What the L3/L4 fields of an MPLS or PBB frame describe: the payload
+    /// below the bottom-of-stack label (chosen by its first nibble: 4 IPv4,
+    /// 6 IPv6, else Ethernet/IPv4 ARP if it parses as one; RFC 3032 §2.2
+    /// leaves it untyped) or the PBB customer frame (by its EtherType).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[repr(u8)]
+    pub enum Payload {
+        /// No payload fields (not encapsulated, or nothing parsed).
+        None = 0,
+        /// An IPv4 packet.
+        Ipv4 = 1,
+        /// An IPv6 packet.
+        Ipv6 = 2,
+        /// An Ethernet/IPv4 ARP packet.
+        Arp = 3,
+    }
+
+    impl Payload {
+        /// The payload kind a pop to `eth_type` exposes, if any.
+        pub fn of_ethertype(eth_type: u16) -> Payload {
+            match eth_type {
+                0x0800 => Payload::Ipv4,
+                0x86dd => Payload::Ipv6,
+                0x0806 => Payload::Arp,
+                _ => Payload::None,
+            }
+        }
+    }
+
+    /// Word and shift of the 2-bit payload kind.
+    const KIND_WORD: usize = 13;
+    const KIND_SHIFT: u32 = 61;
+
+    /// The stored payload kind.
+    #[inline]
+    pub fn payload(k: &FlowKey) -> Payload {
+        match (k.words[KIND_WORD] >> KIND_SHIFT) & 3 {
+            1 => Payload::Ipv4,
+            2 => Payload::Ipv6,
+            3 => Payload::Arp,
+            _ => Payload::None,
+        }
+    }
+
+    /// Record the payload kind.
+    #[inline]
+    pub fn set_payload(k: &mut FlowKey, p: Payload) {
+        let m = 3u64 << KIND_SHIFT;
+        k.words[KIND_WORD] = (k.words[KIND_WORD] & !m) | ((p as u64) << KIND_SHIFT);
+    }
+
+    /// MPLS frame: the second label stack entry's label (20 bits), TC (3)
+    /// and bottom-of-stack bit (1), packed `label << 4 | tc << 1 | bos`,
+    /// stored in the `pbb_isid` slot when `present::MPLS_NEXT` is set.
+    pub const NEXT_LSE: Field = Field::PbbIsid;
+
+    /// PBB frame: the customer frame's EtherType (the first after C-SA,
+    /// which is a TPID when the customer frame is tagged), stored in the
+    /// `mpls_label` slot.
+    pub const CUSTOMER_TYPE: Field = Field::MplsLabel;
+
+    /// PBB frame: C-DA (high 48 bits) and C-SA (low 48) as one 96-bit
+    /// value, stored in the `ipv6_nd_target` slot when `present::PBB_CMAC`
+    /// is set (only when they differ from B-DA/B-SA and the customer
+    /// payload is not an IPv6 ND message, whose target needs the slot).
+    pub const CUSTOMER_MACS: Field = Field::Ipv6NdTarget;
 }
 
 /// The OpenFlow 1.3 basic (`OFPXMC_OPENFLOW_BASIC`) OXM fields, numbered as

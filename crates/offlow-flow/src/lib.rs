@@ -24,5 +24,5 @@ pub use extract::{
     extract, extract_into, extract_to, extract_to_general, L3Kind, L4Kind, Layout, ParseStats,
     Parsed, TunnelKind,
 };
-pub use key::{present, Field, FieldLoc, FlowKey, FlowMask, Match, KEY_WORDS};
+pub use key::{encap, present, Field, FieldLoc, FlowKey, FlowMask, Match, KEY_WORDS};
 pub use prereq::check_match_prerequisites;

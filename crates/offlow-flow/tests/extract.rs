@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use offlow_flow::extract::{exthdr, MAX_IPV6_EXT_HEADERS, OFPVID_PRESENT};
 use offlow_flow::{
-    extract, present, Field, FlowKey, L3Kind, L4Kind, ParseStats, Parsed, TunnelKind,
+    encap, extract, present, Field, FlowKey, L3Kind, L4Kind, ParseStats, Parsed, TunnelKind,
 };
 
 const PORT: u32 = 7;
@@ -580,6 +580,129 @@ fn mpls_and_pbb() {
 
     let (p, _) = parse(&eth(0x88e7, &[0, 0xab, 0xcd, 0xef]));
     assert_eq!(f(&p.key, Field::PbbIsid), 0xabcdef);
+}
+
+/// The L3/L4 key of `payload` as an unencapsulated frame under `et`.
+fn plain_key(et: u16, payload: &[u8]) -> FlowKey {
+    parse(&eth(et, payload)).0.key
+}
+
+/// Only the payload fields (every field needing L3 presence) and presence.
+fn l3_view(k: &FlowKey) -> Vec<(Field, u128)> {
+    Field::ALL
+        .iter()
+        .filter(|f| f.required_presence() & present::L3 != 0)
+        .map(|&fd| (fd, k.get(fd)))
+        .collect()
+}
+
+#[test]
+fn mpls_payload_is_parsed_below_the_stack() {
+    let tcp4 = ipv4(
+        6,
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        &[],
+        0,
+        &tcp(1111, 2222, b"x"),
+    );
+    let bottom: u32 = (100 << 12) | (3 << 9) | (1 << 8) | 64;
+    let upper: u32 = (200 << 12) | (5 << 9) | 63;
+    // One label over IPv4/TCP: the top label, and the payload's fields
+    // exactly as an unencapsulated IPv4 frame gives them.
+    let (p, st) = parse(&eth(0x8847, &cat(&[&bottom.to_be_bytes(), &tcp4])));
+    assert_eq!(st.total(), 0);
+    let plain = plain_key(0x0800, &tcp4);
+    assert_eq!(l3_view(&p.key), l3_view(&plain));
+    assert_eq!(encap::payload(&p.key), encap::Payload::Ipv4);
+    assert_eq!(p.key.presence(), present::MPLS | present::L3 | present::L4);
+    assert_eq!(f(&p.key, Field::MplsLabel), 100);
+    // The layout still stops at the label.
+    assert_eq!(
+        (p.layout.l3, p.layout.l3_kind, p.layout.l4),
+        (14, L3Kind::Mpls, 0)
+    );
+
+    // Two labels: the second is stored packed (label, TC, S) for a pop.
+    let (p, _) = parse(&eth(
+        0x8847,
+        &cat(&[&upper.to_be_bytes(), &bottom.to_be_bytes(), &tcp4]),
+    ));
+    assert_eq!(f(&p.key, Field::MplsLabel), 200);
+    assert_eq!(f(&p.key, Field::MplsBos), 0);
+    assert_ne!(p.key.presence() & present::MPLS_NEXT, 0);
+    assert_eq!(p.key.get(encap::NEXT_LSE), (100 << 4) | (3 << 1) | 1);
+    assert_eq!(l3_view(&p.key), l3_view(&plain));
+
+    // IPv6 (nibble 6) and ARP (anything else) payloads.
+    let v6tcp = ipv6(6, v6(1), v6(2), &tcp(1, 2, b""));
+    let (p, _) = parse(&eth(0x8847, &cat(&[&bottom.to_be_bytes(), &v6tcp])));
+    assert_eq!(encap::payload(&p.key), encap::Payload::Ipv6);
+    assert_eq!(l3_view(&p.key), l3_view(&plain_key(0x86dd, &v6tcp)));
+    let arp = frame()
+        .arp(1, SRC, [10, 0, 0, 1], [0; 6], [10, 0, 0, 2])
+        .build()
+        .split_off(14);
+    let (p, _) = parse(&eth(0x8847, &cat(&[&bottom.to_be_bytes(), &arp])));
+    assert_eq!(encap::payload(&p.key), encap::Payload::Arp);
+    assert_eq!(l3_view(&p.key), l3_view(&plain_key(0x0806, &arp)));
+    // A payload cut short: the kind is recorded, the fields are absent,
+    // and nothing is counted (it is the payload, not the frame's header).
+    let (p, st) = parse(&eth(0x8847, &cat(&[&bottom.to_be_bytes(), &tcp4[..10]])));
+    assert_eq!(st.total(), 0);
+    assert_eq!(p.key.presence(), present::MPLS);
+}
+
+#[test]
+fn pbb_customer_frame_is_parsed() {
+    let tcp4 = ipv4(
+        6,
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        &[],
+        0,
+        &tcp(1111, 2222, b"x"),
+    );
+    let c_da = [0x02, 0, 0, 0, 0, 0x0c];
+    // I-TAG: PCP 5, I-SID 0x000064; customer header with other addresses.
+    let body = cat(&[&[0xa0, 0, 0, 0x64], &c_da, &SRC, &[0x08, 0x00], &tcp4]);
+    let (p, st) = parse(&eth(0x88e7, &body));
+    assert_eq!(st.total(), 0);
+    assert_eq!(f(&p.key, Field::PbbIsid), 0x64);
+    assert_eq!(f(&p.key, Field::EthType), 0x88e7);
+    assert_eq!(p.key.get(encap::CUSTOMER_TYPE), 0x0800);
+    assert_eq!(encap::payload(&p.key), encap::Payload::Ipv4);
+    // Every payload field but the ND target, whose slot holds the customer
+    // addresses (this payload is not ND).
+    let no_nd = |k: &FlowKey| {
+        let mut v = l3_view(k);
+        v.retain(|&(fd, _)| fd != Field::Ipv6NdTarget);
+        v
+    };
+    assert_eq!(no_nd(&p.key), no_nd(&plain_key(0x0800, &tcp4)));
+    assert_ne!(p.key.presence() & present::PBB_CMAC, 0);
+    let mac = |m: [u8; 6]| m.iter().fold(0u128, |a, &b| (a << 8) | u128::from(b));
+    assert_eq!(
+        p.key.get(encap::CUSTOMER_MACS),
+        (mac(c_da) << 48) | mac(SRC)
+    );
+    // Customer addresses equal to the backbone ones are not stored.
+    let body = cat(&[&[0, 0, 0, 0x64], &DST, &SRC, &[0x08, 0x00], &tcp4]);
+    let (p, _) = parse(&eth(0x88e7, &body));
+    assert_eq!(p.key.presence() & present::PBB_CMAC, 0);
+    assert_eq!(p.key.get(encap::CUSTOMER_MACS), 0);
+    // A tagged customer frame: its first EtherType (the TPID), no payload.
+    let body = cat(&[
+        &[0, 0, 0, 0x64],
+        &DST,
+        &SRC,
+        &[0x81, 0, 0, 5, 0x08, 0],
+        &tcp4,
+    ]);
+    let (p, _) = parse(&eth(0x88e7, &body));
+    assert_eq!(p.key.get(encap::CUSTOMER_TYPE), 0x8100);
+    assert_eq!(encap::payload(&p.key), encap::Payload::None);
+    assert_eq!(p.key.presence(), 0);
 }
 
 /// Every field whose presence requirement the truncated key meets must equal

@@ -72,6 +72,8 @@ struct Summary {
     ip_tuples: usize,
     tcp_udp_tuples: usize,
     presence_counts: [usize; 16],
+    /// Frames with both MPLS and L3 presence (a payload below the stack).
+    mpls_payloads: usize,
     stats: ParseStats,
 }
 
@@ -80,10 +82,14 @@ fn summarize(frames: &[&[u8]]) -> Summary {
     let mut ip = HashSet::new();
     let mut tu = HashSet::new();
     let mut presence_counts = [0usize; 16];
+    let mut mpls_payloads = 0;
     for (i, fr) in frames.iter().enumerate() {
         let p = extract(fr, 1, &mut stats);
         let k: FlowKey = p.key;
         let pres = k.presence();
+        if pres & (present::MPLS | present::L3) == present::MPLS | present::L3 {
+            mpls_payloads += 1;
+        }
         for (b, c) in presence_counts.iter_mut().enumerate() {
             *c += (pres >> b) as usize & 1;
         }
@@ -112,6 +118,7 @@ fn summarize(frames: &[&[u8]]) -> Summary {
         ip_tuples: ip.len(),
         tcp_udp_tuples: tu.len(),
         presence_counts,
+        mpls_payloads,
         stats,
     }
 }
@@ -153,8 +160,10 @@ fn tcpreplay_capture() {
     assert_eq!(s.packets, 179);
     assert_eq!(s.ip_tuples, 43);
     assert_eq!(s.tcp_udp_tuples, 38);
-    // tshark: 150 IPv4, 10 IPv6, 1 ARP; 16 MPLS frames.
-    assert_eq!(s.presence_counts[bit(present::L3)], 150 + 10 + 1);
+    // tshark: 150 IPv4, 10 IPv6, 1 ARP; 16 MPLS frames, of which 6 carry
+    // a complete IP packet below the stack (kept in the key for pop_mpls).
+    assert_eq!(s.mpls_payloads, 6);
+    assert_eq!(s.presence_counts[bit(present::L3)], 150 + 10 + 1 + 6);
     assert_eq!(s.presence_counts[bit(present::MPLS)], 16);
     assert_eq!(s.stats.total(), 0, "no anomaly in a clean capture");
 }

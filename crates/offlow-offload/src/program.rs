@@ -381,6 +381,9 @@ pub fn compile(key: &OffloadKey, actions: &[Action]) -> Result<OffloadProgram, R
             | Action::PopMpls(_)
             | Action::SetMplsTtl(_)
             | Action::DecMplsTtl => return Err(Refusal::Unsupported("MPLS")),
+            // Not offloadable: the program has no PBB encapsulation (and
+            // the backend parses no I-TAG); served in software.
+            Action::PushPbb(_) | Action::PopPbb => return Err(Refusal::Unsupported("PBB")),
             Action::Group(_) => return Err(Refusal::Unsupported("group")),
             Action::Experimenter(_) => return Err(Refusal::Unsupported("experimenter action")),
         }
@@ -519,6 +522,21 @@ mod tests {
             (
                 &[Action::SetField(Field::IpProto, 6)],
                 Refusal::Field(Field::IpProto),
+            ),
+            (
+                &[Action::PushPbb(0x88e7), Action::output(PortNo(2))],
+                Refusal::Unsupported("PBB"),
+            ),
+            (
+                &[Action::PopPbb, Action::output(PortNo(2))],
+                Refusal::Unsupported("PBB"),
+            ),
+            (
+                &[
+                    Action::SetField(Field::PbbIsid, 7),
+                    Action::output(PortNo(2)),
+                ],
+                Refusal::Field(Field::PbbIsid),
             ),
             (
                 &[

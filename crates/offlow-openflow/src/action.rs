@@ -2,8 +2,8 @@
 //! (`struct ofp_instruction_*`, §7.2.4) on the wire.
 //!
 //! The codec has its own [`Action`] / [`Instruction`] enums because the wire
-//! carries more than the pipeline models: PUSH_PBB / POP_PBB and the bytes of
-//! experimenter actions and instructions. The conversion to the pipeline's
+//! carries more than the pipeline models: the bytes of experimenter actions
+//! and instructions. The conversion to the pipeline's
 //! types lives on the pipeline's side of the seam (`offlow_pipeline::convert`)
 //! and fails with the error the switch should report for what it cannot
 //! execute.

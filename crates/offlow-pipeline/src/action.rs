@@ -42,6 +42,15 @@ pub enum Action {
     PushMpls(u16),
     /// Pop the outer MPLS shim; the argument is the new ethertype.
     PopMpls(u16),
+    /// Push a PBB service instance header (IEEE 802.1ah) with this
+    /// ethertype (0x88e7): a new outer Ethernet header (B-DA, B-SA copied
+    /// from the customer's addresses) and an I-TAG (all fields 0; set the
+    /// I-SID with set-field `pbb_isid`) in front of the frame, whose own
+    /// header becomes the customer header C-DA, C-SA.
+    PushPbb(u16),
+    /// Pop the outer PBB service instance header: the backbone Ethernet
+    /// header (with any B-tags) and the I-TAG.
+    PopPbb,
     /// Set the MPLS TTL.
     SetMplsTtl(u8),
     /// Decrement the MPLS TTL.
@@ -78,25 +87,28 @@ impl Action {
         // TTL outwards, decrement TTL, set, qos, group, output.
         match self {
             Action::CopyTtlIn => 0,
-            // Pop the outer tag first: VLAN sits outside MPLS.
+            // Pop the outer header first: a VLAN tag sits outside the PBB
+            // I-TAG, which sits outside the customer frame's MPLS labels.
             Action::PopVlan => 1,
-            Action::PopMpls(_) => 2,
-            Action::PushMpls(_) => 3,
-            Action::PushVlan(_) => 4,
-            Action::CopyTtlOut => 5,
-            Action::DecMplsTtl => 6,
-            Action::DecNwTtl => 7,
-            Action::SetMplsTtl(_) => 8,
-            Action::SetNwTtl(_) => 9,
-            // 40 basic fields: slots 10..=49.
-            Action::SetField(f, _) => 10 + f.oxm(),
+            Action::PopPbb => 2,
+            Action::PopMpls(_) => 3,
+            Action::PushMpls(_) => 4,
+            Action::PushPbb(_) => 5,
+            Action::PushVlan(_) => 6,
+            Action::CopyTtlOut => 7,
+            Action::DecMplsTtl => 8,
+            Action::DecNwTtl => 9,
+            Action::SetMplsTtl(_) => 10,
+            Action::SetNwTtl(_) => 11,
+            // 40 basic fields: slots 12..=51.
+            Action::SetField(f, _) => 12 + f.oxm(),
             // Steering belongs with the "qos" step, next to set_queue (the
             // order inside that step is unspecified and has no effect).
-            Action::SetWorkers(_) => 50,
-            Action::SetQueue(_) => 51,
-            Action::Group(_) => 52,
-            Action::Output { .. } => 53,
-            Action::Experimenter(_) => 54,
+            Action::SetWorkers(_) => 52,
+            Action::SetQueue(_) => 53,
+            Action::Group(_) => 54,
+            Action::Output { .. } => 55,
+            Action::Experimenter(_) => 56,
         }
     }
 
@@ -113,6 +125,8 @@ impl Action {
             Action::PopVlan => "pop_vlan",
             Action::PushMpls(_) => "push_mpls",
             Action::PopMpls(_) => "pop_mpls",
+            Action::PushPbb(_) => "push_pbb",
+            Action::PopPbb => "pop_pbb",
             Action::SetMplsTtl(_) => "set_mpls_ttl",
             Action::DecMplsTtl => "dec_mpls_ttl",
             Action::SetQueue(_) => "set_queue",
@@ -212,7 +226,7 @@ impl Program {
 
 /// The action set (§5.10): at most one action per [`Action::set_slot`].
 ///
-/// Kept as a short vector of `(slot, action)` rather than a 54-slot array so
+/// Kept as a short vector of `(slot, action)` rather than a 57-slot array so
 /// that starting a lookup costs a `clear()`, not a 2 KiB initialisation; a
 /// real action set rarely holds more than a handful of actions.
 #[derive(Debug, Clone, Default)]

@@ -6,8 +6,7 @@
 //! flow files and trace, benches, tests) goes through it.
 //!
 //! Wire → pipeline ([`ToPipeline`]) fails with the OpenFlow error the switch
-//! reports for what the pipeline does not model: PUSH_PBB / POP_PBB are
-//! `OFPBAC_BAD_TYPE` (unsupported), an unknown flow-mod command is
+//! reports for what the pipeline does not model: an unknown flow-mod command is
 //! `OFPFMFC_BAD_COMMAND`; experimenter payload bytes are dropped (the
 //! pipeline refuses experimenter actions and instructions in validation).
 //! Pipeline → wire (`From`) is total; an experimenter action comes back with
@@ -17,8 +16,7 @@
 
 use offlow_openflow::message::flow_mod_command as C;
 use offlow_openflow::{
-    Action as WAction, BadActionCode, FlowMod as WFlowMod, FlowModFailedCode,
-    Instruction as WInstr, OfError,
+    Action as WAction, FlowMod as WFlowMod, FlowModFailedCode, Instruction as WInstr, OfError,
 };
 
 use crate::action::{Action, Instruction};
@@ -39,7 +37,7 @@ impl ToPipeline for WAction {
     type Output = Action;
 
     /// The pipeline's action, or the error the switch reports for an action
-    /// the pipeline does not model (PBB: `OFPBAC_BAD_TYPE`, i.e. unsupported).
+    /// the pipeline does not model.
     fn to_pipeline(&self) -> Result<Action, OfError> {
         Ok(match *self {
             WAction::Output { port, max_len } => Action::Output {
@@ -59,9 +57,8 @@ impl ToPipeline for WAction {
             WAction::SetNwTtl(t) => Action::SetNwTtl(t),
             WAction::DecNwTtl => Action::DecNwTtl,
             WAction::SetField(f, v) => Action::SetField(f, v),
-            WAction::PushPbb(_) | WAction::PopPbb => {
-                return Err(OfError::BadAction(BadActionCode::BadType))
-            }
+            WAction::PushPbb(e) => Action::PushPbb(e),
+            WAction::PopPbb => Action::PopPbb,
             WAction::SetWorkers(mask) => Action::SetWorkers(mask),
             WAction::Experimenter { experimenter, .. } => Action::Experimenter(experimenter),
         })
@@ -84,6 +81,8 @@ impl From<&Action> for WAction {
             Action::PopVlan => WAction::PopVlan,
             Action::PushMpls(e) => WAction::PushMpls(e),
             Action::PopMpls(e) => WAction::PopMpls(e),
+            Action::PushPbb(e) => WAction::PushPbb(e),
+            Action::PopPbb => WAction::PopPbb,
             Action::SetMplsTtl(t) => WAction::SetMplsTtl(t),
             Action::DecMplsTtl => WAction::DecMplsTtl,
             Action::SetQueue(q) => WAction::SetQueue(q),
@@ -197,21 +196,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn pbb_is_unsupported() {
-        for a in [WAction::PushPbb(0x88e7), WAction::PopPbb] {
-            assert_eq!(
-                a.to_pipeline(),
-                Err(OfError::BadAction(BadActionCode::BadType))
-            );
-            let i = WInstr::ApplyActions(vec![WAction::DecNwTtl, a]);
-            assert_eq!(
-                i.to_pipeline(),
-                Err(OfError::BadAction(BadActionCode::BadType))
-            );
-        }
-    }
-
     /// Every pipeline action and instruction survives pipeline → wire →
     /// pipeline unchanged.
     #[test]
@@ -230,6 +214,8 @@ mod tests {
             Action::PopVlan,
             Action::PushMpls(0x8847),
             Action::PopMpls(0x0800),
+            Action::PushPbb(0x88e7),
+            Action::PopPbb,
             Action::SetMplsTtl(3),
             Action::DecMplsTtl,
             Action::SetQueue(4),

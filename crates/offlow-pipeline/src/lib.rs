@@ -29,9 +29,13 @@
 //! - Rule ids are unique across the pipeline; an id removed may be reused
 //!   only after 2^32 further allocations.
 //!
-//! Known approximations of the working key (the key models one VLAN tag and
-//! no TTL): popping a VLAN tag the parser did not record leaves the key
-//! untagged; pop-MPLS cannot reveal the L3 fields the parser did not extract;
+//! The working key ([`working_key`]) follows the frame through Apply-Actions
+//! without the frame: pop-MPLS and pop-PBB reveal the payload fields the
+//! parser stored for them (`offlow_flow::key::encap`). Known
+//! approximations (the key models one VLAN tag, two MPLS labels and no
+//! TTL): popping a VLAN tag the parser did not record leaves the key
+//! untagged; popping to a third label, or to a tagged PBB customer frame,
+//! leaves those fields unknown (the [`working_key`] docs list every case);
 //! TTL expiry after dec-TTL is decided by the executor on the frame
 //! (packet-in reason `OFPR_INVALID_TTL`).
 //!
@@ -54,6 +58,7 @@ mod index;
 pub mod pipeline;
 pub mod port;
 pub mod validate;
+pub mod working_key;
 
 pub use action::{Action, ActionSet, Instruction, Program};
 pub use convert::ToPipeline;
@@ -68,6 +73,7 @@ pub use pipeline::{
 };
 pub use port::{PortNo, CONTROLLER_NO_BUFFER, GROUP_ANY, TABLE_ALL};
 pub use validate::{check_match_prerequisites, is_settable};
+pub use working_key::{key_after, WorkingKey};
 
 // The datapath shares one pipeline version between workers: keep it
 // `Send + Sync` (a compile error here means a non-thread-safe field crept in).

@@ -11,7 +11,7 @@
 //! prerequisites.
 
 pub use offlow_flow::prereq::VID_PRESENT;
-use offlow_flow::prereq::{prerequisite, PrereqState as State, ETH_MPLS, ETH_MPLS_MC};
+use offlow_flow::prereq::{prerequisite, PrereqState as State, ETH_MPLS, ETH_MPLS_MC, ETH_PBB};
 use offlow_flow::{Field, Match};
 
 use crate::action::{Action, ActionSet, Instruction, Program};
@@ -26,13 +26,26 @@ pub fn check_match_prerequisites(m: &Match) -> Result<(), PipelineError> {
     offlow_flow::prereq::check_match_prerequisites(m).map_err(PipelineError::BadPrerequisite)
 }
 
-/// May set-field write `field`?
+/// May set-field write `field`? A refused field is `OFPBAC_BAD_SET_TYPE`
+/// ([`PipelineError::FieldNotSettable`]).
 ///
-/// §7.2.5 excludes in_port, in_phy_port and metadata ("not header fields");
-/// the rest is the switch's choice. We also refuse eth_type and ip_proto
-/// (rewriting them reinterprets the rest of the packet; Open vSwitch refuses
-/// them too), ipv6_exthdr (a pseudo-field summarising the header chain) and
-/// mpls_bos (derived from the label stack shape).
+/// OpenFlow 1.3.5 §7.2.5 (OFPAT_SET_FIELD): "Set-Field actions for OXM
+/// types OFPXMT_OFB_IN_PORT, OXM_OF_IN_PHY_PORT and OFPXMT_OFB_METADATA are
+/// not supported, because those are not header fields"; for the rest a
+/// switch that does not support setting a field answers "OFPBAC_BAD_SET_TYPE
+/// (Unsupported type in SET_FIELD action)" (§7.5.4.3). We use that freedom
+/// for four more, as Open vSwitch does (its meta-flow marks eth_type,
+/// ip_proto and mpls_bos read-only):
+/// - eth_type and ip_proto: writing them re-types the rest of the packet
+///   without converting it (a TCP segment relabelled UDP keeps a TCP
+///   header and a checksum computed with the old pseudo-header protocol),
+///   and the working key could no longer describe what follows; the header
+///   conversions the spec defines are push/pop actions.
+/// - mpls_bos: it describes the shape of the label stack; clearing it on
+///   the bottom label makes the payload read as another label, setting it
+///   on an inner one hides the labels below.
+/// - ipv6_exthdr: a pseudo-field summarising the extension-header chain,
+///   with no bits of its own in the packet.
 pub fn is_settable(field: Field) -> bool {
     !matches!(
         field,
@@ -140,6 +153,26 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
             )?;
             st.m.set_exact(Field::EthType, e as u128);
         }
+        Action::PushPbb(e) => {
+            // §7.2.5: "Ethertype used for the new PBB header ... must be
+            // 0x88E7".
+            if e as u128 != ETH_PBB {
+                return Err(PipelineError::BadArgument(
+                    "push_pbb ethertype must be 0x88e7",
+                ));
+            }
+            // The frame's header becomes the customer header: its tags and
+            // network fields move behind the I-TAG.
+            st.m = Match::ANY;
+            st.m.set_exact(Field::EthType, ETH_PBB);
+            st.vlan_depth = 0;
+        }
+        Action::PopPbb => {
+            need(st.eth_is(&[ETH_PBB]), "eth_type=0x88e7")?;
+            // Whatever the customer frame is, it is unknown here.
+            st.m = Match::ANY;
+            st.vlan_depth = 0;
+        }
         Action::Group(_) => {
             return Err(PipelineError::Unsupported {
                 what: "group action (groups are not implemented yet)",
@@ -241,6 +274,43 @@ mod tests {
         m.set_exact(Field::EthType, 0x0800)
             .set_exact(Field::IpProto, 6);
         m
+    }
+
+    #[test]
+    fn pbb_actions() {
+        let apply = |a: Vec<Action>| vec![Instruction::ApplyActions(a)];
+        // push_pbb: only 0x88e7; afterwards the frame is PBB (pbb_isid
+        // settable) and its old network fields are behind the I-TAG.
+        let push = apply(vec![
+            Action::PushPbb(0x88e7),
+            Action::SetField(Field::PbbIsid, 5),
+        ]);
+        assert!(validate_instructions(0, 4, &tcp_match(), &push).is_ok());
+        let bad = apply(vec![Action::PushPbb(0x8100)]);
+        let e = validate_instructions(0, 4, &tcp_match(), &bad).unwrap_err();
+        assert!(matches!(e, PipelineError::BadArgument(_)), "{e}");
+        let hidden = apply(vec![
+            Action::PushPbb(0x88e7),
+            Action::SetField(Field::TcpDst, 1),
+        ]);
+        let e = validate_instructions(0, 4, &tcp_match(), &hidden).unwrap_err();
+        assert!(matches!(e, PipelineError::MatchInconsistent { .. }), "{e}");
+        // pop_pbb needs a PBB match; afterwards nothing is known.
+        let pop = apply(vec![Action::PopPbb]);
+        let e = validate_instructions(0, 4, &tcp_match(), &pop).unwrap_err();
+        assert!(matches!(e, PipelineError::MatchInconsistent { .. }), "{e}");
+        let mut pbb = Match::ANY;
+        pbb.set_exact(Field::EthType, 0x88e7);
+        assert!(validate_instructions(0, 4, &pbb, &pop).is_ok());
+        let after = apply(vec![Action::PopPbb, Action::SetField(Field::PbbIsid, 1)]);
+        assert!(validate_instructions(0, 4, &pbb, &after).is_err());
+        // eth_type, ip_proto, mpls_bos: OFPBAC_BAD_SET_TYPE (see is_settable).
+        for f in [Field::EthType, Field::IpProto, Field::MplsBos] {
+            let e = validate_instructions(0, 4, &tcp_match(), &apply(vec![Action::SetField(f, 0)]))
+                .unwrap_err();
+            assert_eq!(e, PipelineError::FieldNotSettable(f));
+            assert_eq!(e.of_error().wire(), (2, 13));
+        }
     }
 
     #[test]

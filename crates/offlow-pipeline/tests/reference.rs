@@ -36,8 +36,9 @@ fn kind(a: &Action) -> String {
 fn rank(a: &Action) -> u32 {
     match a {
         Action::CopyTtlIn => 1,
-        Action::PopVlan | Action::PopMpls(_) => 2,
+        Action::PopVlan | Action::PopMpls(_) | Action::PopPbb => 2,
         Action::PushMpls(_) => 3,
+        Action::PushPbb(_) => 4,
         Action::PushVlan(_) => 5,
         Action::CopyTtlOut => 6,
         Action::DecNwTtl | Action::DecMplsTtl => 7,

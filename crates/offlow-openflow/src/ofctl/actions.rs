@@ -245,6 +245,14 @@ fn parse_action(tok: &str, cx: &mut ActCx, out: &mut Vec<Action>) -> Result<(), 
         "copy_ttl_in" => out.push(Action::CopyTtlIn),
         "push_mpls" => out.push(Action::PushMpls(num(tok, need(tok, arg)?, 16)? as u16)),
         "pop_mpls" => out.push(Action::PopMpls(num(tok, need(tok, arg)?, 16)? as u16)),
+        "push_pbb" => {
+            out.push(Action::PushPbb(num(tok, need(tok, arg)?, 16)? as u16));
+            cx.vlan = false;
+        }
+        "pop_pbb" => {
+            out.push(Action::PopPbb);
+            cx.vlan = false;
+        }
         "push_vlan" => {
             out.push(Action::PushVlan(num(tok, need(tok, arg)?, 16)? as u16));
             cx.vlan = true;

@@ -1206,6 +1206,31 @@ mod tests {
         assert!(parse_flow("actions=offlow_workers").is_err());
     }
 
+    #[test]
+    fn pbb_actions() {
+        use Instruction as I;
+        // ovs-ofctl has no PBB actions; offlow spells them as OpenFlow
+        // names them (push_pbb takes the EtherType, like push_mpls).
+        let f =
+            flow("dl_type=0x88e7,actions=pop_pbb,push_pbb:0x88e7,set_field:7->pbb_isid,output:2");
+        assert_eq!(
+            f.instructions,
+            vec![I::ApplyActions(vec![
+                Action::PopPbb,
+                Action::PushPbb(0x88e7),
+                Action::SetField(Field::PbbIsid, 7),
+                Action::Output {
+                    port: 2,
+                    max_len: CONTROLLER_NO_BUFFER
+                }
+            ])]
+        );
+        let text = format_instructions(&f.to_wire().instructions);
+        let back = flow(&format!("dl_type=0x88e7,actions={text}"));
+        assert_eq!(back.instructions, f.instructions);
+        assert!(parse_flow("actions=push_pbb").is_err());
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(if cfg!(debug_assertions) { 500 } else { 5000 }))]
 

@@ -56,16 +56,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use offlow_classifier::{
     BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, Priority, RuleId,
 };
-use offlow_flow::{present, Field, FlowKey};
+use offlow_flow::{Field, FlowKey};
 use offlow_sync::Apply;
 
-use crate::action::{Action, Instruction, Program};
+use crate::action::{Instruction, Program};
 use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
 use crate::error::PipelineError;
 use crate::expiry::TimedSlot;
 use crate::index::MatchIndex;
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
-use crate::validate::{validate_instructions, VID_PRESENT};
+use crate::validate::validate_instructions;
+use crate::working_key::WorkingKey;
 
 mod flow_mod;
 mod resolution;
@@ -358,10 +359,6 @@ impl Apply<PipelineOp> for Pipeline {
         Pipeline::replica(self)
     }
 }
-
-/// Hidden VLAN tags remembered during one lookup (push over an existing tag
-/// hides it from the key, which carries only the outer tag).
-const VLAN_STACK: usize = 4;
 
 impl Pipeline {
     /// A pipeline with `n_tables` empty tables (clamped to 1..=255).
@@ -1021,9 +1018,7 @@ impl Pipeline {
         // The entry whose Write-Actions put the set's output there, if it
         // is an output to CONTROLLER.
         let mut set_origin = None;
-        let mut k = *key;
-        let mut hidden = [0u16; VLAN_STACK];
-        let mut n_hidden = 0usize;
+        let mut w = WorkingKey::new(*key);
         let mut table_id = 0u8;
         let last = loop {
             let Some(table) = self.tables.get(table_id as usize) else {
@@ -1033,19 +1028,17 @@ impl Pipeline {
             };
             let entry = table
                 .classifier
-                .lookup(&k)
+                .lookup(&w.key)
                 .and_then(|id| table.entries.get(id.into()));
             let Some(e) = entry else {
                 res.outcome = Outcome::Miss { table_id };
                 res.set.clear();
                 return;
             };
-            res.step(table_id, e, &mut set_origin, |a| {
-                exec_on_key(&mut k, a, &mut hidden, &mut n_hidden)
-            });
+            res.step(table_id, e, &mut set_origin, |a| w.apply(a));
             if let Some((v, m)) = e.program.write_metadata {
-                let md = k.get(Field::Metadata) as u64;
-                k.set(Field::Metadata, ((md & !m) | v) as u128);
+                let md = w.key.get(Field::Metadata) as u64;
+                w.key.set(Field::Metadata, ((md & !m) | v) as u128);
             }
             match e.program.goto {
                 Some(next) => table_id = next,
@@ -1176,76 +1169,6 @@ impl Pipeline {
                 }
             })
             .collect()
-    }
-}
-
-/// Apply one action's effect to the working key, so later tables match what
-/// the frame will look like. Output, queue and TTL actions do not change
-/// any key field (the key carries no TTL).
-fn exec_on_key(k: &mut FlowKey, a: &Action, hidden: &mut [u16; VLAN_STACK], n_hidden: &mut usize) {
-    let tagged = |k: &FlowKey| k.get(Field::VlanVid) & VID_PRESENT != 0;
-    match *a {
-        Action::SetField(f, v) => {
-            // Setting VID/PCP on an untagged packet is undefined (§7.2.5);
-            // validation prevents it for the rule's own match, and we make it
-            // a no-op so the executor (which must do the same) and the key
-            // agree.
-            if matches!(f, Field::VlanVid | Field::VlanPcp) && !tagged(k) {
-                return;
-            }
-            k.set(f, v);
-        }
-        Action::PushVlan(_) => {
-            // The new tag copies VID and PCP from the outer tag if there is
-            // one, else starts at 0 (§5.12 Table 7 / OVS behaviour).
-            if tagged(k) {
-                let tci = (k.get(Field::VlanVid) as u16) | ((k.get(Field::VlanPcp) as u16) << 13);
-                if *n_hidden < VLAN_STACK {
-                    hidden[*n_hidden] = tci;
-                    *n_hidden += 1;
-                }
-            } else {
-                k.set(Field::VlanVid, VID_PRESENT);
-                k.set(Field::VlanPcp, 0);
-            }
-            k.add_presence(present::VLAN);
-        }
-        Action::PopVlan => {
-            if *n_hidden > 0 {
-                *n_hidden -= 1;
-                let tci = hidden[*n_hidden];
-                k.set(Field::VlanVid, u128::from(tci & 0x1fff));
-                k.set(Field::VlanPcp, u128::from(tci >> 13));
-            } else {
-                // An inner tag the parser did not record cannot be restored:
-                // the key says untagged (see the crate docs).
-                k.set(Field::VlanVid, 0);
-                k.set(Field::VlanPcp, 0);
-                k.clear_presence(present::VLAN);
-            }
-        }
-        Action::PushMpls(e) => {
-            k.set(Field::EthType, u128::from(e));
-            k.add_presence(present::MPLS);
-        }
-        Action::PopMpls(e) => {
-            k.set(Field::EthType, u128::from(e));
-            k.set(Field::MplsLabel, 0);
-            k.set(Field::MplsTc, 0);
-            k.set(Field::MplsBos, 0);
-            k.clear_presence(present::MPLS);
-        }
-        Action::Output { .. }
-        | Action::SetNwTtl(_)
-        | Action::DecNwTtl
-        | Action::CopyTtlOut
-        | Action::CopyTtlIn
-        | Action::SetMplsTtl(_)
-        | Action::DecMplsTtl
-        | Action::SetQueue(_)
-        | Action::SetWorkers(_)
-        | Action::Group(_)
-        | Action::Experimenter(_) => {}
     }
 }
 

@@ -161,8 +161,8 @@ pub(super) mod tfpt {
 
 /// `OFPAT_*` the executor implements: output, copy-TTL out/in, set/dec
 /// MPLS TTL, push/pop VLAN, push/pop MPLS, set-queue, set/dec NW TTL,
-/// set-field (groups are not supported).
-const ACTION_TYPES: [u16; 13] = [0, 11, 12, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25];
+/// set-field, push/pop PBB (groups are not supported).
+const ACTION_TYPES: [u16; 15] = [0, 11, 12, 15, 16, 17, 18, 19, 20, 21, 23, 24, 25, 26, 27];
 
 /// An OXM header (class OPENFLOW_BASIC) for `f`, with the mask bit and
 /// doubled length when `masked`.
