@@ -11,6 +11,9 @@
 //! Idle and hard timeouts (§5.5) expire through the same op machinery
 //! ([`Pipeline::prepare_expiry`] with a writer-side [`ExpiryTracker`]),
 //! reporting each removed entry with its `ofp_flow_removed_reason`.
+//! [`group`] holds the group table (§5.6): GROUP_MOD validation, liveness
+//! and bucket choice; it is not wired into lookups and the switch yet
+//! (GROUP_MOD is still refused on the wire).
 //!
 //! Sans-IO: no sockets, threads or clocks; callers pass time in.
 //!
@@ -54,6 +57,7 @@ pub mod convert;
 pub mod entry;
 pub mod error;
 pub mod expiry;
+pub mod group;
 mod index;
 pub mod pipeline;
 pub mod port;
