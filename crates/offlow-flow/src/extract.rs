@@ -607,7 +607,17 @@ fn parse_pbb(
         key,
     );
     let (c_da, c_sa) = (cust.dst_addr(), cust.src_addr());
-    if (c_da, c_sa) != (b_da, b_sa) && key.presence() & present::ND_TARGET == 0 {
+    if (c_da, c_sa) != (b_da, b_sa) {
+        // The customer addresses share their slot with the ND target: they
+        // win, and an ND payload's target and link-layer options are left
+        // out (the working key calls such a pop inexact). Deciding on the
+        // addresses alone, which every prefix that reaches here has whole,
+        // keeps a truncated frame from claiming what the whole one lacks.
+        if key.presence() & present::ND_TARGET != 0 {
+            key.set(Field::Ipv6NdSll, 0);
+            key.set(Field::Ipv6NdTll, 0);
+            key.clear_presence(present::ND_TARGET | present::ND_SLL | present::ND_TLL);
+        }
         key.set(encap::CUSTOMER_MACS, (mac(c_da) << 48) | mac(c_sa));
         key.add_presence(present::PBB_CMAC);
     }

@@ -355,6 +355,12 @@ fn push_pbb(k: &mut FlowKey, e: u16) -> bool {
 /// Pop the PBB header of a PBB key.
 fn pop_pbb(k: &mut FlowKey) -> bool {
     let ctype = k.get(encap::CUSTOMER_TYPE) as u16;
+    // The parser leaves an ND payload's target out when it stores the
+    // customer addresses (they share a slot): the popped key lacks it.
+    let nd_lost = k.presence() & present::PBB_CMAC != 0
+        && k.presence() & present::L4 != 0
+        && k.get(Field::IpProto) == 58
+        && matches!(k.get(Field::Icmpv6Type), 135 | 136);
     if k.presence() & present::PBB_CMAC != 0 {
         let m = k.get(encap::CUSTOMER_MACS);
         k.set(Field::EthDst, m >> 48);
@@ -368,7 +374,7 @@ fn pop_pbb(k: &mut FlowKey) -> bool {
     k.set(Field::EthType, u128::from(ctype));
     if encap::payload(k) != Payload::None {
         encap::set_payload(k, Payload::None);
-        return true;
+        return !nd_lost;
     }
     clear_payload(k);
     ctype != 0 && !is_stacked(ctype)
