@@ -40,15 +40,10 @@ fn can_run() -> bool {
 /// 37 flows: not the default 100, so a hard-coded count would show.
 const FLOWS: u32 = 37;
 
-#[test]
-fn generator_and_sink_count_every_flow() {
-    if !can_run() {
-        return;
-    }
-    let t = Topo::hosts(false, 1).expect("namespaces and a veth pair");
-    let sink = Sink::attach(&t.rx.0, &t.rx.1, DST_PORT).expect("sink attached");
-    let frame = build_frames(1, 64).pop().expect("a frame");
-    let cfg = GenConfig {
+/// [`FLOWS`] flows of `frame` from the generator end of `t`, one thread on
+/// CPU 0, flat out.
+fn one_cpu_flat_out(t: &Topo, frame: Vec<u8>) -> GenConfig {
+    GenConfig {
         ns: t.gen.0.clone(),
         ifname: t.gen.1.clone(),
         frame,
@@ -57,7 +52,18 @@ fn generator_and_sink_count_every_flow() {
         cpus: vec![0],
         batch: 64,
         rate_per_thread: 0,
-    };
+    }
+}
+
+#[test]
+fn generator_and_sink_count_every_flow() {
+    if !can_run() {
+        return;
+    }
+    let t = Topo::hosts(false, 1).expect("namespaces and a veth pair");
+    let sink = Sink::attach(&t.rx.0, &t.rx.1, DST_PORT).expect("sink attached");
+    let frame = build_frames(1, 64).pop().expect("a frame");
+    let cfg = one_cpu_flat_out(&t, frame);
     let g = Generator::start(&cfg).expect("generator started");
     std::thread::sleep(Duration::from_secs(1));
     let sent = g.finish().expect("generator threads ended cleanly");
@@ -91,16 +97,7 @@ fn lookup_floor_forwards_only_its_flows() {
     // The generator's frames reach p1 only while p1 has NAPI (its XDP
     // program gives it that); the floor's redirect out of p2 needs NAPI on
     // the receiver, which the sink gives.
-    let cfg = GenConfig {
-        ns: t.gen.0.clone(),
-        ifname: t.gen.1.clone(),
-        frame,
-        flows: FLOWS,
-        base_port: FIRST_SRC_PORT,
-        cpus: vec![0],
-        batch: 64,
-        rate_per_thread: 0,
-    };
+    let cfg = one_cpu_flat_out(&t, frame);
     let g = Generator::start(&cfg).expect("generator started");
     std::thread::sleep(Duration::from_millis(500));
     let sent = g.finish().expect("generator threads ended cleanly");

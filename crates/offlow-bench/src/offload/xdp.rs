@@ -212,6 +212,17 @@ impl Sink {
 
 // ----------------------------------------------------------------- ceiling --
 
+/// Point slot 0 of `obj`'s `tx_port` DEVMAP at interface `to` of `ns`.
+fn point_tx_port(obj: &Object, ns: &str, to: &str) -> anyhow::Result<()> {
+    let m = map(obj, "tx_port")?;
+    in_netns(Some(ns), || -> anyhow::Result<()> {
+        // The DEVMAP resolves the index in the updating thread's namespace.
+        let to_index = ifindex_here(to)?;
+        m.update(&0u32.to_ne_bytes(), &to_index.to_ne_bytes(), MapFlags::ANY)
+            .with_context(|| format!("pointing the DEVMAP at {to}"))
+    })?
+}
+
 /// The redirect-only XDP program: `from` → `to`, both in `ns`.
 pub struct Ceiling {
     _link: Link,
@@ -222,14 +233,7 @@ impl Ceiling {
     /// Load, point the DEVMAP at `to`, attach to `from`.
     pub fn attach(ns: &str, from: &str, to: &str) -> anyhow::Result<Ceiling> {
         let obj = load(object_bytes!("ceiling"), "ceiling", |_| {})?;
-        let m = map(&obj, "tx_port")?;
-        in_netns(Some(ns), || -> anyhow::Result<()> {
-            // The DEVMAP resolves the index in the updating thread's
-            // namespace.
-            let to_index = ifindex_here(to)?;
-            m.update(&0u32.to_ne_bytes(), &to_index.to_ne_bytes(), MapFlags::ANY)
-                .with_context(|| format!("pointing the DEVMAP at {to}"))
-        })??;
+        point_tx_port(&obj, ns, to)?;
         let link = attach(&obj, "ceiling", ns, from)?;
         Ok(Ceiling {
             _link: link,
@@ -267,12 +271,7 @@ impl Floor {
             keys.update(&key, &0u32.to_ne_bytes(), MapFlags::ANY)
                 .context("filling the floor's flow map")?;
         }
-        let m = map(&obj, "tx_port")?;
-        in_netns(Some(ns), || -> anyhow::Result<()> {
-            let to_index = ifindex_here(to)?;
-            m.update(&0u32.to_ne_bytes(), &to_index.to_ne_bytes(), MapFlags::ANY)
-                .with_context(|| format!("pointing the DEVMAP at {to}"))
-        })??;
+        point_tx_port(&obj, ns, to)?;
         let link = attach(&obj, "floor_lookup", ns, from)?;
         Ok(Floor {
             _link: link,
