@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use offlow_classifier::{Built, RuleId};
+use offlow_pipeline::group::{GroupError, GroupMod};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, Pipeline, PipelineError, PipelineOp, RemovedFlow,
     ShadowReport,
@@ -165,6 +166,35 @@ impl Control {
         self.state.apply(StateOp::Pipeline(op));
         self.note_effect(fm.table_id, &effect);
         Ok(effect)
+    }
+
+    /// Validate and apply a GROUP_MOD (§6.5); workers see it after
+    /// [`commit`](Self::commit). Cached decisions need no invalidation for
+    /// the group itself: they keep `Action::Group` and the executor reads
+    /// the group from the version a worker runs, so a packet processed
+    /// after the commit's quiescent wait takes the new buckets. A DELETE
+    /// also removes the flow entries forwarding to the group (the effect's
+    /// `removed`), whose decisions are freed as for a flow DELETE.
+    pub fn group_mod(&mut self, gm: &GroupMod, now_ns: u64) -> Result<FlowModEffect, GroupError> {
+        let (op, effect) = self.pipeline().prepare_group_mod(gm, now_ns)?;
+        self.state.apply(StateOp::Pipeline(op));
+        self.pending
+            .extend(effect.removed.iter().map(|e| Dep::Rule(e.id)));
+        Ok(effect)
+    }
+
+    /// Record whether `port` is live (link up, not configured down) for
+    /// the buckets watching it; true when that changed anything (commit to
+    /// publish). Fast-failover and select groups take their buckets by it
+    /// from the next version on.
+    pub fn port_live(&mut self, port: u32, live: bool) -> bool {
+        match self.pipeline().prepare_port_live(port, live) {
+            Some(op) => {
+                self.state.apply(StateOp::Pipeline(op));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Record what `effect` (already applied to the writer's copy)

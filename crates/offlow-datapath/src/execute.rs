@@ -79,6 +79,7 @@
 
 use crate::buf::PacketBuf;
 use offlow_flow::{Field, L3Kind, L4Kind, Layout, TunnelKind};
+use offlow_pipeline::group::{GroupTable, GroupType, MAX_CHAIN};
 use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
 pub use offlow_wire::checksum::{crc32c, sctp_checksum};
 use offlow_wire::checksum::{sum_array, update16, update_bytes};
@@ -271,8 +272,15 @@ exec_stats! {
     output_normal_unsupported,
     /// Output to OFPP_TABLE (reported in the outcome).
     output_table,
-    /// Group action (not supported).
-    group_unsupported,
+    /// Group action naming a group the table does not hold (or executed
+    /// without a group table): the action is skipped.
+    group_missing,
+    /// Group action whose group had no bucket to take (a select or
+    /// fast-failover group with no live bucket): the group drops its copy.
+    group_no_bucket,
+    /// Group chain deeper than the group table allows (cannot happen for a
+    /// validated table): the inner group is skipped.
+    group_too_deep,
     /// Experimenter action (not supported).
     experimenter_unsupported,
 }
@@ -351,15 +359,34 @@ pub struct Prepared<'a> {
     /// order (`Resolution::origins`); missing ones are reported as
     /// [`PacketInOrigin::UNKNOWN`].
     pub origins: &'a [PacketInOrigin],
+    /// The group table group actions run through (the pipeline version the
+    /// actions came from); `None`: every group action is skipped and
+    /// counted (`group_missing`).
+    pub groups: Option<&'a GroupTable>,
+    /// The packet's flow hash: what a select group chooses its bucket by,
+    /// so every packet of a flow takes the same bucket.
+    pub flow_hash: u64,
 }
 
 impl<'a> Prepared<'a> {
-    /// `actions` with nothing known about their origins.
+    /// `actions` with nothing known about their origins, and no groups.
     pub fn new(actions: &'a [Action]) -> Prepared<'a> {
         Prepared {
             actions,
             last_write: last_frame_write(actions),
             origins: &[],
+            groups: None,
+            flow_hash: 0,
+        }
+    }
+
+    /// The same list, its group actions run through `groups` with
+    /// `flow_hash` choosing select buckets.
+    pub fn with_groups(self, groups: &'a GroupTable, flow_hash: u64) -> Prepared<'a> {
+        Prepared {
+            groups: Some(groups),
+            flow_hash,
+            ..self
         }
     }
 }
@@ -406,10 +433,29 @@ where
     S: AsRef<[u8]> + AsMut<[u8]>,
     O: OutputSink + ?Sized,
 {
+    execute_at_depth(prepared, buf, layout, in_port, out, stats, 0)
+}
+
+/// [`execute_prepared`] of a list `depth` groups deep (0: a flow's list).
+fn execute_at_depth<S, O>(
+    prepared: Prepared<'_>,
+    buf: &mut PacketBuf<S>,
+    layout: &mut Layout,
+    in_port: u32,
+    out: &mut O,
+    stats: &mut ExecStats,
+    depth: usize,
+) -> ExecOutcome
+where
+    S: AsRef<[u8]> + AsMut<[u8]>,
+    O: OutputSink + ?Sized,
+{
     let Prepared {
         actions,
         last_write,
         origins,
+        groups,
+        flow_hash,
     } = prepared;
     let mut cx = Ctx {
         lay: layout,
@@ -467,11 +513,108 @@ where
             Action::SetQueue(q) => cx.out.queue = Some(q),
             // Steering is the worker's business, decided before execution.
             Action::SetWorkers(_) => {}
-            Action::Group(_) => cx.stats.group_unsupported += 1,
+            Action::Group(id) => {
+                let Some(table) = groups else {
+                    cx.stats.group_missing += 1;
+                    continue;
+                };
+                let g = GroupRun {
+                    table,
+                    flow_hash,
+                    in_place: i + 1 == actions.len(),
+                    depth,
+                };
+                g.run(&mut cx, id, buf, in_port, out);
+            }
             Action::Experimenter(_) => cx.stats.experimenter_unsupported += 1,
         }
     }
     cx.out
+}
+
+/// One group action's execution (§5.6.1): each bucket the group takes
+/// runs its actions on its own copy of the packet as it stands at the
+/// group action; nothing a bucket does is seen by the actions after it.
+struct GroupRun<'t> {
+    table: &'t GroupTable,
+    flow_hash: u64,
+    /// The group action ends its list: its last bucket may run on the
+    /// packet itself instead of a copy (nothing after it would see it).
+    in_place: bool,
+    /// Groups above this one (0: the group action is in a flow's list).
+    depth: usize,
+}
+
+impl GroupRun<'_> {
+    fn run<S, O>(
+        &self,
+        cx: &mut Ctx<'_>,
+        id: u32,
+        buf: &mut PacketBuf<S>,
+        in_port: u32,
+        out: &mut O,
+    ) where
+        S: AsRef<[u8]> + AsMut<[u8]>,
+        O: OutputSink + ?Sized,
+    {
+        let Some(group) = self.table.get(id) else {
+            cx.stats.group_missing += 1;
+            return;
+        };
+        if self.depth >= MAX_CHAIN {
+            cx.stats.group_too_deep += 1;
+            return;
+        }
+        let bytes = buf.len() as u64;
+        group.counters.add_packet(bytes);
+        let (first, end) = match group.kind {
+            GroupType::All => (0, group.buckets.len()),
+            _ => match self.table.pick(group, self.flow_hash) {
+                Some(b) => (b, b + 1),
+                None => {
+                    cx.stats.group_no_bucket += 1;
+                    return;
+                }
+            },
+        };
+        for b in first..end {
+            group.counters.add_bucket(b, bytes);
+            let actions = &group.buckets[b].actions;
+            let prepared = Prepared {
+                actions,
+                last_write: last_frame_write(actions),
+                origins: &[],
+                groups: Some(self.table),
+                flow_hash: self.flow_hash,
+            };
+            let done = if self.in_place && b + 1 == end {
+                execute_at_depth(
+                    prepared,
+                    buf,
+                    cx.lay,
+                    in_port,
+                    out,
+                    cx.stats,
+                    self.depth + 1,
+                )
+            } else {
+                // The copy keeps the default headroom for the bucket's
+                // pushes; a rare path (groups), so a fresh buffer is fine.
+                let mut copy = PacketBuf::from_frame(buf.frame(), 0);
+                let mut layout = *cx.lay;
+                execute_at_depth(
+                    prepared,
+                    &mut copy,
+                    &mut layout,
+                    in_port,
+                    out,
+                    cx.stats,
+                    self.depth + 1,
+                )
+            };
+            cx.out.outputs += done.outputs;
+        }
+    }
 }
 
 /// May this action change the frame bytes?

@@ -636,7 +636,16 @@ impl Worker {
                     pipeline.credit_resolution(res, 1, bytes);
                     Decision::Resolved(res)
                 };
-                execute_decision(&section, decision, buf, &mut layouts[i], sink, exec, stats);
+                execute_decision(
+                    &section,
+                    decision,
+                    pkt.hash,
+                    buf,
+                    &mut layouts[i],
+                    sink,
+                    exec,
+                    stats,
+                );
             }
         }
         // Counts stay pending for a few batches (one atomic add per distinct
@@ -713,10 +722,14 @@ impl<'a> Decision<'a> {
     #[inline(always)]
     fn prepared(self) -> Prepared<'a> {
         match self {
+            // Spelled out: `Prepared::new` would scan the list for its
+            // last write, which the entry has computed once.
             Decision::Cached(e) => Prepared {
                 actions: &e.actions,
                 last_write: e.last_write,
                 origins: &e.origins,
+                groups: None,
+                flow_hash: 0,
             },
             Decision::Resolved(res) => Prepared {
                 origins: &res.origins,
@@ -912,9 +925,11 @@ where
 /// Stage 4b, the execute tail of every packet that stays here, cached or
 /// not: run the decision's actions on the frame and count how it ended.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn execute_decision<S, O>(
     section: &Section<'_>,
     d: Decision<'_>,
+    flow_hash: u64,
     buf: &mut PacketBuf<S>,
     layout: &mut Layout,
     sink: &mut O,
@@ -943,7 +958,10 @@ fn execute_decision<S, O>(
         }
         _ => {}
     }
-    let done = execute_prepared(d.prepared(), buf, layout, in_port, sink, exec);
+    let prepared = d
+        .prepared()
+        .with_groups(section.pipeline.groups(), flow_hash);
+    let done = execute_prepared(prepared, buf, layout, in_port, sink, exec);
     account(stats, done, d.outcome());
     if done.verdict != Verdict::Done {
         // Rare: the controller may ask for these.

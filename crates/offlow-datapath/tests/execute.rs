@@ -602,7 +602,7 @@ fn output_ports() {
     assert!(r.sink.sent.is_empty());
     assert_eq!(r.stats.output_invalid_port, 2);
     assert_eq!(r.stats.output_normal_unsupported, 1);
-    assert_eq!(r.stats.group_unsupported, 1);
+    assert_eq!(r.stats.group_missing, 1, "no group table given");
     let r = run(&f, &[Action::output(PortNo::TABLE)]);
     assert!(r.out.to_table);
 }

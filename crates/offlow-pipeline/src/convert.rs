@@ -16,11 +16,13 @@
 
 use offlow_openflow::message::flow_mod_command as C;
 use offlow_openflow::{
-    Action as WAction, FlowMod as WFlowMod, FlowModFailedCode, Instruction as WInstr, OfError,
+    Action as WAction, Bucket as WBucket, FlowMod as WFlowMod, FlowModFailedCode,
+    GroupMod as WGroupMod, GroupModFailedCode, Instruction as WInstr, OfError,
 };
 
 use crate::action::{Action, Instruction};
 use crate::entry::FlowModFlags;
+use crate::group::{Bucket, GroupMod, GroupModCommand};
 use crate::pipeline::{FlowMod, FlowModCommand};
 use crate::port::PortNo;
 
@@ -178,6 +180,51 @@ impl ToPipeline for WFlowMod {
             .map(WInstr::to_pipeline)
             .collect::<Result<_, _>>()?;
         Ok(fm)
+    }
+}
+
+impl ToPipeline for WGroupMod {
+    type Output = GroupMod;
+
+    /// The pipeline's group-mod: an unknown command is
+    /// `OFPGMFC_BAD_COMMAND`; a bucket action the pipeline does not model
+    /// fails with its error. The type is checked by the group table.
+    fn to_pipeline(&self) -> Result<GroupMod, OfError> {
+        let command = GroupModCommand::from_wire(self.command)
+            .ok_or(OfError::GroupModFailed(GroupModFailedCode::BadCommand))?;
+        let buckets = self
+            .buckets
+            .iter()
+            .map(|b| {
+                Ok(Bucket {
+                    weight: b.weight,
+                    watch_port: b.watch_port,
+                    watch_group: b.watch_group,
+                    actions: b
+                        .actions
+                        .iter()
+                        .map(WAction::to_pipeline)
+                        .collect::<Result<_, OfError>>()?,
+                })
+            })
+            .collect::<Result<_, OfError>>()?;
+        Ok(GroupMod {
+            command,
+            group_type: self.group_type,
+            group_id: self.group_id,
+            buckets,
+        })
+    }
+}
+
+impl From<&Bucket> for WBucket {
+    fn from(b: &Bucket) -> WBucket {
+        WBucket {
+            weight: b.weight,
+            watch_port: b.watch_port,
+            watch_group: b.watch_group,
+            actions: b.actions.iter().map(WAction::from).collect(),
+        }
     }
 }
 

@@ -31,7 +31,7 @@
 //! writer through ops applied to every copy in order, like the flow tables;
 //! counters are relaxed atomics shared by the copies.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -149,6 +149,21 @@ impl GroupCounters {
         }
     }
 
+    /// Count one packet of `bytes` processed by the group.
+    pub fn add_packet(&self, bytes: u64) {
+        self.packets.fetch_add(1, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// Count one packet of `bytes` through bucket `bucket` (ignored past the
+    /// last bucket).
+    pub fn add_bucket(&self, bucket: usize, bytes: u64) {
+        if let Some((p, b)) = self.buckets.get(bucket) {
+            p.fetch_add(1, Ordering::Relaxed);
+            b.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// (packets, bytes) of the group.
     pub fn get(&self) -> (u64, u64) {
         (
@@ -243,6 +258,17 @@ pub enum GroupError {
     },
 }
 
+impl GroupError {
+    /// The OpenFlow error the switch answers with: the group-mod code, or
+    /// a bucket action's own (`OFPET_BAD_ACTION`, ...).
+    pub fn of_error(&self) -> offlow_openflow::OfError {
+        match self {
+            GroupError::Failed { code, .. } => offlow_openflow::OfError::GroupModFailed(*code),
+            GroupError::Action { error, .. } => error.of_error(),
+        }
+    }
+}
+
 fn fail(group: u32, code: GroupModFailedCode, why: &'static str) -> GroupError {
     GroupError::Failed { group, why, code }
 }
@@ -255,12 +281,23 @@ pub enum GroupOp {
     /// Remove these groups (the flows that forward to them are removed by
     /// the caller, §6.5).
     Delete(Vec<u32>),
+    /// Port `port` became live (link up and not administratively down) or
+    /// stopped being live: what fast-failover and select buckets watching
+    /// it follow.
+    PortLive {
+        /// The port.
+        port: u32,
+        /// Its new liveness.
+        live: bool,
+    },
 }
 
-/// The group table.
+/// The group table, with the liveness of the ports its buckets watch.
 #[derive(Debug, Clone, Default)]
 pub struct GroupTable {
     groups: BTreeMap<u32, Arc<Group>>,
+    /// Ports known not to be live; every other port is.
+    down_ports: BTreeSet<u32>,
 }
 
 impl GroupTable {
@@ -457,6 +494,64 @@ impl GroupTable {
                     self.groups.remove(id);
                 }
             }
+            GroupOp::PortLive { port, live: true } => {
+                self.down_ports.remove(port);
+            }
+            GroupOp::PortLive { port, live: false } => {
+                self.down_ports.insert(*port);
+            }
+        }
+    }
+
+    /// Whether `port` is live as far as this table knows (ports are live
+    /// until a [`GroupOp::PortLive`] says otherwise).
+    pub fn port_live(&self, port: u32) -> bool {
+        !self.down_ports.contains(&port)
+    }
+
+    /// The op that records `port`'s liveness, or `None` when the table
+    /// already has it so.
+    pub fn port_live_op(&self, port: u32, live: bool) -> Option<GroupOp> {
+        (self.port_live(port) != live).then_some(GroupOp::PortLive { port, live })
+    }
+
+    /// The one bucket a packet with `flow_hash` takes through `group`, by
+    /// position, under this table's port liveness: for select, indirect
+    /// and fast-failover groups (an `all` group takes every bucket: `None`
+    /// here); `None` too when no bucket applies (the group drops it).
+    /// Allocates nothing (the executor calls it per packet).
+    pub fn pick(&self, group: &Group, flow_hash: u64) -> Option<usize> {
+        let live = |p: u32| self.port_live(p);
+        match group.kind {
+            GroupType::All => None,
+            GroupType::Indirect => (!group.buckets.is_empty()).then_some(0),
+            GroupType::FastFailover => group
+                .buckets
+                .iter()
+                .position(|b| self.bucket_live(b, &live, 0)),
+            GroupType::Select => {
+                let total: u64 = group
+                    .buckets
+                    .iter()
+                    .filter(|b| self.bucket_live(b, &live, 0))
+                    .map(|b| u64::from(b.weight))
+                    .sum();
+                if total == 0 {
+                    return None;
+                }
+                let mut pick = spread(flow_hash) % total;
+                for (i, b) in group.buckets.iter().enumerate() {
+                    if !self.bucket_live(b, &live, 0) {
+                        continue;
+                    }
+                    let w = u64::from(b.weight);
+                    if pick < w {
+                        return Some(i);
+                    }
+                    pick -= w;
+                }
+                None
+            }
         }
     }
 
@@ -515,7 +610,7 @@ impl GroupTable {
                 if total == 0 {
                     return;
                 }
-                let mut pick = flow_hash % total;
+                let mut pick = spread(flow_hash) % total;
                 for (i, b) in group.buckets.iter().enumerate() {
                     if !self.bucket_live(b, port_live, 0) {
                         continue;
@@ -530,6 +625,19 @@ impl GroupTable {
             }
         }
     }
+}
+
+/// Mix a flow hash before reducing it modulo a bucket weight total: the
+/// caller's hash may be weak in its low bits (a table index's hash is
+/// used for its high bits), and a modulo reads the low ones first.
+fn spread(hash: u64) -> u64 {
+    // The 64-bit finaliser of MurmurHash3 (fmix64).
+    let mut h = hash;
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
 }
 
 #[cfg(test)]
@@ -740,12 +848,55 @@ mod tests {
             t.buckets_for(&g, h, &|_| true, &mut v);
             assert_eq!(v[0], first, "same flow, same bucket");
         }
-        assert_eq!(counts, [1000, 3000, 0]);
+        // The hash is mixed before the modulo: shares within 10%.
+        assert!((850..=1150).contains(&counts[0]), "{counts:?}");
+        assert!((2850..=3150).contains(&counts[1]), "{counts:?}");
+        assert_eq!(counts[2], 0, "weight 0: never chosen");
         // Port 2 down: bucket 1 is out, everything goes to bucket 0.
         for h in 0..100u64 {
             t.buckets_for(&g, h, &|p| p != 2, &mut v);
             assert_eq!(v, [0]);
         }
+    }
+
+    /// `pick` (the executor's, liveness from the table's own port state)
+    /// agrees with `buckets_for` given the same liveness, for every type.
+    #[test]
+    fn pick_follows_the_table_port_liveness() {
+        let mut t = GroupTable::new();
+        let ff = vec![bucket(0, 2, vec![out(2)]), bucket(0, 3, vec![out(3)])];
+        put(&mut t, gm(Add, 3, 1, ff)).unwrap();
+        let sel = vec![bucket(2, 2, vec![out(2)]), bucket(1, 3, vec![out(3)])];
+        put(&mut t, gm(Add, 1, 2, sel)).unwrap();
+        put(
+            &mut t,
+            gm(Add, 2, 3, vec![bucket(0, WATCH_PORT_ANY, vec![out(4)])]),
+        )
+        .unwrap();
+        let mut v = Vec::new();
+        for down in [None, Some(2), Some(3)] {
+            if let Some(p) = down {
+                for q in [2, 3] {
+                    if let Some(op) = t.port_live_op(q, q != p) {
+                        t.apply(&op);
+                    }
+                }
+            }
+            for id in 1..=3 {
+                let g = t.get(id).unwrap().clone();
+                for h in 0..200u64 {
+                    t.buckets_for(&g, h, &|p| Some(p) != down, &mut v);
+                    assert_eq!(
+                        t.pick(&g, h),
+                        v.first().copied(),
+                        "group {id} down {down:?}"
+                    );
+                }
+            }
+        }
+        // Recording a state the table already has is no op.
+        assert!(t.port_live_op(3, false).is_none());
+        assert!(t.port_live_op(2, true).is_none());
     }
 
     #[test]

@@ -12,8 +12,11 @@
 //! ([`Pipeline::prepare_expiry`] with a writer-side [`ExpiryTracker`]),
 //! reporting each removed entry with its `ofp_flow_removed_reason`.
 //! [`group`] holds the group table (§5.6): GROUP_MOD validation, liveness
-//! and bucket choice; it is not wired into lookups and the switch yet
-//! (GROUP_MOD is still refused on the wire).
+//! and bucket choice. Groups live in the pipeline beside the flow tables
+//! ([`Pipeline::prepare_group_mod`], `PipelineOp::Group`), so a version
+//! holds flows and groups that agree; a lookup leaves `Action::Group` in
+//! the final action list and the executor takes the buckets per packet
+//! (a select group's choice hangs on the packet's flow hash).
 //!
 //! Sans-IO: no sockets, threads or clocks; callers pass time in.
 //!

@@ -59,10 +59,22 @@ pub fn is_settable(field: Field) -> bool {
     )
 }
 
+/// What an action list is checked against beyond its own match.
+struct Context<'a> {
+    /// Whether a group of this id exists (a group action must name one,
+    /// §6.5: `OFPBAC_BAD_OUT_GROUP` otherwise).
+    group_exists: &'a dyn Fn(u32) -> bool,
+    /// Skip prerequisites: a group bucket's actions run on whatever packet
+    /// reaches the group, so no match vouches for its headers; the
+    /// executor skips a set-field whose header the frame lacks (counted),
+    /// as Open vSwitch does for buckets.
+    lenient: bool,
+}
+
 /// Check an action's prerequisites under `st`, then fold its effect into `st`.
-fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
+fn check_action(a: &Action, st: &mut State, cx: &Context<'_>) -> Result<(), PipelineError> {
     let need = |ok: bool, need: &'static str| {
-        if ok {
+        if ok || cx.lenient {
             Ok(())
         } else {
             Err(PipelineError::MatchInconsistent {
@@ -98,7 +110,7 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
                 return Err(PipelineError::BadSetValue { field: f, value: v });
             }
             if let Err(n) = prerequisite(f, st) {
-                return need(false, n);
+                need(false, n)?;
             }
             st.m.set_exact(f, v);
         }
@@ -131,7 +143,7 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
         }
         Action::PopVlan => {
             need(st.vlan_depth > 0, "a VLAN tag")?;
-            st.vlan_depth -= 1;
+            st.vlan_depth = st.vlan_depth.saturating_sub(1);
             if st.vlan_depth == 0 {
                 // Whatever inner tag there may be is unknown.
                 st.m.set_masked(Field::VlanVid, 0, 0);
@@ -173,11 +185,13 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
             st.m = Match::ANY;
             st.vlan_depth = 0;
         }
-        Action::Group(_) => {
-            return Err(PipelineError::Unsupported {
-                what: "group action (groups are not implemented yet)",
-                code: OfError::BadAction(BadActionCode::BadOutGroup),
-            })
+        Action::Group(g) => {
+            if !(cx.group_exists)(g) {
+                return Err(PipelineError::Unsupported {
+                    what: "group action naming a group that does not exist",
+                    code: OfError::BadAction(BadActionCode::BadOutGroup),
+                });
+            }
         }
         Action::Experimenter(_) => {
             return Err(PipelineError::Unsupported {
@@ -190,13 +204,48 @@ fn check_action(a: &Action, st: &mut State) -> Result<(), PipelineError> {
 }
 
 /// Validate the instructions of a rule in `table_id` (of `n_tables`) whose
-/// match is `m`, and normalise them into a [`Program`].
+/// match is `m`, and normalise them into a [`Program`], in a switch
+/// without groups (a group action is `OFPBAC_BAD_OUT_GROUP`).
 pub fn validate_instructions(
     table_id: u8,
     n_tables: u16,
     m: &Match,
     instructions: &[Instruction],
 ) -> Result<Program, PipelineError> {
+    validate_instructions_with(table_id, n_tables, m, instructions, &|_| false)
+}
+
+/// Check a group bucket's action list (§6.5: as a flow-mod's actions,
+/// apart from prerequisites, which no match establishes for a bucket; see
+/// `Context::lenient`). `group_exists` answers for the group actions.
+pub fn validate_bucket_actions(
+    actions: &[Action],
+    group_exists: &dyn Fn(u32) -> bool,
+) -> Result<(), PipelineError> {
+    let cx = Context {
+        group_exists,
+        lenient: true,
+    };
+    let mut st = State::new(&Match::ANY);
+    for a in actions {
+        check_action(a, &mut st, &cx)?;
+    }
+    Ok(())
+}
+
+/// [`validate_instructions`] in a switch whose groups `group_exists`
+/// knows.
+pub fn validate_instructions_with(
+    table_id: u8,
+    n_tables: u16,
+    m: &Match,
+    instructions: &[Instruction],
+    group_exists: &dyn Fn(u32) -> bool,
+) -> Result<Program, PipelineError> {
+    let cx = Context {
+        group_exists,
+        lenient: false,
+    };
     let mut seen = [false; 7];
     let mut prog = Program::default();
     let mut apply: &[Action] = &[];
@@ -244,7 +293,7 @@ pub fn validate_instructions(
     }
     let mut st = State::new(m);
     for a in apply {
-        check_action(a, &mut st)?;
+        check_action(a, &mut st, &cx)?;
     }
     // Write-Actions run later, from the action set, in §5.10 order: check
     // them in that order (only the surviving action of each type matters).
@@ -255,11 +304,10 @@ pub fn validate_instructions(
     let mut ordered = Vec::with_capacity(set.len());
     set.drain_ordered_into(&mut ordered);
     for a in &ordered {
-        check_action(a, &mut st)?;
+        check_action(a, &mut st, &cx)?;
     }
-    // Group actions are refused above, so `ordered` lost nothing; keep the
-    // instruction as written for faithful dumps, execution order is applied
-    // at lookup time.
+    // Keep the instruction as written for faithful dumps; execution order
+    // is applied at lookup time.
     prog.apply = apply.to_vec();
     prog.write = write.to_vec();
     Ok(prog)

@@ -996,6 +996,8 @@ async fn link_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
                 desc,
             })));
         }
+        // A port's liveness moves fast-failover groups: publish it now.
+        s.switch.commit_pending();
     }
 }
 

@@ -185,6 +185,8 @@ pub enum PipelineOp {
     /// equal to this one: what `Compile` does, with the building done once
     /// for both copies of a left-right pair.
     Install(Arc<[(u8, Built)]>),
+    /// Change the group table or the port liveness it follows.
+    Group(crate::group::GroupOp),
 }
 
 impl PipelineOp {
@@ -195,7 +197,7 @@ impl PipelineOp {
             PipelineOp::Insert(e) => Some((e.table_id, e.id)),
             PipelineOp::Remove { table_id, id } => Some((*table_id, *id)),
             PipelineOp::Batch(ops) => ops.first()?.first_target(),
-            PipelineOp::Compile | PipelineOp::Install(_) => None,
+            PipelineOp::Compile | PipelineOp::Install(_) | PipelineOp::Group(_) => None,
         }
     }
 }

@@ -63,9 +63,10 @@ use crate::action::{Instruction, Program};
 use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounters};
 use crate::error::PipelineError;
 use crate::expiry::TimedSlot;
+use crate::group::{GroupError, GroupMod, GroupOp, GroupTable};
 use crate::index::MatchIndex;
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
-use crate::validate::validate_instructions;
+use crate::validate::{validate_bucket_actions, validate_instructions_with};
 use crate::working_key::WorkingKey;
 
 mod flow_mod;
@@ -178,6 +179,8 @@ pub struct Pipeline {
     /// identical in every copy. Holds a second reference to each entry,
     /// dropped before the pool tries to recycle it.
     timed: IdTable<TimedSlot>,
+    /// The group table (§5.6) and the port liveness its buckets follow.
+    groups: GroupTable,
 }
 
 /// The tables' match indexes, which only `prepare` reads (lookups never
@@ -375,6 +378,7 @@ impl Pipeline {
             next_id: 1,
             pool: Arc::default(),
             timed: IdTable::new(),
+            groups: GroupTable::new(),
         }
     }
 
@@ -392,6 +396,7 @@ impl Pipeline {
             next_id: self.next_id,
             pool: Arc::clone(&self.pool),
             timed: self.timed.clone(),
+            groups: self.groups.clone(),
         }
     }
 
@@ -539,11 +544,12 @@ impl Pipeline {
         shadow: ShadowReport,
     ) -> Result<(PipelineOp, FlowModEffect), PipelineError> {
         self.table(fm.table_id)?;
-        let program = validate_instructions(
+        let program = validate_instructions_with(
             fm.table_id,
             self.n_tables(),
             &fm.matcher.matcher,
             &fm.instructions,
+            &|g| self.groups.get(g).is_some(),
         )?;
         let indexes = self.indexes();
         // The table exists (checked above), so its index does.
@@ -742,11 +748,12 @@ impl Pipeline {
         self.table(fm.table_id)?;
         // Validated against the request's match (every selected entry's
         // match is at least as specific), so the answer is per request.
-        let program = validate_instructions(
+        let program = validate_instructions_with(
             fm.table_id,
             self.n_tables(),
             &fm.matcher.matcher,
             &fm.instructions,
+            &|g| self.groups.get(g).is_some(),
         )?;
         let mut effect = FlowModEffect::default();
         let filter = Self::filter_of(fm);
@@ -933,7 +940,63 @@ impl Pipeline {
             // The op keeps its builds (the other copy installs them too):
             // a FIB is copied in.
             PipelineOp::Install(built) => self.install_each(built.iter().cloned()),
+            PipelineOp::Group(op) => self.groups.apply(op),
         }
+    }
+
+    /// The group table.
+    pub fn groups(&self) -> &GroupTable {
+        &self.groups
+    }
+
+    /// Resolve a GROUP_MOD (§6.5) into an op: the group change and, for a
+    /// DELETE, the removal of every flow entry that forwards to a deleted
+    /// group (listed in the effect's `removed`, reported with reason
+    /// `OFPRR_GROUP_DELETE`). Bucket actions are validated as a
+    /// flow-mod's, bar prerequisites ([`validate_bucket_actions`]).
+    pub fn prepare_group_mod(
+        &self,
+        gm: &GroupMod,
+        now_ns: u64,
+    ) -> Result<(PipelineOp, FlowModEffect), GroupError> {
+        let exists = |g: u32| self.groups.get(g).is_some();
+        let op = self.groups.prepare(gm, now_ns, &|actions| {
+            validate_bucket_actions(actions, &exists)
+        })?;
+        let mut effect = FlowModEffect::default();
+        let mut ops = Vec::new();
+        if let GroupOp::Delete(ids) = &op {
+            for &id in ids {
+                let mut filter = FlowFilter::all();
+                filter.out_group = id;
+                for e in self.select(&filter) {
+                    // A flow using two deleted groups is removed once.
+                    if effect.removed.iter().any(|r| r.id == e.id) {
+                        continue;
+                    }
+                    ops.push(PipelineOp::Remove {
+                        table_id: e.table_id,
+                        id: e.id,
+                    });
+                    effect.removed.push(Arc::clone(e));
+                }
+            }
+        }
+        ops.push(PipelineOp::Group(op));
+        Ok((Self::one_op(ops), effect))
+    }
+
+    /// The op recording `port`'s liveness for the groups' buckets, or
+    /// `None` when nothing changes.
+    pub fn prepare_port_live(&self, port: u32, live: bool) -> Option<PipelineOp> {
+        self.groups.port_live_op(port, live).map(PipelineOp::Group)
+    }
+
+    /// How many flow entries reference group `id` (its stats' `ref_count`).
+    pub fn group_ref_count(&self, id: u32) -> u32 {
+        let mut filter = FlowFilter::all();
+        filter.out_group = id;
+        self.select(&filter).len().try_into().unwrap_or(u32::MAX)
     }
 
     /// Install each `(table, build)`; a FIB held nowhere else moves in.

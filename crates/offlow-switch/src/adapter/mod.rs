@@ -76,8 +76,8 @@ use std::time::Duration;
 use crate::buffers::{BufferError, PacketBuffers};
 use crate::offload::{OffloadStats, OffloadTier};
 use offlow_datapath::{
-    execute, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig,
-    PIPELINE_COPIES,
+    execute_prepared, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo, Prepared,
+    Worker, WorkerConfig, PIPELINE_COPIES,
 };
 use offlow_flow::ParseStats;
 use offlow_io::{AfPacketTx, LinkState};
@@ -607,6 +607,23 @@ impl DatapathSwitch {
         self.ports = ports;
         self.dataplane = Some(dataplane);
         self.netns = netns;
+        self.note_port_liveness();
+    }
+
+    /// Tell the group table which ports are live (fast-failover and select
+    /// buckets watch them); a change is published with the next commit
+    /// (the daemon commits after each link poll).
+    fn note_port_liveness(&mut self) {
+        for p in &self.ports {
+            if self.control.port_live(p.number, p.is_live()) {
+                tracing::debug!(
+                    port = p.number,
+                    live = p.is_live(),
+                    "group buckets follow the port"
+                );
+                self.dirty = true;
+            }
+        }
     }
 
     /// A handle on the packet workers' counters, for other threads.
@@ -681,6 +698,7 @@ impl DatapathSwitch {
                 }
             }
         }
+        self.note_port_liveness();
         changed
     }
 
@@ -763,6 +781,32 @@ impl offlow_openflow::Switch for DatapathSwitch {
 
     fn flow_mod(&mut self, fm: &offlow_openflow::FlowMod, now_ns: u64) -> Result<(), OfError> {
         self.pipeline_flow_mod(&fm.to_pipeline()?, now_ns)
+    }
+
+    /// §6.5: validated against the group table (codes from the group
+    /// table, bucket actions checked as a flow's); a DELETE removes the
+    /// flows forwarding to the group, each reported with reason
+    /// `OFPRR_GROUP_DELETE` when it asked for flow-removed messages.
+    /// Workers take the change at the next commit; a barrier waits for it.
+    fn group_mod(&mut self, gm: &offlow_openflow::GroupMod) -> Result<(), OfError> {
+        let gm = gm.to_pipeline()?;
+        let now = self.clock_ns();
+        let effect = self.control.group_mod(&gm, now).map_err(|e| e.of_error())?;
+        self.dirty = true;
+        if let Some(t) = &mut self.offload {
+            t.note_effect(&effect, self.control.pipeline());
+        }
+        self.removed.extend(
+            effect
+                .removed
+                .iter()
+                .map(|e| RemovedFlow {
+                    entry: e.clone(),
+                    reason: offlow_pipeline::RemovedReason::GroupDelete,
+                })
+                .filter(RemovedFlow::send_flow_rem),
+        );
+        Ok(())
     }
 
     fn barrier(&mut self) {
@@ -875,6 +919,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
             "port configured"
         );
         self.port_status.push(desc);
+        self.note_port_liveness();
         Ok(())
     }
 
@@ -947,8 +992,15 @@ impl offlow_openflow::Switch for DatapathSwitch {
             drop_unknown_port: 0,
             drop_to_controller: 0,
         };
-        let done = execute(
-            &actions,
+        // Group actions (§7.3.7 allows them) run through the writer's
+        // groups: every GROUP_MOD received before this packet-out.
+        let pipeline = self.control.pipeline();
+        let prepared = Prepared::new(&actions).with_groups(
+            pipeline.groups(),
+            offlow_datapath::microflow::flow_hash(&parsed.key),
+        );
+        let done = execute_prepared(
+            prepared,
             &mut buf,
             &mut layout,
             in_port_no,

@@ -39,6 +39,15 @@ pub struct SwitchPort {
 pub const OFPPC_SETTABLE: u32 = OFPPC_PORT_DOWN | OFPPC_NO_RECV | OFPPC_NO_FWD | OFPPC_NO_PACKET_IN;
 
 impl SwitchPort {
+    /// Live for the groups' buckets that watch it (§6.5 fast failover): a
+    /// capture port always; an interface while its interface is there, up
+    /// with a carrier, and not configured down by PORT_MOD.
+    pub fn is_live(&self) -> bool {
+        let configured_up = self.config & OFPPC_PORT_DOWN == 0;
+        configured_up
+            && (!self.interface || (self.tx.is_some() && self.link.admin_up && self.link.link_up))
+    }
+
     /// A port with its transmit socket (if any) and link state as read.
     pub fn new(
         number: u32,

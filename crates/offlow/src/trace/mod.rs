@@ -344,10 +344,16 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         outputs: Vec::new(),
     };
     let mut estats = ExecStats::default();
+    // The datapath's flow hash, so a select group takes the bucket the
+    // switch would.
     let prepared = Prepared {
         origins: &res.origins,
         ..Prepared::new(&res.actions)
-    };
+    }
+    .with_groups(
+        pipeline.groups(),
+        offlow_datapath::microflow::flow_hash(&key),
+    );
     let out = execute_prepared(
         prepared,
         &mut buf,
