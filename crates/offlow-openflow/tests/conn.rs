@@ -1232,6 +1232,36 @@ fn packet_out_buffers() {
 
 // ---------- group / meter / port / table mods ----------
 
+/// A METER_MOD with a band type the codec does not know is answered
+/// OFPMMFC_BAD_BAND, echoing the request.
+#[test]
+fn meter_mod_bad_band_answered() {
+    let mut b = Bench::new();
+    let mut c = b.established();
+    let mut bytes = enc(
+        9,
+        Body::MeterMod(MeterMod {
+            command: 0,
+            flags: 1,
+            meter_id: 1,
+            bands: vec![MeterBand {
+                kind: MeterBandKind::Drop,
+                rate: 10,
+                burst_size: 0,
+            }],
+        }),
+    );
+    bytes[16..18].copy_from_slice(&3u16.to_be_bytes()); // band type 3
+    b.feed(&mut c, &bytes);
+    let out = drain(&mut c);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].xid, 9);
+    assert_eq!(
+        error_of(&out[0]),
+        (OfError::MeterModFailed(MeterModFailedCode::BadBand), bytes)
+    );
+}
+
 #[test]
 fn unsupported_mods() {
     let mut b = Bench::new();
