@@ -40,6 +40,8 @@
 //!   guarantee: no packet after it uses a changed or removed action. See
 //!   [`worker`] for the argument; the writer is in [`control`], what the
 //!   two share in `state.rs` (crate-private).
+//! - [`meter::Meter`]: one OpenFlow meter (§5.7), per-band token buckets in
+//!   atomics shared lock-free by every worker ([`meter`]).
 //!
 //! # Invariants
 //! - Nothing here panics on frame contents, layouts or action lists
@@ -64,6 +66,7 @@ pub mod buf;
 pub mod control;
 pub mod counting_sink;
 pub mod execute;
+pub mod meter;
 pub mod microflow;
 mod state;
 pub mod steer;

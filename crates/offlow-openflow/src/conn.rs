@@ -61,8 +61,9 @@ use crate::multipart::{MultipartReplyBody, MultipartRequestBody, OFPMPF_MORE};
 use crate::port::PortNo;
 use crate::{
     decode, encode, error_reply, frame_len, Action, AsyncConfig, Body, DecodeError, ErrorMsg,
-    FlowMod, GroupMod, Hello, Message, MultipartReply, MultipartRequest, OfError, PacketOut,
-    PacketQueue, PortMod, Role, SwitchConfig, SwitchFeatures, TableMod, OFP_NO_BUFFER, OFP_VERSION,
+    FlowMod, GroupMod, Hello, Message, MeterMod, MultipartReply, MultipartRequest, OfError,
+    PacketOut, PacketQueue, PortMod, Role, SwitchConfig, SwitchFeatures, TableMod, OFP_NO_BUFFER,
+    OFP_VERSION,
 };
 
 /// Identifies one connection among those sharing a [`Roles`].
@@ -250,9 +251,8 @@ pub trait Switch {
     }
 
     /// Answer one multipart request with one reply body; the connection
-    /// splits long lists into several messages. Group and meter requests
-    /// arrive as `MultipartRequestBody::Raw`; a switch without them answers
-    /// `OFPBRC_BAD_MULTIPART`.
+    /// splits long lists into several messages. A switch without groups or
+    /// meters may answer their requests with `OFPBRC_BAD_MULTIPART`.
     fn multipart(
         &mut self,
         req: &MultipartRequestBody,
@@ -289,17 +289,11 @@ pub trait Switch {
         }
     }
 
-    /// OFPT_METER_MOD (`body` is `struct ofp_meter_mod` after the header:
-    /// command, flags, meter_id, bands). Default: a switch with zero meters,
-    /// handled like groups (§6.6): add → `OFPMMFC_OUT_OF_METERS`, modify →
+    /// OFPT_METER_MOD. Default: a switch with zero meters, handled like
+    /// groups (§6.6): add → `OFPMMFC_OUT_OF_METERS`, modify →
     /// `OFPMMFC_UNKNOWN_METER`, delete → no error.
-    fn meter_mod(&mut self, body: &[u8]) -> Result<(), OfError> {
-        let command = match body.get(..2) {
-            Some(b) => u16::from_be_bytes([b[0], b[1]]),
-            // The codec guarantees 8 bytes; answer like a bad command if not.
-            None => u16::MAX,
-        };
-        match command {
+    fn meter_mod(&mut self, mm: &MeterMod) -> Result<(), OfError> {
+        match mm.command {
             CMD_ADD => Err(OfError::MeterModFailed(MeterModFailedCode::OutOfMeters)),
             CMD_MODIFY => Err(OfError::MeterModFailed(MeterModFailedCode::UnknownMeter)),
             CMD_DELETE => Ok(()),
@@ -1280,6 +1274,10 @@ fn split_reply(body: MultipartReplyBody, max_len: usize) -> Vec<MultipartReplyBo
         B::Queue(v) => chunk(v, max_len, B::Queue),
         B::TableFeatures(v) => chunk(v, max_len, B::TableFeatures),
         B::PortDesc(v) => chunk(v, max_len, B::PortDesc),
+        B::GroupStats(v) => chunk(v, max_len, B::GroupStats),
+        B::GroupDesc(v) => chunk(v, max_len, B::GroupDesc),
+        B::MeterStats(v) => chunk(v, max_len, B::MeterStats),
+        B::MeterConfig(v) => chunk(v, max_len, B::MeterConfig),
         other => vec![other],
     }
 }
@@ -1319,6 +1317,91 @@ mod tests {
             chunk(Vec::<crate::Port>::new(), 300, MultipartReplyBody::PortDesc).len(),
             1
         );
+    }
+
+    /// Every group and meter list is split like the others: each part fits,
+    /// order and content are kept, records are never cut.
+    #[test]
+    fn group_and_meter_replies_split() {
+        use crate::meter::{MeterBand, MeterBandKind};
+        use crate::multipart::{
+            BucketCounter, GroupDesc, GroupStats, MeterBandStats, MeterConfig, MeterStats,
+        };
+        use MultipartReplyBody as B;
+        fn check(body: B, max_len: usize) {
+            let parts = split_reply(body.clone(), max_len);
+            assert!(parts.len() > 1, "{body:?} not split");
+            let mut joined: Option<B> = None;
+            for p in parts {
+                assert!(reply_len(p.clone()) <= max_len);
+                joined = Some(match (joined, p) {
+                    (None, p) => p,
+                    (Some(B::GroupStats(mut a)), B::GroupStats(b)) => {
+                        a.extend(b);
+                        B::GroupStats(a)
+                    }
+                    (Some(B::GroupDesc(mut a)), B::GroupDesc(b)) => {
+                        a.extend(b);
+                        B::GroupDesc(a)
+                    }
+                    (Some(B::MeterStats(mut a)), B::MeterStats(b)) => {
+                        a.extend(b);
+                        B::MeterStats(a)
+                    }
+                    (Some(B::MeterConfig(mut a)), B::MeterConfig(b)) => {
+                        a.extend(b);
+                        B::MeterConfig(a)
+                    }
+                    (a, b) => panic!("kind changed: {a:?} / {b:?}"),
+                });
+            }
+            assert_eq!(joined, Some(body));
+        }
+        let gs = (0..50)
+            .map(|i| GroupStats {
+                group_id: i,
+                bucket_stats: vec![BucketCounter::default(); (i % 4) as usize],
+                ..Default::default()
+            })
+            .collect();
+        check(B::GroupStats(gs), 400);
+        let gd = (0..50)
+            .map(|i| GroupDesc {
+                group_type: 0,
+                group_id: i,
+                buckets: vec![
+                    crate::Bucket {
+                        weight: 0,
+                        watch_port: 0,
+                        watch_group: 0,
+                        actions: vec![],
+                    };
+                    (i % 3) as usize
+                ],
+            })
+            .collect();
+        check(B::GroupDesc(gd), 200);
+        let ms = (0..50)
+            .map(|i| MeterStats {
+                meter_id: i,
+                band_stats: vec![MeterBandStats::default(); (i % 4) as usize],
+                ..Default::default()
+            })
+            .collect();
+        check(B::MeterStats(ms), 400);
+        let band = MeterBand {
+            kind: MeterBandKind::Drop,
+            rate: 1,
+            burst_size: 0,
+        };
+        let mc = (0..50)
+            .map(|i| MeterConfig {
+                flags: 1,
+                meter_id: i,
+                bands: vec![band; (i % 3) as usize],
+            })
+            .collect();
+        check(B::MeterConfig(mc), 200);
     }
 
     #[test]

@@ -365,8 +365,8 @@ pub enum EncodeError {
     /// multiple of 8 bytes (experimenter action or instruction data) is not.
     #[error("{0}: length not a multiple of 8")]
     Misaligned(&'static str),
-    /// A raw multipart body was given for a type this codec types, or a value
-    /// cannot be represented (e.g. a set-field value wider than its field).
+    /// A value cannot be represented (e.g. a set-field value wider than its
+    /// field, or a standard error carrying the experimenter type).
     #[error("not encodable: {0}")]
     Invalid(&'static str),
 }

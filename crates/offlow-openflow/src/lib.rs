@@ -24,14 +24,14 @@
 //! | QUEUE_GET_CONFIG_REQUEST / REPLY | typed; queue properties raw |
 //! | MULTIPART DESC, FLOW, AGGREGATE, TABLE, PORT_STATS, QUEUE, PORT_DESC, EXPERIMENTER | typed |
 //! | MULTIPART TABLE_FEATURES | typed; properties raw TLVs (validated lengths) |
-//! | MULTIPART GROUP, GROUP_DESC, GROUP_FEATURES, METER, METER_CONFIG, METER_FEATURES | raw body |
-//! | METER_MOD | raw body (at least the 8-byte fixed part) |
+//! | MULTIPART GROUP, GROUP_DESC, GROUP_FEATURES, METER, METER_CONFIG, METER_FEATURES | typed |
+//! | METER_MOD | typed ([`MeterMod`], bands [`MeterBand`], see [`meter`]) |
 //!
 //! Invariants:
 //! - Decoding never panics, never reads past the message's length field or
 //!   the buffer, and validates every nested length (OXM TLVs, match padding,
-//!   actions and instructions at least 8 and a multiple of 8, buckets, stats
-//!   entries, table-feature properties, hello elements).
+//!   actions and instructions at least 8 and a multiple of 8, buckets, meter
+//!   bands, stats entries, table-feature properties, hello elements).
 //! - Round trip: for every message `m` that [`decode`] returns,
 //!   `decode(encode(m)) == m`; for every message we encode, decoding and
 //!   re-encoding gives the same bytes. Padding contents are ignored on decode
@@ -69,6 +69,7 @@ pub mod action;
 pub mod conn;
 pub mod error;
 pub mod message;
+pub mod meter;
 pub mod multipart;
 pub mod ofctl;
 pub mod oxm;
@@ -93,9 +94,12 @@ pub use message::{
     QueueGetConfigReply, Role, SwitchConfig, SwitchFeatures, TableMod, HEADER_LEN, OFP_NO_BUFFER,
     OFP_VERSION,
 };
+pub use meter::{MeterBand, MeterBandKind, MeterMod};
 pub use multipart::{
-    Desc, FlowStats, FlowStatsRequest, MultipartReply, MultipartReplyBody, MultipartRequest,
-    MultipartRequestBody, PortStats, QueueStats, TableFeatureProp, TableFeatures, TableStats,
+    BucketCounter, Desc, FlowStats, FlowStatsRequest, GroupDesc, GroupFeatures, GroupStats,
+    MeterBandStats, MeterConfig, MeterFeatures, MeterStats, MultipartReply, MultipartReplyBody,
+    MultipartRequest, MultipartRequestBody, PortStats, QueueStats, TableFeatureProp, TableFeatures,
+    TableStats,
 };
 pub use oxm::{Oxm, OxmMatch};
 pub use port::PortNo;

@@ -21,6 +21,7 @@ use offlow_flow::Match;
 
 use crate::action::{emit_actions, emit_instructions, parse_actions, parse_instructions};
 use crate::error::{BadRequestCode as R, DecodeError, EncodeError, GroupModFailedCode, OfError};
+use crate::meter::MeterMod;
 use crate::multipart::{MultipartReply, MultipartRequest};
 use crate::oxm::OxmMatch;
 use crate::reader::{round8, Put, Reader};
@@ -658,9 +659,7 @@ pub enum Body {
     GetAsyncRequest,
     GetAsyncReply(AsyncConfig),
     SetAsync(AsyncConfig),
-    /// `struct ofp_meter_mod` after the header, raw (command, flags,
-    /// meter_id, bands).
-    MeterMod(Vec<u8>),
+    MeterMod(MeterMod),
 }
 
 impl Body {
@@ -859,29 +858,11 @@ fn decode_body(ty: u8, r: &mut Reader<'_>) -> Result<Body, DecodeError> {
             let group_type = r.u8()?;
             r.skip(1)?;
             let group_id = r.u32()?;
-            let mut buckets = Vec::new();
             let bad_bucket = DecodeError::Invalid {
                 error: OfError::GroupModFailed(GroupModFailedCode::BadBucket),
                 reason: "bucket length",
             };
-            while !r.is_empty() {
-                let blen = usize::from(r.peek_u16(0).map_err(|_| bad_bucket)?);
-                if blen < 16 || blen % 8 != 0 || blen > r.remaining() {
-                    return Err(bad_bucket);
-                }
-                let mut b = r.sub(blen, bad_bucket)?;
-                b.skip(2)?;
-                let weight = b.u16()?;
-                let watch_port = b.u32()?;
-                let watch_group = b.u32()?;
-                b.skip(4)?;
-                buckets.push(Bucket {
-                    weight,
-                    watch_port,
-                    watch_group,
-                    actions: parse_actions(b.rest())?,
-                });
-            }
+            let buckets = parse_buckets(r, bad_bucket)?;
             Body::GroupMod(GroupMod {
                 command,
                 group_type,
@@ -947,15 +928,57 @@ fn decode_body(ty: u8, r: &mut Reader<'_>) -> Result<Body, DecodeError> {
         T::GET_ASYNC_REQUEST => Body::GetAsyncRequest,
         T::GET_ASYNC_REPLY => Body::GetAsyncReply(parse_async(r)?),
         T::SET_ASYNC => Body::SetAsync(parse_async(r)?),
-        T::METER_MOD => {
-            // command, flags, meter_id: the fixed part must be there.
-            if r.remaining() < 8 {
-                return Err(DecodeError::bad_len("meter-mod shorter than 16 bytes"));
-            }
-            Body::MeterMod(r.rest().to_vec())
-        }
+        T::METER_MOD => Body::MeterMod(MeterMod::parse(r)?),
         _ => return Err(DecodeError::req(R::BadType, "unknown message type")),
     })
+}
+
+/// Parse every `struct ofp_bucket` left in `r`; a bucket whose length is
+/// below 16, not a multiple of 8 or past `r` is `bad_len` (a GROUP_MOD says
+/// `OFPGMFC_BAD_BUCKET`, a GROUP_DESC reply `OFPBRC_BAD_LEN`).
+pub(crate) fn parse_buckets(
+    r: &mut Reader<'_>,
+    bad_len: DecodeError,
+) -> Result<Vec<Bucket>, DecodeError> {
+    let mut buckets = Vec::new();
+    while !r.is_empty() {
+        let blen = usize::from(r.peek_u16(0).map_err(|_| bad_len)?);
+        if blen < 16 || blen % 8 != 0 || blen > r.remaining() {
+            return Err(bad_len);
+        }
+        let mut b = r.sub(blen, bad_len)?;
+        b.skip(2)?;
+        let weight = b.u16()?;
+        let watch_port = b.u32()?;
+        let watch_group = b.u32()?;
+        b.skip(4)?;
+        buckets.push(Bucket {
+            weight,
+            watch_port,
+            watch_group,
+            actions: parse_actions(b.rest())?,
+        });
+    }
+    Ok(buckets)
+}
+
+/// Append `buckets` as `struct ofp_bucket`s.
+pub(crate) fn emit_buckets(buckets: &[Bucket], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    for b in buckets {
+        let start = out.len();
+        out.put_u16(0);
+        out.put_u16(b.weight);
+        out.put_u32(b.watch_port);
+        out.put_u32(b.watch_group);
+        out.put_zeros(4);
+        emit_actions(&b.actions, out)?;
+        let blen = out.len() - start;
+        if blen > usize::from(u16::MAX) {
+            return Err(EncodeError::TooLong(blen));
+        }
+        out.patch_u16(start, blen as u16);
+    }
+    Ok(())
 }
 
 fn parse_hello(r: &mut Reader<'_>) -> Result<Hello, DecodeError> {
@@ -1103,12 +1126,8 @@ fn encode_body(body: &Body, out: &mut Vec<u8>) -> Result<(), EncodeError> {
             out.put_u32(*experimenter);
             out.extend_from_slice(data);
         }
-        Body::EchoRequest(d) | Body::EchoReply(d) | Body::MeterMod(d) => {
-            if matches!(body, Body::MeterMod(_)) && d.len() < 8 {
-                return Err(EncodeError::Invalid("meter-mod body shorter than 8 bytes"));
-            }
-            out.extend_from_slice(d)
-        }
+        Body::EchoRequest(d) | Body::EchoReply(d) => out.extend_from_slice(d),
+        Body::MeterMod(m) => m.emit(out),
         Body::Experimenter(e) => emit_experimenter(e, out),
         Body::FeaturesRequest
         | Body::GetConfigRequest
@@ -1192,20 +1211,7 @@ fn encode_body(body: &Body, out: &mut Vec<u8>) -> Result<(), EncodeError> {
             out.put_u8(g.group_type);
             out.put_zeros(1);
             out.put_u32(g.group_id);
-            for b in &g.buckets {
-                let start = out.len();
-                out.put_u16(0);
-                out.put_u16(b.weight);
-                out.put_u32(b.watch_port);
-                out.put_u32(b.watch_group);
-                out.put_zeros(4);
-                emit_actions(&b.actions, out)?;
-                let blen = out.len() - start;
-                if blen > usize::from(u16::MAX) {
-                    return Err(EncodeError::TooLong(blen));
-                }
-                out.patch_u16(start, blen as u16);
-            }
+            emit_buckets(&g.buckets, out)?;
         }
         Body::PortMod(p) => {
             out.put_u32(p.port_no);

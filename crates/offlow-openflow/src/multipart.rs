@@ -1,17 +1,26 @@
 //! `OFPT_MULTIPART_REQUEST` / `OFPT_MULTIPART_REPLY` bodies (OpenFlow 1.3.5
 //! §7.3.5).
 //!
-//! Typed: DESC, FLOW, AGGREGATE, TABLE, PORT_STATS, QUEUE, TABLE_FEATURES
-//! (properties kept as raw TLVs), PORT_DESC, EXPERIMENTER. Kept as raw bodies
-//! ([`MultipartRequestBody::Raw`] / [`MultipartReplyBody::Raw`]): GROUP,
-//! GROUP_DESC, GROUP_FEATURES, METER, METER_CONFIG, METER_FEATURES. Any other
-//! type is `OFPBRC_BAD_MULTIPART`.
+//! Typed: DESC, FLOW, AGGREGATE, TABLE, PORT_STATS, QUEUE, GROUP,
+//! GROUP_DESC, GROUP_FEATURES, METER, METER_CONFIG, METER_FEATURES,
+//! TABLE_FEATURES (properties kept as raw TLVs), PORT_DESC, EXPERIMENTER.
+//! Any other type is `OFPBRC_BAD_MULTIPART`.
+//!
+//! Malformed bodies: a record whose length field is too short, not of its
+//! kind's granularity (8 bytes, or 16 for the counter arrays of GROUP and
+//! METER replies) or past the body, and a body that is not whole records,
+//! are `OFPBRC_BAD_LEN`. Meter bands inside a METER_CONFIG reply follow
+//! [`crate::meter`] (an unknown band type is `OFPMMFC_BAD_BAND`).
 //!
 //! Thread-safety: plain data.
 
 use crate::action::{emit_instructions, parse_instructions};
 use crate::error::{BadRequestCode, DecodeError, EncodeError, OfError, TableFeaturesFailedCode};
-use crate::message::{emit_experimenter, parse_experimenter, Experimenter, FixedStr, Port};
+use crate::message::{
+    emit_buckets, emit_experimenter, parse_buckets, parse_experimenter, Bucket, Experimenter,
+    FixedStr, Port,
+};
+use crate::meter::{emit_bands, parse_bands, MeterBand};
 use crate::oxm::OxmMatch;
 use crate::reader::{round8, Put, Reader};
 use crate::Instruction;
@@ -36,23 +45,9 @@ pub mod mp_type {
     pub const EXPERIMENTER: u16 = 0xffff;
 }
 
-/// Multipart types this codec keeps as raw bodies.
-pub fn is_raw_type(t: u16) -> bool {
-    (mp_type::GROUP..=mp_type::METER_FEATURES).contains(&t)
-}
-
-/// The body of a multipart type kept raw ([`is_raw_type`]); any other type
-/// we do not know is refused with `OFPBRC_BAD_MULTIPART`.
-fn raw_body(t: u16, r: &mut Reader<'_>) -> Result<Vec<u8>, DecodeError> {
-    if is_raw_type(t) {
-        Ok(r.rest().to_vec())
-    } else {
-        Err(DecodeError::req(
-            BadRequestCode::BadMultipart,
-            "unknown multipart type",
-        ))
-    }
-}
+/// A multipart type this codec does not know (§7.3.5).
+const UNKNOWN_TYPE: DecodeError =
+    DecodeError::req(BadRequestCode::BadMultipart, "unknown multipart type");
 
 /// `OFPMPF_REQ_MORE` / `OFPMPF_REPLY_MORE`.
 pub const OFPMPF_MORE: u16 = 1;
@@ -234,13 +229,18 @@ pub enum MultipartRequestBody {
     PortDesc,
     /// `OFPMP_EXPERIMENTER`.
     Experimenter(Experimenter),
-    /// A group or meter multipart (types 6..=11), body raw.
-    Raw {
-        /// Multipart type (6..=11).
-        mp_type: u16,
-        /// Body bytes.
-        body: Vec<u8>,
-    },
+    /// `OFPMP_GROUP` for a group (or `OFPG_ALL`).
+    GroupStats(u32),
+    /// `OFPMP_GROUP_DESC`.
+    GroupDesc,
+    /// `OFPMP_GROUP_FEATURES`.
+    GroupFeatures,
+    /// `OFPMP_METER` for a meter (or `OFPM_ALL`).
+    MeterStats(u32),
+    /// `OFPMP_METER_CONFIG` for a meter (or `OFPM_ALL`).
+    MeterConfig(u32),
+    /// `OFPMP_METER_FEATURES`.
+    MeterFeatures,
 }
 
 /// `OFPT_MULTIPART_REQUEST` body.
@@ -276,10 +276,15 @@ impl MultipartRequest {
             T::TABLE_FEATURES => B::TableFeatures(TableFeatures::parse_list(r)?),
             T::PORT_DESC => B::PortDesc,
             T::EXPERIMENTER => B::Experimenter(parse_experimenter(r)?),
-            t => B::Raw {
-                mp_type: t,
-                body: raw_body(t, r)?,
-            },
+            // `struct ofp_group_stats_request` / `ofp_meter_multipart_request`:
+            // an id and 4 bytes of padding.
+            T::GROUP => B::GroupStats(id_and_pad(r)?),
+            T::GROUP_DESC => B::GroupDesc,
+            T::GROUP_FEATURES => B::GroupFeatures,
+            T::METER => B::MeterStats(id_and_pad(r)?),
+            T::METER_CONFIG => B::MeterConfig(id_and_pad(r)?),
+            T::METER_FEATURES => B::MeterFeatures,
+            _ => return Err(UNKNOWN_TYPE),
         };
         Ok(MultipartRequest { flags, body })
     }
@@ -297,18 +302,27 @@ impl MultipartRequest {
             B::TableFeatures(_) => T::TABLE_FEATURES,
             B::PortDesc => T::PORT_DESC,
             B::Experimenter(_) => T::EXPERIMENTER,
-            B::Raw { mp_type, .. } => {
-                if !is_raw_type(*mp_type) {
-                    return Err(EncodeError::Invalid("raw multipart of a typed kind"));
-                }
-                *mp_type
-            }
+            B::GroupStats(_) => T::GROUP,
+            B::GroupDesc => T::GROUP_DESC,
+            B::GroupFeatures => T::GROUP_FEATURES,
+            B::MeterStats(_) => T::METER,
+            B::MeterConfig(_) => T::METER_CONFIG,
+            B::MeterFeatures => T::METER_FEATURES,
         };
         out.put_u16(ty);
         out.put_u16(self.flags);
         out.put_zeros(4);
         match &self.body {
-            B::Desc | B::Table | B::PortDesc => {}
+            B::Desc
+            | B::Table
+            | B::PortDesc
+            | B::GroupDesc
+            | B::GroupFeatures
+            | B::MeterFeatures => {}
+            B::GroupStats(id) | B::MeterStats(id) | B::MeterConfig(id) => {
+                out.put_u32(*id);
+                out.put_zeros(4);
+            }
             B::Flow(f) | B::Aggregate(f) => f.emit(out),
             B::PortStats(p) => {
                 out.put_u32(*p);
@@ -320,10 +334,16 @@ impl MultipartRequest {
             }
             B::TableFeatures(t) => TableFeatures::emit_list(t, out)?,
             B::Experimenter(e) => emit_experimenter(e, out),
-            B::Raw { body, .. } => out.extend_from_slice(body),
         }
         Ok(())
     }
+}
+
+/// A u32 id followed by 4 bytes of padding.
+fn id_and_pad(r: &mut Reader<'_>) -> Result<u32, DecodeError> {
+    let id = r.u32()?;
+    r.skip(4)?;
+    Ok(id)
 }
 
 /// `struct ofp_desc`.
@@ -445,13 +465,18 @@ pub enum MultipartReplyBody {
     PortDesc(Vec<Port>),
     /// `OFPMP_EXPERIMENTER`.
     Experimenter(Experimenter),
-    /// A group or meter multipart (types 6..=11), body raw.
-    Raw {
-        /// Multipart type (6..=11).
-        mp_type: u16,
-        /// Body bytes.
-        body: Vec<u8>,
-    },
+    /// `OFPMP_GROUP`.
+    GroupStats(Vec<GroupStats>),
+    /// `OFPMP_GROUP_DESC`.
+    GroupDesc(Vec<GroupDesc>),
+    /// `OFPMP_GROUP_FEATURES`.
+    GroupFeatures(GroupFeatures),
+    /// `OFPMP_METER`.
+    MeterStats(Vec<MeterStats>),
+    /// `OFPMP_METER_CONFIG`.
+    MeterConfig(Vec<MeterConfig>),
+    /// `OFPMP_METER_FEATURES`.
+    MeterFeatures(MeterFeatures),
 }
 
 /// `OFPT_MULTIPART_REPLY` body.
@@ -588,10 +613,13 @@ impl MultipartReply {
             T::TABLE_FEATURES => B::TableFeatures(TableFeatures::parse_list(r)?),
             T::PORT_DESC => B::PortDesc(fixed_records(r, Port::LEN, Port::parse)?),
             T::EXPERIMENTER => B::Experimenter(parse_experimenter(r)?),
-            t => B::Raw {
-                mp_type: t,
-                body: raw_body(t, r)?,
-            },
+            T::GROUP => B::GroupStats(GroupStats::parse_list(r)?),
+            T::GROUP_DESC => B::GroupDesc(GroupDesc::parse_list(r)?),
+            T::GROUP_FEATURES => B::GroupFeatures(GroupFeatures::parse(r)?),
+            T::METER => B::MeterStats(MeterStats::parse_list(r)?),
+            T::METER_CONFIG => B::MeterConfig(MeterConfig::parse_list(r)?),
+            T::METER_FEATURES => B::MeterFeatures(MeterFeatures::parse(r)?),
+            _ => return Err(UNKNOWN_TYPE),
         };
         Ok(MultipartReply { flags, body })
     }
@@ -609,12 +637,12 @@ impl MultipartReply {
             B::TableFeatures(_) => T::TABLE_FEATURES,
             B::PortDesc(_) => T::PORT_DESC,
             B::Experimenter(_) => T::EXPERIMENTER,
-            B::Raw { mp_type, .. } => {
-                if !is_raw_type(*mp_type) {
-                    return Err(EncodeError::Invalid("raw multipart of a typed kind"));
-                }
-                *mp_type
-            }
+            B::GroupStats(_) => T::GROUP,
+            B::GroupDesc(_) => T::GROUP_DESC,
+            B::GroupFeatures(_) => T::GROUP_FEATURES,
+            B::MeterStats(_) => T::METER,
+            B::MeterConfig(_) => T::METER_CONFIG,
+            B::MeterFeatures(_) => T::METER_FEATURES,
         };
         out.put_u16(ty);
         out.put_u16(self.flags);
@@ -709,8 +737,376 @@ impl MultipartReply {
             B::TableFeatures(t) => TableFeatures::emit_list(t, out)?,
             B::PortDesc(v) => v.iter().for_each(|p| p.emit(out)),
             B::Experimenter(e) => emit_experimenter(e, out),
-            B::Raw { body, .. } => out.extend_from_slice(body),
+            B::GroupStats(v) => GroupStats::emit_list(v, out)?,
+            B::GroupDesc(v) => GroupDesc::emit_list(v, out)?,
+            B::GroupFeatures(f) => f.emit(out),
+            B::MeterStats(v) => MeterStats::emit_list(v, out)?,
+            B::MeterConfig(v) => MeterConfig::emit_list(v, out)?,
+            B::MeterFeatures(f) => f.emit(out),
         }
         Ok(())
+    }
+}
+
+/// Write the record length `out.len() - start` at `start + at`.
+fn patch_len(out: &mut Vec<u8>, start: usize, at: usize) -> Result<(), EncodeError> {
+    let len = out.len() - start;
+    if len > usize::from(u16::MAX) {
+        return Err(EncodeError::TooLong(len));
+    }
+    out.patch_u16(start + at, len as u16);
+    Ok(())
+}
+
+/// Split off the next record of `r` whose u16 length field sits `at` bytes
+/// in: at least `min` bytes, `min` plus a whole number of `unit`s, and
+/// within `r`; else `OFPBRC_BAD_LEN`.
+fn record<'a>(
+    r: &mut Reader<'a>,
+    at: usize,
+    min: usize,
+    unit: usize,
+    what: &'static str,
+) -> Result<Reader<'a>, DecodeError> {
+    let bad = DecodeError::bad_len(what);
+    let len = usize::from(r.peek_u16(at).map_err(|_| bad)?);
+    if len < min || (len - min) % unit != 0 || len > r.remaining() {
+        return Err(bad);
+    }
+    r.sub(len, bad)
+}
+
+/// `struct ofp_bucket_counter`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BucketCounter {
+    /// Packets processed by the bucket.
+    pub packet_count: u64,
+    /// Bytes processed by the bucket.
+    pub byte_count: u64,
+}
+
+/// `struct ofp_group_stats` (40 bytes plus 16 per bucket).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct GroupStats {
+    /// Group id.
+    pub group_id: u32,
+    /// Flows or groups forwarding to this group.
+    pub ref_count: u32,
+    /// Packets processed by the group.
+    pub packet_count: u64,
+    /// Bytes processed by the group.
+    pub byte_count: u64,
+    /// Age, seconds.
+    pub duration_sec: u32,
+    /// Age, nanoseconds beyond `duration_sec`.
+    pub duration_nsec: u32,
+    /// One counter per bucket, in bucket order.
+    pub bucket_stats: Vec<BucketCounter>,
+}
+
+impl GroupStats {
+    /// Wire size of the fixed part.
+    const LEN: usize = 40;
+
+    fn parse_list(r: &mut Reader<'_>) -> Result<Vec<GroupStats>, DecodeError> {
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let mut g = record(r, 0, Self::LEN, 16, "group stats length")?;
+            g.skip(4)?;
+            let group_id = g.u32()?;
+            let ref_count = g.u32()?;
+            g.skip(4)?;
+            let packet_count = g.u64()?;
+            let byte_count = g.u64()?;
+            let duration_sec = g.u32()?;
+            let duration_nsec = g.u32()?;
+            let mut bucket_stats = Vec::with_capacity(g.remaining() / 16);
+            while !g.is_empty() {
+                bucket_stats.push(BucketCounter {
+                    packet_count: g.u64()?,
+                    byte_count: g.u64()?,
+                });
+            }
+            out.push(GroupStats {
+                group_id,
+                ref_count,
+                packet_count,
+                byte_count,
+                duration_sec,
+                duration_nsec,
+                bucket_stats,
+            });
+        }
+        Ok(out)
+    }
+
+    fn emit_list(list: &[GroupStats], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        for g in list {
+            let start = out.len();
+            out.put_u16(0);
+            out.put_zeros(2);
+            out.put_u32(g.group_id);
+            out.put_u32(g.ref_count);
+            out.put_zeros(4);
+            out.put_u64(g.packet_count);
+            out.put_u64(g.byte_count);
+            out.put_u32(g.duration_sec);
+            out.put_u32(g.duration_nsec);
+            for b in &g.bucket_stats {
+                out.put_u64(b.packet_count);
+                out.put_u64(b.byte_count);
+            }
+            patch_len(out, start, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// `struct ofp_group_desc` (8 bytes plus the buckets).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupDesc {
+    /// `OFPGT_*`.
+    pub group_type: u8,
+    /// Group id.
+    pub group_id: u32,
+    /// Buckets, in order.
+    pub buckets: Vec<Bucket>,
+}
+
+impl GroupDesc {
+    fn parse_list(r: &mut Reader<'_>) -> Result<Vec<GroupDesc>, DecodeError> {
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let mut g = record(r, 0, 8, 8, "group desc length")?;
+            g.skip(2)?;
+            let group_type = g.u8()?;
+            g.skip(1)?;
+            let group_id = g.u32()?;
+            let buckets = parse_buckets(&mut g, DecodeError::bad_len("bucket length"))?;
+            out.push(GroupDesc {
+                group_type,
+                group_id,
+                buckets,
+            });
+        }
+        Ok(out)
+    }
+
+    fn emit_list(list: &[GroupDesc], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        for g in list {
+            let start = out.len();
+            out.put_u16(0);
+            out.put_u8(g.group_type);
+            out.put_zeros(1);
+            out.put_u32(g.group_id);
+            emit_buckets(&g.buckets, out)?;
+            patch_len(out, start, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// `struct ofp_group_features`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct GroupFeatures {
+    /// Bitmap of `OFPGT_*` values supported.
+    pub types: u32,
+    /// Bitmap of `OFPGFC_*` capabilities.
+    pub capabilities: u32,
+    /// Maximum number of groups, per type (index = `OFPGT_*`).
+    pub max_groups: [u32; 4],
+    /// Bitmaps of `OFPAT_*` supported, per type.
+    pub actions: [u32; 4],
+}
+
+impl GroupFeatures {
+    fn parse(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let types = r.u32()?;
+        let capabilities = r.u32()?;
+        let mut max_groups = [0; 4];
+        for m in &mut max_groups {
+            *m = r.u32()?;
+        }
+        let mut actions = [0; 4];
+        for a in &mut actions {
+            *a = r.u32()?;
+        }
+        Ok(GroupFeatures {
+            types,
+            capabilities,
+            max_groups,
+            actions,
+        })
+    }
+
+    fn emit(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.types);
+        out.put_u32(self.capabilities);
+        self.max_groups.iter().for_each(|m| out.put_u32(*m));
+        self.actions.iter().for_each(|a| out.put_u32(*a));
+    }
+}
+
+/// `struct ofp_meter_band_stats`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MeterBandStats {
+    /// Packets in the band.
+    pub packet_band_count: u64,
+    /// Bytes in the band.
+    pub byte_band_count: u64,
+}
+
+/// `struct ofp_meter_stats` (40 bytes plus 16 per band).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct MeterStats {
+    /// Meter id.
+    pub meter_id: u32,
+    /// Flows bound to the meter.
+    pub flow_count: u32,
+    /// Packets in input.
+    pub packet_in_count: u64,
+    /// Bytes in input.
+    pub byte_in_count: u64,
+    /// Age, seconds.
+    pub duration_sec: u32,
+    /// Age, nanoseconds beyond `duration_sec`.
+    pub duration_nsec: u32,
+    /// One entry per band, in band order.
+    pub band_stats: Vec<MeterBandStats>,
+}
+
+impl MeterStats {
+    /// Wire size of the fixed part.
+    const LEN: usize = 40;
+
+    fn parse_list(r: &mut Reader<'_>) -> Result<Vec<MeterStats>, DecodeError> {
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            // The length field follows the 4-byte meter id.
+            let mut m = record(r, 4, Self::LEN, 16, "meter stats length")?;
+            let meter_id = m.u32()?;
+            m.skip(8)?;
+            let flow_count = m.u32()?;
+            let packet_in_count = m.u64()?;
+            let byte_in_count = m.u64()?;
+            let duration_sec = m.u32()?;
+            let duration_nsec = m.u32()?;
+            let mut band_stats = Vec::with_capacity(m.remaining() / 16);
+            while !m.is_empty() {
+                band_stats.push(MeterBandStats {
+                    packet_band_count: m.u64()?,
+                    byte_band_count: m.u64()?,
+                });
+            }
+            out.push(MeterStats {
+                meter_id,
+                flow_count,
+                packet_in_count,
+                byte_in_count,
+                duration_sec,
+                duration_nsec,
+                band_stats,
+            });
+        }
+        Ok(out)
+    }
+
+    fn emit_list(list: &[MeterStats], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        for m in list {
+            let start = out.len();
+            out.put_u32(m.meter_id);
+            out.put_u16(0);
+            out.put_zeros(6);
+            out.put_u32(m.flow_count);
+            out.put_u64(m.packet_in_count);
+            out.put_u64(m.byte_in_count);
+            out.put_u32(m.duration_sec);
+            out.put_u32(m.duration_nsec);
+            for b in &m.band_stats {
+                out.put_u64(b.packet_band_count);
+                out.put_u64(b.byte_band_count);
+            }
+            patch_len(out, start, 4)?;
+        }
+        Ok(())
+    }
+}
+
+/// `struct ofp_meter_config` (8 bytes plus the bands).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MeterConfig {
+    /// `OFPMF_*` bits.
+    pub flags: u16,
+    /// Meter id.
+    pub meter_id: u32,
+    /// Bands, in order.
+    pub bands: Vec<MeterBand>,
+}
+
+impl MeterConfig {
+    fn parse_list(r: &mut Reader<'_>) -> Result<Vec<MeterConfig>, DecodeError> {
+        let mut out = Vec::new();
+        while !r.is_empty() {
+            let mut m = record(r, 0, 8, 8, "meter config length")?;
+            m.skip(2)?;
+            let flags = m.u16()?;
+            let meter_id = m.u32()?;
+            out.push(MeterConfig {
+                flags,
+                meter_id,
+                bands: parse_bands(&mut m)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn emit_list(list: &[MeterConfig], out: &mut Vec<u8>) -> Result<(), EncodeError> {
+        for m in list {
+            let start = out.len();
+            out.put_u16(0);
+            out.put_u16(m.flags);
+            out.put_u32(m.meter_id);
+            emit_bands(&m.bands, out);
+            patch_len(out, start, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// `struct ofp_meter_features`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct MeterFeatures {
+    /// Maximum number of meters.
+    pub max_meter: u32,
+    /// Bitmap of `OFPMBT_*` values supported (bit `1 << type`).
+    pub band_types: u32,
+    /// Bitmap of `OFPMF_*` flags supported.
+    pub capabilities: u32,
+    /// Maximum bands per meter.
+    pub max_bands: u8,
+    /// Maximum colour value.
+    pub max_color: u8,
+}
+
+impl MeterFeatures {
+    fn parse(r: &mut Reader<'_>) -> Result<Self, DecodeError> {
+        let f = MeterFeatures {
+            max_meter: r.u32()?,
+            band_types: r.u32()?,
+            capabilities: r.u32()?,
+            max_bands: r.u8()?,
+            max_color: r.u8()?,
+        };
+        r.skip(2)?;
+        Ok(f)
+    }
+
+    fn emit(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.max_meter);
+        out.put_u32(self.band_types);
+        out.put_u32(self.capabilities);
+        out.put_u8(self.max_bands);
+        out.put_u8(self.max_color);
+        out.put_zeros(2);
     }
 }

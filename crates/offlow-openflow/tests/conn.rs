@@ -2,7 +2,7 @@
 //! (bytes built with the codec) against a recording test switch.
 
 use offlow_flow::{Field, Match};
-use offlow_openflow::multipart::{mp_type, MultipartReplyBody as RB, MultipartRequestBody as QB};
+use offlow_openflow::multipart::{MultipartReplyBody as RB, MultipartRequestBody as QB};
 use offlow_openflow::*;
 use proptest::prelude::*;
 
@@ -103,9 +103,13 @@ impl Switch for TestSwitch {
             QB::Queue { .. } => RB::Queue(vec![]),
             QB::TableFeatures(_) => RB::TableFeatures(vec![]),
             QB::PortDesc => RB::PortDesc(vec![Port::default()]),
-            QB::Experimenter(_) | QB::Raw { .. } => {
-                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
-            }
+            QB::Experimenter(_)
+            | QB::GroupStats(_)
+            | QB::GroupDesc
+            | QB::GroupFeatures
+            | QB::MeterStats(_)
+            | QB::MeterConfig(_)
+            | QB::MeterFeatures => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
         })
     }
 
@@ -866,14 +870,7 @@ fn multipart_desc_and_unsupported() {
     };
     assert_eq!(d.mfr_desc.to_string_lossy(), "offlow");
     // Group stats: the switch has no groups.
-    let out = b.ask(
-        &mut c,
-        31,
-        req(QB::Raw {
-            mp_type: mp_type::GROUP_DESC,
-            body: vec![],
-        }),
-    );
+    let out = b.ask(&mut c, 31, req(QB::GroupDesc));
     assert_eq!(
         error_of(&out[0]).0,
         OfError::BadRequest(BadRequestCode::BadMultipart)
@@ -1004,7 +1001,12 @@ fn roles_master_slave_generation() {
             group_id: 1,
             buckets: vec![],
         }),
-        Body::MeterMod(vec![0; 8]),
+        Body::MeterMod(MeterMod {
+            command: 0,
+            flags: 0,
+            meter_id: 0,
+            bands: vec![],
+        }),
     ] {
         let out = b.ask(&mut a, 6, body);
         assert_eq!(
@@ -1230,6 +1232,36 @@ fn packet_out_buffers() {
 
 // ---------- group / meter / port / table mods ----------
 
+/// A METER_MOD with a band type the codec does not know is answered
+/// OFPMMFC_BAD_BAND, echoing the request.
+#[test]
+fn meter_mod_bad_band_answered() {
+    let mut b = Bench::new();
+    let mut c = b.established();
+    let mut bytes = enc(
+        9,
+        Body::MeterMod(MeterMod {
+            command: 0,
+            flags: 1,
+            meter_id: 1,
+            bands: vec![MeterBand {
+                kind: MeterBandKind::Drop,
+                rate: 10,
+                burst_size: 0,
+            }],
+        }),
+    );
+    bytes[16..18].copy_from_slice(&3u16.to_be_bytes()); // band type 3
+    b.feed(&mut c, &bytes);
+    let out = drain(&mut c);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].xid, 9);
+    assert_eq!(
+        error_of(&out[0]),
+        (OfError::MeterModFailed(MeterModFailedCode::BadBand), bytes)
+    );
+}
+
 #[test]
 fn unsupported_mods() {
     let mut b = Bench::new();
@@ -1253,9 +1285,12 @@ fn unsupported_mods() {
     );
     assert!(b.ask(&mut c, 3, g(2)).is_empty());
     let m = |command: u16| {
-        let mut v = vec![0u8; 8];
-        v[..2].copy_from_slice(&command.to_be_bytes());
-        Body::MeterMod(v)
+        Body::MeterMod(MeterMod {
+            command,
+            flags: 1,
+            meter_id: 1,
+            bands: vec![],
+        })
     };
     assert_eq!(
         err(b.ask(&mut c, 4, m(0))),

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use offlow_flow::Field;
-use offlow_openflow::multipart::{mp_type, MultipartReplyBody as RB, MultipartRequestBody as QB};
+use offlow_openflow::multipart::{MultipartReplyBody as RB, MultipartRequestBody as QB};
 use offlow_openflow::oxm::oxm_maskable;
 use offlow_openflow::*;
 use offlow_testkit::{tcp_flags, Checksum, FrameBuilder};
@@ -318,8 +318,108 @@ fn arb_experimenter() -> BoxedStrategy<Experimenter> {
         .boxed()
 }
 
-fn raw_mp_type() -> BoxedStrategy<u16> {
-    (mp_type::GROUP..=mp_type::METER_FEATURES).boxed()
+/// Any meter band (every kind is 16 bytes on the wire).
+pub(crate) fn arb_band() -> BoxedStrategy<MeterBand> {
+    let kind = prop_oneof![
+        Just(MeterBandKind::Drop),
+        any::<u8>().prop_map(|prec_level| MeterBandKind::DscpRemark { prec_level }),
+        any::<u32>().prop_map(|experimenter| MeterBandKind::Experimenter { experimenter }),
+    ];
+    (kind, any::<u32>(), any::<u32>())
+        .prop_map(|(kind, rate, burst_size)| MeterBand {
+            kind,
+            rate,
+            burst_size,
+        })
+        .boxed()
+}
+
+pub(crate) fn arb_meter_mod() -> BoxedStrategy<MeterMod> {
+    (any::<(u16, u16, u32)>(), vec(arb_band(), 0..4))
+        .prop_map(|((command, flags, meter_id), bands)| MeterMod {
+            command,
+            flags,
+            meter_id,
+            bands,
+        })
+        .boxed()
+}
+
+fn arb_bucket() -> BoxedStrategy<Bucket> {
+    (any::<(u16, u32, u32)>(), arb_actions())
+        .prop_map(|((weight, watch_port, watch_group), actions)| Bucket {
+            weight,
+            watch_port,
+            watch_group,
+            actions,
+        })
+        .boxed()
+}
+
+pub(crate) fn arb_group_stats() -> BoxedStrategy<GroupStats> {
+    (
+        any::<(u32, u32, u64, u64, u32, u32)>(),
+        vec(any::<(u64, u64)>(), 0..4),
+    )
+        .prop_map(|((group_id, ref_count, pc, bc, ds, dn), b)| GroupStats {
+            group_id,
+            ref_count,
+            packet_count: pc,
+            byte_count: bc,
+            duration_sec: ds,
+            duration_nsec: dn,
+            bucket_stats: b
+                .into_iter()
+                .map(|(packet_count, byte_count)| BucketCounter {
+                    packet_count,
+                    byte_count,
+                })
+                .collect(),
+        })
+        .boxed()
+}
+
+pub(crate) fn arb_group_desc() -> BoxedStrategy<GroupDesc> {
+    (any::<(u8, u32)>(), vec(arb_bucket(), 0..3))
+        .prop_map(|((group_type, group_id), buckets)| GroupDesc {
+            group_type,
+            group_id,
+            buckets,
+        })
+        .boxed()
+}
+
+pub(crate) fn arb_meter_stats() -> BoxedStrategy<MeterStats> {
+    (
+        any::<(u32, u32, u64, u64, u32, u32)>(),
+        vec(any::<(u64, u64)>(), 0..4),
+    )
+        .prop_map(|((meter_id, flow_count, pc, bc, ds, dn), b)| MeterStats {
+            meter_id,
+            flow_count,
+            packet_in_count: pc,
+            byte_in_count: bc,
+            duration_sec: ds,
+            duration_nsec: dn,
+            band_stats: b
+                .into_iter()
+                .map(|(packet_band_count, byte_band_count)| MeterBandStats {
+                    packet_band_count,
+                    byte_band_count,
+                })
+                .collect(),
+        })
+        .boxed()
+}
+
+pub(crate) fn arb_meter_config() -> BoxedStrategy<MeterConfig> {
+    (any::<(u16, u32)>(), vec(arb_band(), 0..4))
+        .prop_map(|((flags, meter_id), bands)| MeterConfig {
+            flags,
+            meter_id,
+            bands,
+        })
+        .boxed()
 }
 
 fn arb_mp_request() -> BoxedStrategy<MultipartRequest> {
@@ -333,7 +433,12 @@ fn arb_mp_request() -> BoxedStrategy<MultipartRequest> {
         arb_table_features().prop_map(QB::TableFeatures),
         Just(QB::PortDesc),
         arb_experimenter().prop_map(QB::Experimenter),
-        (raw_mp_type(), bytes(24)).prop_map(|(mp_type, body)| QB::Raw { mp_type, body }),
+        any::<u32>().prop_map(QB::GroupStats),
+        Just(QB::GroupDesc),
+        Just(QB::GroupFeatures),
+        any::<u32>().prop_map(QB::MeterStats),
+        any::<u32>().prop_map(QB::MeterConfig),
+        Just(QB::MeterFeatures),
     ];
     (any::<u16>(), body)
         .prop_map(|(flags, body)| MultipartRequest { flags, body })
@@ -443,7 +548,29 @@ fn arb_mp_reply() -> BoxedStrategy<MultipartReply> {
         arb_table_features().prop_map(RB::TableFeatures),
         vec(arb_port(), 0..3).prop_map(RB::PortDesc),
         arb_experimenter().prop_map(RB::Experimenter),
-        (raw_mp_type(), bytes(24)).prop_map(|(mp_type, body)| RB::Raw { mp_type, body }),
+        vec(arb_group_stats(), 0..3).prop_map(RB::GroupStats),
+        vec(arb_group_desc(), 0..3).prop_map(RB::GroupDesc),
+        (any::<(u32, u32)>(), any::<[u32; 4]>(), any::<[u32; 4]>()).prop_map(
+            |((types, capabilities), max_groups, actions)| RB::GroupFeatures(GroupFeatures {
+                types,
+                capabilities,
+                max_groups,
+                actions,
+            })
+        ),
+        vec(arb_meter_stats(), 0..3).prop_map(RB::MeterStats),
+        vec(arb_meter_config(), 0..3).prop_map(RB::MeterConfig),
+        any::<(u32, u32, u32, u8, u8)>().prop_map(
+            |(max_meter, band_types, capabilities, max_bands, max_color)| {
+                RB::MeterFeatures(MeterFeatures {
+                    max_meter,
+                    band_types,
+                    capabilities,
+                    max_bands,
+                    max_color,
+                })
+            }
+        ),
     ];
     (any::<u16>(), body)
         .prop_map(|(flags, body)| MultipartReply { flags, body })
@@ -654,9 +781,7 @@ pub(crate) fn arb_body() -> BoxedStrategy<Body> {
         Just(Body::GetAsyncRequest),
         arb_async().prop_map(Body::GetAsyncReply),
         arb_async().prop_map(Body::SetAsync),
-        (8usize..40)
-            .prop_flat_map(|n| vec(any::<u8>(), n))
-            .prop_map(Body::MeterMod),
+        arb_meter_mod().prop_map(Body::MeterMod),
     ]
     .boxed()
 }
@@ -729,7 +854,6 @@ fn sample_port(no: u32) -> Port {
 
 /// One sample per message kind: (file stem, message).
 pub(crate) fn samples() -> Vec<(&'static str, Message)> {
-    use multipart::mp_type;
     let flow_req = FlowStatsRequest {
         table_id: 0xff,
         out_port: 0xffff_ffff,
@@ -795,18 +919,22 @@ pub(crate) fn samples() -> Vec<(&'static str, Message)> {
             },
         ],
     }];
-    let features_reply = {
-        // struct ofp_group_features: types, capabilities, max_groups[4], actions[4].
-        let mut b = Vec::new();
-        for w in [0xfu32, 0x7, 16, 16, 16, 16, 1, 1, 1, 1] {
-            b.extend_from_slice(&w.to_be_bytes());
-        }
-        b
+    let features_reply = GroupFeatures {
+        types: 0xf,
+        capabilities: 0x7,
+        max_groups: [16; 4],
+        actions: [1; 4],
     };
-    let meter_mod = vec![
-        0, 0, 0, 1, 0, 0, 0, 1, // ADD, KBPS, meter 1
-        0, 1, 0, 16, 0, 0, 0x03, 0xe8, 0, 0, 0, 0, 0, 0, 0, 0, // drop band 1000 kbps
-    ];
+    let meter_mod = MeterMod {
+        command: 0,
+        flags: 1,
+        meter_id: 1,
+        bands: vec![MeterBand {
+            kind: MeterBandKind::Drop,
+            rate: 1000,
+            burst_size: 0,
+        }],
+    };
     let list: Vec<(&'static str, Body)> = vec![
         ("hello", Body::Hello(Hello::of13())),
         (
@@ -992,10 +1120,7 @@ pub(crate) fn samples() -> Vec<(&'static str, Message)> {
         ),
         (
             "mp_group_desc_request",
-            mp_req(MultipartRequestBody::Raw {
-                mp_type: mp_type::GROUP_DESC,
-                body: vec![],
-            }),
+            mp_req(MultipartRequestBody::GroupDesc),
         ),
         (
             "mp_desc_reply",
@@ -1072,10 +1197,7 @@ pub(crate) fn samples() -> Vec<(&'static str, Message)> {
         ),
         (
             "mp_group_features_reply",
-            mp_rep(MultipartReplyBody::Raw {
-                mp_type: mp_type::GROUP_FEATURES,
-                body: features_reply,
-            }),
+            mp_rep(MultipartReplyBody::GroupFeatures(features_reply)),
         ),
         ("barrier_request", Body::BarrierRequest),
         ("barrier_reply", Body::BarrierReply),
@@ -1124,6 +1246,118 @@ pub(crate) fn samples() -> Vec<(&'static str, Message)> {
             }),
         ),
         ("meter_mod", Body::MeterMod(meter_mod)),
+        (
+            "mp_group_request",
+            mp_req(MultipartRequestBody::GroupStats(1)),
+        ),
+        (
+            "mp_group_reply",
+            mp_rep(MultipartReplyBody::GroupStats(vec![GroupStats {
+                group_id: 1,
+                ref_count: 2,
+                packet_count: 30,
+                byte_count: 4000,
+                duration_sec: 5,
+                duration_nsec: 6,
+                bucket_stats: vec![
+                    BucketCounter {
+                        packet_count: 10,
+                        byte_count: 1000,
+                    },
+                    BucketCounter {
+                        packet_count: 20,
+                        byte_count: 3000,
+                    },
+                ],
+            }])),
+        ),
+        (
+            "mp_group_desc_reply",
+            mp_rep(MultipartReplyBody::GroupDesc(vec![GroupDesc {
+                group_type: 1, // OFPGT_SELECT
+                group_id: 1,
+                buckets: vec![
+                    Bucket {
+                        weight: 1,
+                        watch_port: 0xffff_ffff,
+                        watch_group: 0xffff_ffff,
+                        actions: vec![Action::Output {
+                            port: 1,
+                            max_len: 0,
+                        }],
+                    },
+                    Bucket {
+                        weight: 2,
+                        watch_port: 0xffff_ffff,
+                        watch_group: 0xffff_ffff,
+                        actions: vec![Action::Output {
+                            port: 2,
+                            max_len: 0,
+                        }],
+                    },
+                ],
+            }])),
+        ),
+        (
+            "mp_group_features_request",
+            mp_req(MultipartRequestBody::GroupFeatures),
+        ),
+        (
+            "mp_meter_request",
+            mp_req(MultipartRequestBody::MeterStats(1)),
+        ),
+        (
+            "mp_meter_reply",
+            mp_rep(MultipartReplyBody::MeterStats(vec![MeterStats {
+                meter_id: 1,
+                flow_count: 1,
+                packet_in_count: 30,
+                byte_in_count: 4000,
+                duration_sec: 5,
+                duration_nsec: 6,
+                band_stats: vec![MeterBandStats {
+                    packet_band_count: 3,
+                    byte_band_count: 400,
+                }],
+            }])),
+        ),
+        (
+            "mp_meter_config_request",
+            mp_req(MultipartRequestBody::MeterConfig(0xffff_ffff)),
+        ),
+        (
+            "mp_meter_config_reply",
+            mp_rep(MultipartReplyBody::MeterConfig(vec![MeterConfig {
+                flags: 0b1101, // KBPS | BURST | STATS
+                meter_id: 1,
+                bands: vec![
+                    MeterBand {
+                        kind: MeterBandKind::DscpRemark { prec_level: 1 },
+                        rate: 1000,
+                        burst_size: 100,
+                    },
+                    MeterBand {
+                        kind: MeterBandKind::Drop,
+                        rate: 2000,
+                        burst_size: 200,
+                    },
+                ],
+            }])),
+        ),
+        (
+            "mp_meter_features_request",
+            mp_req(MultipartRequestBody::MeterFeatures),
+        ),
+        (
+            "mp_meter_features_reply",
+            mp_rep(MultipartReplyBody::MeterFeatures(MeterFeatures {
+                max_meter: 1024,
+                band_types: 0b110, // 1 << DROP | 1 << DSCP_REMARK
+                capabilities: 0xf,
+                max_bands: 8,
+                max_color: 0,
+            })),
+        ),
     ];
     list.into_iter()
         .enumerate()

@@ -287,10 +287,14 @@ impl DatapathSwitch {
                 MultipartReplyBody::PortDesc(self.ports.iter().map(SwitchPort::desc).collect())
             }
             R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
-            // Groups and meters (raw bodies) and experimenter requests.
-            R::Raw { .. } | R::Experimenter(_) => {
-                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
-            }
+            // Groups and meters (not yet wired) and experimenter requests.
+            R::GroupStats(_)
+            | R::GroupDesc
+            | R::GroupFeatures
+            | R::MeterStats(_)
+            | R::MeterConfig(_)
+            | R::MeterFeatures
+            | R::Experimenter(_) => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
         })
     }
 }
