@@ -94,8 +94,9 @@ mod stats;
 
 pub use port::{SwitchPort, OFPPC_SETTABLE};
 
-/// `OFPC_FLOW_STATS | OFPC_TABLE_STATS | OFPC_PORT_STATS` (§7.3.1).
-pub const CAPABILITIES: u32 = 1 | 2 | 4;
+/// `OFPC_FLOW_STATS | OFPC_TABLE_STATS | OFPC_PORT_STATS |
+/// OFPC_GROUP_STATS` (§7.3.1).
+pub const CAPABILITIES: u32 = 1 | 2 | 4 | 8;
 
 /// What packet-outs did with their frames.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -1,18 +1,19 @@
 //! Statistics and descriptions: the multipart replies of
 //! [`DatapathSwitch`] (DESC, FLOW, AGGREGATE, TABLE, TABLE_FEATURES,
-//! PORT_DESC, PORT_STATS, QUEUE) and the filters they use.
+//! PORT_DESC, PORT_STATS, QUEUE, GROUP, GROUP_DESC, GROUP_FEATURES) and
+//! the filters they use.
 //!
 //! Counter-reading replies sync the workers' counters first, unless the
 //! connection's [`offlow_openflow::Need::Counters`] ticket just did.
 
 use offlow_flow::Field;
 use offlow_openflow::multipart::{
-    Desc, FlowStats, FlowStatsRequest, MultipartReplyBody, MultipartRequestBody, TableFeatureProp,
-    TableFeatures, TableStats,
+    BucketCounter, Desc, FlowStats, FlowStatsRequest, GroupDesc, GroupFeatures, GroupStats,
+    MultipartReplyBody, MultipartRequestBody, TableFeatureProp, TableFeatures, TableStats,
 };
 use offlow_openflow::oxm;
 use offlow_openflow::{
-    BadRequestCode, FixedStr, Instruction, OfError, OxmMatch, TableFeaturesFailedCode,
+    BadRequestCode, Bucket, FixedStr, Instruction, OfError, OxmMatch, TableFeaturesFailedCode,
 };
 use offlow_pipeline::{FlowFilter, FlowMatch, PortNo, TABLE_ALL};
 
@@ -287,14 +288,82 @@ impl DatapathSwitch {
                 MultipartReplyBody::PortDesc(self.ports.iter().map(SwitchPort::desc).collect())
             }
             R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
-            // Groups and meters (not yet wired) and experimenter requests.
-            R::GroupStats(_)
-            | R::GroupDesc
-            | R::GroupFeatures
-            | R::MeterStats(_)
-            | R::MeterConfig(_)
-            | R::MeterFeatures
-            | R::Experimenter(_) => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
+            R::GroupStats(_) | R::GroupDesc | R::GroupFeatures => self.group_reply(req)?,
+            // Meters (not yet wired) and experimenter requests.
+            R::MeterStats(_) | R::MeterConfig(_) | R::MeterFeatures | R::Experimenter(_) => {
+                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
+            }
         })
+    }
+
+    /// GROUP (one group, or every one for `OFPG_ALL`), GROUP_DESC and
+    /// GROUP_FEATURES (§7.3.5.9–11). Group counters are the executor's
+    /// atomics, current at any time; durations use the clock the groups
+    /// were stamped with at GROUP_MOD.
+    fn group_reply(&mut self, req: &MultipartRequestBody) -> Result<MultipartReplyBody, OfError> {
+        use offlow_pipeline::group::{GROUP_ALL, MAX_GROUPS};
+        let now = self.clock_ns();
+        let pipeline = self.control.pipeline();
+        let groups = pipeline.groups();
+        Ok(match req {
+            MultipartRequestBody::GroupStats(id) => MultipartReplyBody::GroupStats(
+                groups
+                    .iter()
+                    .filter(|g| *id == GROUP_ALL || g.id == *id)
+                    .map(|g| {
+                        let (packet_count, byte_count) = g.counters.get();
+                        let age = now.saturating_sub(g.installed_at_ns);
+                        GroupStats {
+                            group_id: g.id,
+                            ref_count: pipeline.group_ref_count(g.id),
+                            packet_count,
+                            byte_count,
+                            duration_sec: (age / 1_000_000_000).min(u64::from(u32::MAX)) as u32,
+                            duration_nsec: (age % 1_000_000_000) as u32,
+                            bucket_stats: g
+                                .counters
+                                .buckets()
+                                .into_iter()
+                                .map(|(packet_count, byte_count)| BucketCounter {
+                                    packet_count,
+                                    byte_count,
+                                })
+                                .collect(),
+                        }
+                    })
+                    .collect(),
+            ),
+            MultipartRequestBody::GroupDesc => MultipartReplyBody::GroupDesc(
+                groups
+                    .iter()
+                    .map(|g| GroupDesc {
+                        group_type: g.kind.to_wire(),
+                        group_id: g.id,
+                        buckets: g.buckets.iter().map(Bucket::from).collect(),
+                    })
+                    .collect(),
+            ),
+            _ => MultipartReplyBody::GroupFeatures(group_features(MAX_GROUPS)),
+        })
+    }
+}
+
+/// What the group table supports (§7.3.5.11): every type; select weights
+/// and liveness, chaining with loop checks; every action the executor
+/// runs, in every type.
+fn group_features(max_groups: usize) -> GroupFeatures {
+    // OFPAT_* numbers of the actions buckets may hold.
+    const ACTIONS: [u32; 16] = [
+        0, 11, 12, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27,
+    ];
+    let actions = ACTIONS.iter().fold(0u32, |m, a| m | 1 << a);
+    let max = u32::try_from(max_groups).unwrap_or(u32::MAX);
+    GroupFeatures {
+        // OFPGT_ALL, SELECT, INDIRECT, FF.
+        types: 0b1111,
+        // OFPGFC_SELECT_WEIGHT | SELECT_LIVENESS | CHAINING | CHAINING_CHECKS.
+        capabilities: 0b1111,
+        max_groups: [max; 4],
+        actions: [actions; 4],
     }
 }
