@@ -533,8 +533,9 @@ where
 }
 
 /// One group action's execution (§5.6.1): each bucket the group takes
-/// runs its actions on its own copy of the packet as it stands at the
-/// group action; nothing a bucket does is seen by the actions after it.
+/// runs its action set ([`offlow_pipeline::group::Group::run`]) on its own
+/// copy of the packet as it stands at the group action; nothing a bucket
+/// does is seen by the actions after it.
 struct GroupRun<'t> {
     table: &'t GroupTable,
     flow_hash: u64,
@@ -579,7 +580,9 @@ impl GroupRun<'_> {
         };
         for b in first..end {
             group.counters.add_bucket(b, bytes);
-            let actions = &group.buckets[b].actions;
+            let Some(actions) = group.run.get(b) else {
+                continue;
+            };
             let prepared = Prepared {
                 actions,
                 last_write: last_frame_write(actions),

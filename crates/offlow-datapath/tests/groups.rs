@@ -304,7 +304,8 @@ fn flows_naming_a_missing_group_are_refused() {
 // The executor against a reference expansion.
 
 /// The reference: a group action is replaced by each bucket it takes,
-/// run as its own plain list on a fresh copy of the packet as it stood;
+/// its action set run as its own plain list on a fresh copy of the
+/// packet as it stood;
 /// the list's remaining actions go on with the packet itself.
 fn reference(
     table: &GroupTable,
@@ -323,7 +324,14 @@ fn reference(
                 let mut picked = Vec::new();
                 table.buckets_for(g, hash, &|p| table.port_live(p), &mut picked);
                 for b in picked {
-                    reference(table, &g.buckets[b].actions, buf.frame(), hash, sent);
+                    // A bucket's actions are an action set (§5.6.1).
+                    let mut set = ActionSet::new();
+                    for a in &g.buckets[b].actions {
+                        set.write(*a);
+                    }
+                    let mut ordered = Vec::new();
+                    set.drain_ordered_into(&mut ordered);
+                    reference(table, &ordered, buf.frame(), hash, sent);
                 }
             }
             plain => {

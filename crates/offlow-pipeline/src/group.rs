@@ -37,7 +37,7 @@ use std::sync::Arc;
 
 use offlow_openflow::GroupModFailedCode;
 
-use crate::action::Action;
+use crate::action::{Action, ActionSet};
 
 /// `OFPG_MAX`: the largest group id a controller may use.
 pub const GROUP_MAX: u32 = 0xffff_ff00;
@@ -188,8 +188,14 @@ pub struct Group {
     pub id: u32,
     /// Its type.
     pub kind: GroupType,
-    /// Its buckets, in order.
+    /// Its buckets, in order, as the controller sent them (GROUP_DESC).
     pub buckets: Vec<Bucket>,
+    /// What each bucket executes: its actions taken as an action set
+    /// (OpenFlow 1.3.5 §5.6.1 and `struct ofp_bucket`: "The action list is
+    /// an action set"), so in §5.10 order, one action per type, an output
+    /// dropped when the bucket also holds a group. Open vSwitch executes
+    /// buckets the same way.
+    pub run: Box<[Box<[Action]>]>,
     /// When it was added or last modified (caller's clock, ns).
     pub installed_at_ns: u64,
     /// Its counters.
@@ -443,9 +449,23 @@ impl GroupTable {
         if depth > MAX_CHAIN {
             return Err(fail(id, C::ChainingUnsupported, "group chain too deep"));
         }
+        let run = gm
+            .buckets
+            .iter()
+            .map(|b| {
+                let mut set = ActionSet::new();
+                for a in &b.actions {
+                    set.write(*a);
+                }
+                let mut ordered = Vec::with_capacity(set.len());
+                set.drain_ordered_into(&mut ordered);
+                ordered.into_boxed_slice()
+            })
+            .collect();
         Ok(GroupOp::Put(Arc::new(Group {
             id,
             kind,
+            run,
             buckets: gm.buckets.clone(),
             installed_at_ns: now_ns,
             counters: GroupCounters::new(gm.buckets.len()),

@@ -54,12 +54,14 @@ use offlow_flow::{Field, Match};
 
 mod actions;
 mod format;
+mod group;
 
 pub use actions::parse_actions;
 pub use format::{
     canonical, format_action, format_actions, format_instructions, format_match, format_port,
     format_value,
 };
+pub use group::{parse_group, parse_group_file};
 
 /// `OFPVID_PRESENT`: set in `vlan_vid` when a tag is present.
 const VID_PRESENT: u128 = 0x1000;

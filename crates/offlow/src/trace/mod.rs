@@ -59,6 +59,10 @@ pub(crate) struct TraceArgs {
     /// `ovs-ofctl add-flows`; `#` comments).
     #[arg(long, value_name = "FILE", conflicts_with = "switch")]
     pub flows: Option<PathBuf>,
+    /// Groups from an ovs-ofctl group file (one group per line, as
+    /// `ovs-ofctl add-groups`; `#` comments), installed before the flows.
+    #[arg(long, value_name = "FILE", requires = "flows")]
+    pub groups: Option<PathBuf>,
     /// Rules from a running switch, fetched over OpenFlow 1.3.
     #[arg(long, value_name = "tcp:HOST:PORT")]
     pub switch: Option<String>,
@@ -228,7 +232,7 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
     };
     let (pipeline, source, flow_stats_replies, ports) = match (&args.flows, &args.switch) {
         (Some(path), None) => (
-            load_file(path, args.table_count)?,
+            load_file(path, args.groups.as_deref(), args.table_count)?,
             path.display().to_string(),
             None,
             plain_ports(&args.ports),
@@ -555,8 +559,13 @@ impl OutputSink for TraceSink {
     }
 }
 
-/// Install the flows of an ovs-ofctl flow file.
-fn load_file(path: &std::path::Path, table_count: Option<u16>) -> anyhow::Result<Pipeline> {
+/// Install the groups of an ovs-ofctl group file (if any), then the flows
+/// of an ovs-ofctl flow file.
+fn load_file(
+    path: &std::path::Path,
+    groups: Option<&std::path::Path>,
+    table_count: Option<u16>,
+) -> anyhow::Result<Pipeline> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).with_context(|| format!("read {name}"))?;
     let specs = parse_flow_file(&text, &name)?;
@@ -576,6 +585,19 @@ fn load_file(path: &std::path::Path, table_count: Option<u16>) -> anyhow::Result
     };
     check_tables(n)?;
     let mut p = Pipeline::new(n);
+    if let Some(gpath) = groups {
+        let gname = gpath.display().to_string();
+        let text = std::fs::read_to_string(gpath).with_context(|| format!("read {gname}"))?;
+        for (line, g) in ofctl::parse_group_file(&text, &gname)? {
+            let gm = g
+                .to_pipeline()
+                .map_err(|e| anyhow!("{gname}:{line}: refused: {e:?}"))?;
+            let (op, _) = p
+                .prepare_group_mod(&gm, 0)
+                .map_err(|e| anyhow!("{gname}:{line}: refused by the group table: {e}"))?;
+            p.apply(&op);
+        }
+    }
     for (line, spec) in &specs {
         let fm = spec
             .to_wire()
