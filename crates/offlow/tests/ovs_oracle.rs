@@ -182,11 +182,8 @@ fn random_groups(r: &mut Rng) -> (String, u64) {
         let _ = write!(out, "group_id={id},type={kind}");
         for _ in 0..n_buckets {
             out.push_str(",bucket=");
-            match kind {
-                "ff" => {
-                    let _ = write!(out, "watch_port:{},", 1 + r.below(u64::from(PORTS)));
-                }
-                _ => {}
+            if kind == "ff" {
+                let _ = write!(out, "watch_port:{},", 1 + r.below(u64::from(PORTS)));
             }
             let mut acts = random_actions(r, &pre, true);
             if id < n && r.chance(25) {
