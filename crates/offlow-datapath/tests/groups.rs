@@ -449,3 +449,67 @@ proptest! {
         prop_assert_eq!(sink.sent, expected);
     }
 }
+
+/// os-ken's select cases: one TCP/IPv4 template (addresses and ports
+/// zero), only the Ethernet addresses random per packet (a destination
+/// may be multicast), matched on in_port alone: the flows must spread
+/// over both buckets, and every packet must come out of one.
+#[test]
+fn select_spreads_flows_that_differ_only_in_their_ethernet_addresses() {
+    let mut control = Control::new(Pipeline::new(1));
+    add_group(
+        &mut control,
+        SELECT,
+        1,
+        vec![
+            bucket(1, WATCH_PORT_ANY, vec![out(2)]),
+            bucket(1, WATCH_PORT_ANY, vec![out(3)]),
+        ],
+    );
+    let mut m = offlow_flow::Match::ANY;
+    m.set_exact(Field::InPort, u128::from(IN_PORT));
+    control
+        .flow_mod(
+            &FlowMod::add(
+                0,
+                10,
+                m,
+                vec![Instruction::ApplyActions(vec![Action::Group(1)])],
+            ),
+            0,
+        )
+        .unwrap();
+    control.commit();
+    let mut w = worker(&control);
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let frames: Vec<Vec<u8>> = (0..1000)
+        .map(|_| {
+            let d = rnd().to_be_bytes();
+            let s = rnd().to_be_bytes();
+            let dst = [d[0], d[1], d[2], d[3], d[4], d[5]];
+            let src = [s[0] & 0xfe, s[1], s[2], s[3], s[4], s[5]];
+            offlow_testkit::FrameBuilder::eth(dst, src)
+                .ipv4([0, 0, 0, 0], [0, 0, 0, 0])
+                .tcp(0, 0)
+                .payload(&[0x11; 1446])
+                .build()
+        })
+        .collect();
+    let mut counts = [0usize; 4];
+    for round in 0..2 {
+        for chunk in frames.chunks(32) {
+            for (port, _) in run(&mut w, chunk).sent {
+                counts[port as usize] += 1;
+            }
+        }
+        let _ = round;
+    }
+    assert_eq!(counts[2] + counts[3], 2000, "{counts:?}");
+    assert!((800..=1200).contains(&counts[2]), "{counts:?}");
+}
