@@ -141,6 +141,26 @@ fn groups_with_ovs_ofctl_and_traffic() {
     for t in ["all", "select", "indirect", "fast failover"] {
         assert!(features.contains(t), "{t} in {features}");
     }
+    // `offlow trace --switch` rebuilds the switch's groups too.
+    let trace = std::process::Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args([
+            "trace",
+            "--switch",
+            &sw.target(),
+            "in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2",
+        ])
+        .output()
+        .expect("offlow trace");
+    let text = String::from_utf8_lossy(&trace.stdout);
+    assert!(
+        trace.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&trace.stderr)
+    );
+    assert!(
+        text.contains("output to port 2") && text.contains("output to port 3"),
+        "{text}"
+    );
     let (r1, r2) = (receiver(&net, 1), receiver(&net, 2));
     let n = 300;
     let got = send_and_count(&net, &[&r1, &r2], n, 4);

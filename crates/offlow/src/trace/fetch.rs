@@ -35,6 +35,9 @@ pub(crate) struct SwitchDump {
     pub replies: usize,
     /// The switch's ports (from `OFPMP_PORT_DESC`), for FLOOD/ALL.
     pub ports: Vec<PortInfo>,
+    /// Its groups (from `OFPMP_GROUP_DESC`; none from a switch that
+    /// answers the request with an error).
+    pub groups: Vec<offlow_openflow::GroupDesc>,
 }
 
 /// A blocking OpenFlow 1.3 session.
@@ -204,11 +207,33 @@ pub(crate) fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDum
             break;
         }
     }
+    let xid = s.send(Body::MultipartRequest(MultipartRequest {
+        flags: 0,
+        body: MultipartRequestBody::GroupDesc,
+    }))?;
+    let mut groups = Vec::new();
+    loop {
+        let m = s.reply(xid)?;
+        let r = match m.body {
+            Body::MultipartReply(r) => r,
+            // A switch without groups may refuse the request.
+            Body::Error(_) => break,
+            other => bail!("expected a MULTIPART_REPLY, got {other:?}"),
+        };
+        match r.body {
+            MultipartReplyBody::GroupDesc(v) => groups.extend(v),
+            other => bail!("expected group descriptions, got {other:?}"),
+        }
+        if r.flags & OFPMPF_MORE == 0 {
+            break;
+        }
+    }
     Ok(SwitchDump {
         n_tables,
         flows,
         replies,
         ports,
+        groups,
     })
 }
 

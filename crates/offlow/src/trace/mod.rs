@@ -626,6 +626,42 @@ fn load_switch(
     let n = table_count.unwrap_or(u16::from(dump.n_tables).max(1));
     check_tables(n)?;
     let mut p = Pipeline::new(n);
+    // A group may forward to another: add in passes, each adding the
+    // groups whose targets exist, until none is left or none can be.
+    let mut pending: Vec<offlow_pipeline::group::GroupMod> = Vec::new();
+    for g in &dump.groups {
+        let wire = offlow_openflow::GroupMod {
+            command: 0,
+            group_type: g.group_type,
+            group_id: g.group_id,
+            buckets: g.buckets.clone(),
+        };
+        pending.push(
+            wire.to_pipeline()
+                .map_err(|e| anyhow!("switch group {}: unsupported: {e:?}", g.group_id))?,
+        );
+    }
+    while !pending.is_empty() {
+        let before = pending.len();
+        let mut last_error = None;
+        pending.retain(|gm| match p.prepare_group_mod(gm, 0) {
+            Ok((op, _)) => {
+                p.apply(&op);
+                false
+            }
+            Err(e) => {
+                last_error = Some(e);
+                true
+            }
+        });
+        if pending.len() == before {
+            bail!(
+                "switch groups: cannot rebuild {} of them: {}",
+                pending.len(),
+                last_error.map_or_else(String::new, |e| e.to_string())
+            );
+        }
+    }
     for (i, fs) in dump.flows.iter().enumerate() {
         let instructions: Vec<Instruction> = fs
             .instructions
