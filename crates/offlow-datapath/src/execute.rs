@@ -14,16 +14,19 @@
 //!   anyway and is left as received). SCTP's CRC32c (RFC 9260 §6.8) is not
 //!   linear in the way RFC 1624 needs, so it is recomputed over the whole
 //!   SCTP packet after a port change.
-//! - `ip_proto` is set on IPv4 only (the IPv6 field is the last next-header
-//!   of a chain; counted as unsupported). After it changes, the transport
-//!   header is no longer known: the layout's `l4` is cleared and the old
-//!   transport checksum is left as is.
+//! - `ip_proto` sets IPv4's protocol, or IPv6's next header when no
+//!   extension header follows (with one, the field is the last header's;
+//!   counted as unsupported). The bytes behind are relabelled, not
+//!   converted: a TCP or UDP checksum is updated for the pseudo-header's
+//!   new protocol, then the layout's `l4` is cleared (the header it names
+//!   is gone). `eth_type` rewrites the EtherType after the tags and
+//!   re-parses the frame; so does a write of `mpls_bos`.
 //! - ND target / SLL / TLL are rewritten only where they exist (NS/NA with
 //!   code 0; the first SLL option of an NS, the first TLL option of an NA,
 //!   as the parser reads them); no option is ever added.
 //! - `tunnel_id` and `metadata` have no frame bytes: they are reported in
 //!   [`ExecOutcome`] for the output path. `in_port`, `in_phy_port`,
-//!   `eth_type`, `ipv6_exthdr` are not settable here
+//!   `ipv6_exthdr` are not settable here
 //!   (`set_field_unsupported`; validation refuses them). `pbb_isid` rewrites
 //!   the I-SID of the outer I-TAG, keeping its other bits.
 //! - Push/pop VLAN insert/remove 4 bytes behind the MAC addresses using the
@@ -55,7 +58,7 @@
 //!   does not say whether a routing header is present, so rewriting
 //!   `ipv6_dst` on such a packet updates the transport checksum as if it
 //!   had none (Open vSwitch has the same limit).
-//! - `ip_proto` on IPv6 is not executed (counted).
+//! - `ip_proto` on IPv6 behind extension headers is not executed (counted).
 //! - Set-field writes only fields the frame has: it never adds a header or
 //!   an ND option.
 //!
@@ -742,25 +745,17 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             })
         }
         Field::IpDscp | Field::IpEcn => set_tos(lay, f, field, v as u8),
-        Field::IpProto => match lay.l3_kind {
-            L3Kind::Ipv4 => {
-                // The protocol shares its checksummed word with the TTL.
-                let r = ipv4_word(f, l3, ipv4::field::TTL, |w| (w & 0xff00) | v as u16);
-                if r == Some(true) {
-                    // The bytes at l4 are no longer the header l4_kind names.
-                    cx.lay.l4 = 0;
-                    cx.lay.l4_kind = L4Kind::None;
-                    cx.lay.tunnel = TunnelKind::None;
-                    cx.lay.inner = 0;
-                }
-                r
+        Field::IpProto => {
+            let r = set_ip_proto(cx, f, v as u8);
+            if r == Some(true) {
+                // The bytes at l4 are no longer the header l4_kind names.
+                cx.lay.l4 = 0;
+                cx.lay.l4_kind = L4Kind::None;
+                cx.lay.tunnel = TunnelKind::None;
+                cx.lay.inner = 0;
             }
-            L3Kind::Ipv6 => {
-                cx.stats.set_field_unsupported += 1;
-                return;
-            }
-            _ => None,
-        },
+            r
+        }
         Field::Ipv4Src | Field::Ipv4Dst if lay.l3_kind == L3Kind::Ipv4 => {
             let at = l3
                 + if field == Field::Ipv4Src {
@@ -916,6 +911,13 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
             cx.out.metadata = Some(v as u64);
             return;
         }
+        // The EtherType after the tags: everything behind it is read
+        // anew (it now names another protocol).
+        Field::EthType if lay.eth_type != 0 => {
+            let ok = wr16(f, lay.eth_type as usize, v as u16);
+            reparse(cx, f, 0);
+            Some(ok)
+        }
         Field::InPort | Field::InPhyPort | Field::EthType | Field::Ipv6Exthdr => {
             cx.stats.set_field_unsupported += 1;
             return;
@@ -924,6 +926,8 @@ fn set_field(cx: &mut Ctx<'_>, f: &mut [u8], field: Field, value: u128) {
         _ => None,
     };
     match ok {
+        // The stack's shape changed: read it anew.
+        Some(true) if field == Field::MplsBos => reparse(cx, f, 0),
         Some(true) => {}
         Some(false) => cx.stats.write_out_of_range += 1,
         None => cx.stats.set_field_no_header += 1,
@@ -1450,6 +1454,56 @@ fn itag_at(lay: &Layout, f: &[u8]) -> Option<usize> {
 
 /// Re-parse the frame for its layout after a change the layout cannot
 /// follow by shifting (push/pop of a whole header).
+/// Set the IP protocol: IPv4's protocol byte (header checksum updated), or
+/// IPv6's next header when no extension header follows the fixed header
+/// (with one, the last header's field would be the one, and the layout
+/// does not locate it: counted unsupported). A TCP or UDP checksum
+/// follows the pseudo-header's new protocol (RFC 1624; a UDP checksum of
+/// 0 stays 0). `None`: no IP header.
+fn set_ip_proto(cx: &mut Ctx<'_>, f: &mut [u8], proto: u8) -> Option<bool> {
+    let lay = *cx.lay;
+    let l3 = lay.l3 as usize;
+    let old = match lay.l3_kind {
+        L3Kind::Ipv4 => rd8(f, l3 + ipv4::field::PROTOCOL)?,
+        L3Kind::Ipv6 => {
+            let nxt = rd8(f, l3 + ipv6::field::NXT_HDR)?;
+            // Hop-by-hop, routing, fragment, ESP, AH, destination
+            // options, mobility, HIP, shim6, experiments (RFC 8200 §4,
+            // IANA's IPv6 extension header types).
+            let extension = matches!(
+                nxt,
+                0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254
+            );
+            if extension || (lay.l4 != 0 && lay.l4 as usize != l3 + ipv6::HEADER_LEN) {
+                cx.stats.set_field_unsupported += 1;
+                return Some(true);
+            }
+            nxt
+        }
+        _ => return None,
+    };
+    let written = match lay.l3_kind {
+        // The protocol shares its checksummed word with the TTL.
+        L3Kind::Ipv4 => ipv4_word(f, l3, ipv4::field::TTL, |w| (w & 0xff00) | u16::from(proto))?,
+        _ => wr(f, l3 + ipv6::field::NXT_HDR, &[proto]),
+    };
+    if !written || lay.l4 == 0 {
+        return Some(written);
+    }
+    let at = match lay.l4_kind {
+        L4Kind::Tcp => lay.l4 as usize + tcp::field::CHECKSUM.start,
+        L4Kind::Udp => lay.l4 as usize + udp::field::CHECKSUM.start,
+        _ => return Some(true),
+    };
+    if let Some(c) = rd16(f, at) {
+        if !(lay.l4_kind == L4Kind::Udp && c == 0) {
+            // The pseudo-header's zero-padded protocol word.
+            return Some(wr16(f, at, update16(c, u16::from(old), u16::from(proto))));
+        }
+    }
+    Some(true)
+}
+
 fn reparse(cx: &mut Ctx<'_>, f: &[u8], in_port: u32) {
     let mut scratch_key = offlow_flow::FlowKey::ZERO;
     let mut scratch_stats = offlow_flow::ParseStats::default();

@@ -365,8 +365,12 @@ fn set_fields_mpls() {
     assert_eq!(r.stats.mpls_ttl_expired, 1);
 }
 
+/// A relabelled TCP segment keeps a checksum valid for the pseudo-header
+/// with the new protocol (what os-ken's switch tests expect, and what a
+/// receiver of the relabelled packet verifies).
 #[test]
-fn ip_proto_on_ipv4_keeps_header_checksum() {
+fn ip_proto_relabels_and_keeps_every_checksum_valid() {
+    use offlow_wire::checksum::{fold, pseudo_ipv4, pseudo_ipv6, sum};
     let f = ipv4_tcp();
     let r = run(&f, &[Action::SetField(Field::IpProto, 17)]);
     let p = parse(&r.frame);
@@ -374,8 +378,43 @@ fn ip_proto_on_ipv4_keeps_header_checksum() {
     let l3 = p.layout.l3 as usize;
     assert_eq!(offlow_wire::checksum::checksum(&r.frame[l3..l3 + 20]), 0);
     assert_eq!(r.layout.l4, 0, "transport header no longer known");
+    let seg = &r.frame[l3 + 20..];
+    let ip = |a: usize| -> [u8; 4] { r.frame[l3 + a..l3 + a + 4].try_into().unwrap() };
+    let acc = sum(seg, pseudo_ipv4(ip(12), ip(16), 17, seg.len() as u16));
+    assert_eq!(fold(acc), 0xffff, "TCP checksum with the new pseudo-header");
+
     let r6 = run(&ipv6_tcp(), &[Action::SetField(Field::IpProto, 17)]);
-    assert_eq!(r6.stats.set_field_unsupported, 1);
+    assert_eq!(r6.stats.set_field_unsupported, 0);
+    let l3 = parse(&r6.frame).layout.l3 as usize;
+    assert_eq!(r6.frame[l3 + 6], 17, "next header");
+    let seg = &r6.frame[l3 + 40..];
+    let a6 = |a: usize| -> [u8; 16] { r6.frame[l3 + a..l3 + a + 16].try_into().unwrap() };
+    let acc = sum(seg, pseudo_ipv6(a6(8), a6(24), 17, seg.len() as u32));
+    assert_eq!(
+        fold(acc),
+        0xffff,
+        "IPv6: TCP checksum with the new next header"
+    );
+}
+
+/// eth_type rewrites the EtherType after the tags and the frame is read
+/// anew; mpls_bos writes the bottom-of-stack bit of the top label.
+#[test]
+fn eth_type_and_mpls_bos_are_written() {
+    let f = ipv4_tcp();
+    let r = run(&f, &[Action::SetField(Field::EthType, 0x8848)]);
+    assert_eq!(&r.frame[12..14], &[0x88, 0x48]);
+    assert_eq!(&r.frame[14..], &f[14..], "nothing behind it changes");
+    assert_eq!(r.layout, parse(&r.frame).layout, "layout re-read");
+    let m = frame()
+        .mpls(100, 3, 64)
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+        .tcp(1, 2)
+        .build();
+    let r = run(&m, &[Action::SetField(Field::MplsBos, 0)]);
+    assert_eq!(r.frame[14 + 2] & 1, 0, "S bit cleared");
+    assert_eq!(r.frame[14..16], m[14..16]);
+    assert_eq!(r.layout, parse(&r.frame).layout, "layout re-read");
 }
 
 #[test]
@@ -393,7 +432,7 @@ fn metadata_only_fields() {
     assert_eq!(r.out.tunnel_id, Some(77));
     assert_eq!(r.out.metadata, Some(5));
     assert_eq!(r.out.queue, Some(3));
-    for field in [Field::InPort, Field::EthType, Field::Ipv6Exthdr] {
+    for field in [Field::InPort, Field::Ipv6Exthdr] {
         let r = run(&f, &[Action::SetField(field, 1)]);
         assert_eq!(r.stats.set_field_unsupported, 1, "{field:?}");
         assert_eq!(r.frame, f);

@@ -31,31 +31,22 @@ pub fn check_match_prerequisites(m: &Match) -> Result<(), PipelineError> {
 ///
 /// OpenFlow 1.3.5 §7.2.5 (OFPAT_SET_FIELD): "Set-Field actions for OXM
 /// types OFPXMT_OFB_IN_PORT, OXM_OF_IN_PHY_PORT and OFPXMT_OFB_METADATA are
-/// not supported, because those are not header fields"; for the rest a
-/// switch that does not support setting a field answers "OFPBAC_BAD_SET_TYPE
-/// (Unsupported type in SET_FIELD action)" (§7.5.4.3). We use that freedom
-/// for four more, as Open vSwitch does (its meta-flow marks eth_type,
-/// ip_proto and mpls_bos read-only):
-/// - eth_type and ip_proto: writing them re-types the rest of the packet
-///   without converting it (a TCP segment relabelled UDP keeps a TCP
-///   header and a checksum computed with the old pseudo-header protocol),
-///   and the working key could no longer describe what follows; the header
-///   conversions the spec defines are push/pop actions.
-/// - mpls_bos: it describes the shape of the label stack; clearing it on
-///   the bottom label makes the payload read as another label, setting it
-///   on an inner one hides the labels below.
-/// - ipv6_exthdr: a pseudo-field summarising the extension-header chain,
-///   with no bits of its own in the packet.
+/// not supported, because those are not header fields"; ipv6_exthdr is a
+/// pseudo-field summarising the extension-header chain, with no bits of
+/// its own in the packet. Every other field is a header field and is
+/// written (Open vSwitch refuses eth_type, ip_proto and mpls_bos; the spec
+/// does not, and os-ken's switch tests expect them):
+/// - eth_type and ip_proto relabel what follows without converting it (a
+///   TCP segment relabelled UDP keeps its TCP header); the transport
+///   checksum is updated for the new pseudo-header protocol, so it stays
+///   valid for the bytes as they are. The pipeline's working key cannot
+///   follow a relabelled packet and says so (`WorkingKey::exact`).
+/// - mpls_bos: the bottom-of-stack bit of the top label, as written; a
+///   cleared bit makes the payload read as another label.
 pub fn is_settable(field: Field) -> bool {
     !matches!(
         field,
-        Field::InPort
-            | Field::InPhyPort
-            | Field::Metadata
-            | Field::EthType
-            | Field::IpProto
-            | Field::Ipv6Exthdr
-            | Field::MplsBos
+        Field::InPort | Field::InPhyPort | Field::Metadata | Field::Ipv6Exthdr
     )
 }
 
@@ -352,13 +343,30 @@ mod tests {
         assert!(validate_instructions(0, 4, &pbb, &pop).is_ok());
         let after = apply(vec![Action::PopPbb, Action::SetField(Field::PbbIsid, 1)]);
         assert!(validate_instructions(0, 4, &pbb, &after).is_err());
-        // eth_type, ip_proto, mpls_bos: OFPBAC_BAD_SET_TYPE (see is_settable).
-        for f in [Field::EthType, Field::IpProto, Field::MplsBos] {
+        // in_port, in_phy_port, metadata, ipv6_exthdr: OFPBAC_BAD_SET_TYPE
+        // (see is_settable); eth_type, ip_proto written.
+        for f in [
+            Field::InPort,
+            Field::InPhyPort,
+            Field::Metadata,
+            Field::Ipv6Exthdr,
+        ] {
             let e = validate_instructions(0, 4, &tcp_match(), &apply(vec![Action::SetField(f, 0)]))
                 .unwrap_err();
             assert_eq!(e, PipelineError::FieldNotSettable(f));
             assert_eq!(e.of_error().wire(), (2, 13));
         }
+        for f in [Field::EthType, Field::IpProto] {
+            let ok =
+                validate_instructions(0, 4, &tcp_match(), &apply(vec![Action::SetField(f, 17)]));
+            assert!(ok.is_ok(), "{f:?}: {ok:?}");
+        }
+        // mpls_bos needs an MPLS match (Table 12).
+        let bos = apply(vec![Action::SetField(Field::MplsBos, 0)]);
+        assert!(validate_instructions(0, 4, &tcp_match(), &bos).is_err());
+        let mut mpls = Match::ANY;
+        mpls.set_exact(Field::EthType, 0x8847);
+        assert!(validate_instructions(0, 4, &mpls, &bos).is_ok());
     }
 
     #[test]

@@ -100,6 +100,12 @@ impl WorkingKey {
                 if matches!(f, Field::VlanVid | Field::VlanPcp) && !tagged(k) {
                     return;
                 }
+                // A relabelled packet (another EtherType or IP protocol,
+                // another bottom-of-stack bit) parses differently; the key
+                // cannot follow it.
+                if matches!(f, Field::EthType | Field::IpProto | Field::MplsBos) {
+                    self.exact = false;
+                }
                 let pbb = eth_type(k) == ETH_PBB;
                 let before = pbb.then(|| macs(k));
                 k.set(f, v);
