@@ -647,6 +647,83 @@ impl GroupTable {
     }
 }
 
+/// One group a decision passes through, for a place that runs the
+/// decision as one list ([`GroupTable::inline`]): the group (its counters)
+/// and the bucket taken (`None`: the group had none to take and dropped
+/// the packet).
+#[derive(Debug, Clone)]
+pub struct GroupUse {
+    /// The group entry (a MODIFY replaces it: compare with `Arc::ptr_eq`).
+    pub group: Arc<Group>,
+    /// The bucket taken, by position.
+    pub bucket: Option<usize>,
+}
+
+impl GroupUse {
+    /// Credit `packets` frames of `bytes` bytes to the group and its bucket,
+    /// as the executor counts them one by one.
+    pub fn credit(&self, packets: u64, bytes: u64) {
+        self.group
+            .counters
+            .add(packets, bytes, self.bucket.as_slice());
+    }
+}
+
+impl GroupTable {
+    /// `actions` as one list for a packet with `flow_hash`: each group
+    /// action replaced by the action set of the one bucket it takes (the
+    /// same bucket the executor would), recursively, with the groups
+    /// passed in `uses`. `None` when a copy would be needed: a group action
+    /// that is not the list's last, or an `all` group of several buckets.
+    /// What a place without packet copies (the offload tier) can run.
+    pub fn inline(
+        &self,
+        actions: &[Action],
+        flow_hash: u64,
+        uses: &mut Vec<GroupUse>,
+    ) -> Option<Vec<Action>> {
+        let mut out = Vec::with_capacity(actions.len());
+        self.inline_into(actions, flow_hash, uses, &mut out, 0)?;
+        Some(out)
+    }
+
+    fn inline_into(
+        &self,
+        actions: &[Action],
+        flow_hash: u64,
+        uses: &mut Vec<GroupUse>,
+        out: &mut Vec<Action>,
+        depth: usize,
+    ) -> Option<()> {
+        for (i, a) in actions.iter().enumerate() {
+            let Action::Group(id) = *a else {
+                out.push(*a);
+                continue;
+            };
+            if i + 1 != actions.len() || depth >= MAX_CHAIN {
+                return None;
+            }
+            // A missing group is skipped by the executor (counted there).
+            let Some(group) = self.get(id) else {
+                return Some(());
+            };
+            let bucket = match group.kind {
+                GroupType::All if group.buckets.len() > 1 => return None,
+                GroupType::All => (!group.buckets.is_empty()).then_some(0),
+                _ => self.pick(group, flow_hash),
+            };
+            uses.push(GroupUse {
+                group: Arc::clone(group),
+                bucket,
+            });
+            if let Some(run) = bucket.and_then(|b| group.run.get(b)) {
+                self.inline_into(run, flow_hash, uses, out, depth + 1)?;
+            }
+        }
+        Some(())
+    }
+}
+
 /// Mix a flow hash before reducing it modulo a bucket weight total: the
 /// caller's hash may be weak in its low bits (a table index's hash is
 /// used for its high bits), and a modulo reads the low ones first.

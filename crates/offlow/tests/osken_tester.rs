@@ -67,7 +67,11 @@ fn switch_test_tool_subset_passes() {
     );
     // 6 action files of 3 cases, 5 match files of 9, and the set-field
     // files of eth_type (3), ip_proto on IPv4 (4) and mpls_bos (3).
-    assert_eq!(cases.len(), 6 * 3 + 5 * 9 + 3 + 4 + 3, "cases run: {stdout}");
+    assert_eq!(
+        cases.len(),
+        6 * 3 + 5 * 9 + 3 + 4 + 3,
+        "cases run: {stdout}"
+    );
     assert!(failed.is_empty(), "failed cases:\n{}", failed.join("\n"));
     assert!(
         stdout.contains(&format!("total: OK {} / {}", cases.len(), cases.len())),

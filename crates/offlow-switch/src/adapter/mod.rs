@@ -796,6 +796,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
         self.dirty = true;
         if let Some(t) = &mut self.offload {
             t.note_effect(&effect, self.control.pipeline());
+            t.note_groups_changed();
         }
         self.removed.extend(
             effect

@@ -44,10 +44,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use offlow_datapath::microflow::flow_hash;
 use offlow_offload::{
     compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram, Placement,
     PlacementConfig, Refusal, Tier, Verdict,
 };
+use offlow_pipeline::group::GroupUse;
 use offlow_pipeline::{FlowCounters, FlowModEffect, FlowModFlags, PathStep, Pipeline, RuleId};
 use std::sync::Arc;
 use tracing::{info, warn};
@@ -111,6 +113,9 @@ struct Entry {
     /// a rule's removal still reach it (and its FLOW_REMOVED); with
     /// whether the rule counts packets and bytes.
     rules: Vec<RuleCounters>,
+    /// The groups its decision passes through (their buckets inlined in
+    /// the program), credited per frame as the executor counts them.
+    groups: Vec<GroupUse>,
     /// Counters credited so far (cumulative, as the backend reports).
     credited: EntryCounters,
     /// The backend confirmed the install.
@@ -139,6 +144,7 @@ struct Decision {
     path: Vec<PathStep>,
     miss_table: Option<u8>,
     rules: Vec<RuleCounters>,
+    groups: Vec<GroupUse>,
 }
 
 /// The offload tier (module docs).
@@ -166,6 +172,9 @@ pub struct OffloadTier {
     /// Rules changed and tables added to since the last revalidation.
     changed_rules: HashSet<RuleId>,
     added_tables: [bool; 256],
+    /// A group or a port's liveness changed since the last revalidation:
+    /// every entry through a group is decided again.
+    groups_changed: bool,
     any_change: bool,
     stats: OffloadStats,
     ports: HashMap<u32, PortOffloadCounters>,
@@ -232,6 +241,7 @@ impl OffloadTier {
             answered: 0,
             changed_rules: HashSet::new(),
             added_tables: [false; 256],
+            groups_changed: false,
             any_change: false,
             stats: OffloadStats::default(),
             ports: HashMap::new(),
@@ -337,6 +347,16 @@ impl OffloadTier {
         }
     }
 
+    /// A GROUP_MOD was applied, or a port's liveness changed (what
+    /// fast-failover and select buckets follow): entries whose decision
+    /// passes through a group are decided again at the next revalidation
+    /// (before the barrier reply, as for a flow-mod). Call after
+    /// [`note_effect`](Self::note_effect) for a group delete's flows.
+    pub fn note_groups_changed(&mut self) {
+        self.any_change = true;
+        self.groups_changed = true;
+    }
+
     /// Note rules removed outside a flow-mod (expiry).
     pub fn note_removed(&mut self, ids: impl IntoIterator<Item = RuleId>) {
         self.any_change = true;
@@ -403,11 +423,14 @@ impl OffloadTier {
         self.placement.rules_changed();
         let changed = std::mem::take(&mut self.changed_rules);
         let tables = std::mem::replace(&mut self.added_tables, [false; 256]);
+        let groups = std::mem::take(&mut self.groups_changed);
         let affected: Vec<OffloadKey> = self
             .entries
             .iter()
             .filter(|(_, e)| {
-                e.path.iter().any(|s| changed.contains(&s.rule)) || e.visits_any(&tables)
+                e.path.iter().any(|s| changed.contains(&s.rule))
+                    || e.visits_any(&tables)
+                    || (groups && !e.groups.is_empty())
             })
             .map(|(k, _)| *k)
             .collect();
@@ -423,7 +446,8 @@ impl OffloadTier {
                     if d.program == old.program
                         && d.path == old.path
                         && d.miss_table == old.miss_table
-                        && same_counters(&d.rules, &old.rules) => {}
+                        && same_counters(&d.rules, &old.rules)
+                        && same_groups(&d.groups, &old.groups) => {}
                 outcome => {
                     self.stats.revalidated += 1;
                     remove.push(self.retire(key));
@@ -521,8 +545,27 @@ impl OffloadTier {
         if !self.port_usable(key.in_port) {
             return Err(Refusal::Port(key.in_port));
         }
-        let res = pipeline.lookup(&key.to_flow_key());
-        let program = compile(key, &res.actions)?;
+        let flow = key.to_flow_key();
+        let res = pipeline.lookup(&flow);
+        // Groups are run as one list when no copy is needed: the bucket
+        // each takes for this microflow (the flow hash the workers use)
+        // inlined.
+        let mut groups = Vec::new();
+        let inlined;
+        let actions: &[offlow_pipeline::Action] = if res
+            .actions
+            .iter()
+            .any(|a| matches!(a, offlow_pipeline::Action::Group(_)))
+        {
+            inlined = pipeline
+                .groups()
+                .inline(&res.actions, flow_hash(&flow), &mut groups)
+                .ok_or(Refusal::Unsupported("a group that copies the packet"))?;
+            &inlined
+        } else {
+            &res.actions
+        };
+        let program = compile(key, actions)?;
         if let Some(p) = out_port(key, &program) {
             if !self.port_usable(p) {
                 return Err(Refusal::Port(p));
@@ -545,6 +588,7 @@ impl OffloadTier {
             miss_table: res.miss_table(),
             path: res.path,
             rules,
+            groups,
         })
     }
 
@@ -561,6 +605,7 @@ impl OffloadTier {
                 path: d.path,
                 miss_table: d.miss_table,
                 rules: d.rules,
+                groups: d.groups,
                 credited: EntryCounters::default(),
                 installed: false,
             },
@@ -721,6 +766,9 @@ fn credit(
             t.add(n, n);
         }
     }
+    for g in &e.groups {
+        g.credit(n, b);
+    }
     if let Some(t) = e.miss_table.and_then(|t| pipeline.table_counters(t)) {
         t.add(n, 0);
     }
@@ -732,6 +780,15 @@ fn same_counters(a: &[RuleCounters], b: &[RuleCounters]) -> bool {
         && a.iter().zip(b).all(|(x, y)| {
             Arc::ptr_eq(&x.counters, &y.counters) && x.packets == y.packets && x.bytes == y.bytes
         })
+}
+
+/// The same groups (entries, not ids: a MODIFY replaces the entry) and
+/// buckets, one for one?
+fn same_groups(a: &[GroupUse], b: &[GroupUse]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| Arc::ptr_eq(&x.group, &y.group) && x.bucket == y.bucket)
 }
 
 /// The port an entry sends its frames out of, if any.
@@ -949,6 +1006,93 @@ mod tests {
         barrier(&mut tier, &p);
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().len(), 1);
+    }
+
+    /// A group that needs no copy is inlined (the bucket the workers would
+    /// take for the flow); its counters are credited per offloaded frame;
+    /// a port's liveness and a GROUP_MOD reach the backend before the
+    /// barrier; a group that copies the packet stays in software.
+    #[test]
+    fn groups_without_copies_are_offloaded_and_follow_their_changes() {
+        use offlow_pipeline::group::{Bucket, GroupMod, GroupModCommand, WATCH_GROUP_ANY};
+        let (mut tier, model, mut p) = setup(16);
+        let bucket = |watch: u32, actions: Vec<Action>| Bucket {
+            weight: 0,
+            watch_port: watch,
+            watch_group: WATCH_GROUP_ANY,
+            actions,
+        };
+        let group_mod = |p: &mut Pipeline, tier: &mut OffloadTier, command, kind, buckets| {
+            let gm = GroupMod {
+                command,
+                group_type: kind,
+                group_id: 1,
+                buckets,
+            };
+            let (op, effect) = p.prepare_group_mod(&gm, 0).unwrap();
+            p.apply(&op);
+            tier.note_effect(&effect, p);
+            tier.note_groups_changed();
+        };
+        let set_dst = Action::SetField(Field::Ipv4Dst, 0x0a00_0063);
+        // Fast failover: port 2, else port 3 with a rewrite.
+        group_mod(
+            &mut p,
+            &mut tier,
+            GroupModCommand::Add,
+            3,
+            vec![
+                bucket(2, vec![Action::output(PortNo(2))]),
+                bucket(3, vec![set_dst, Action::output(PortNo(3))]),
+            ],
+        );
+        add_udp_rule(&mut tier, &mut p, vec![Action::Group(1)]);
+        tier.pin(key(1), Some(Pin::Down));
+        settle(&mut tier, &p);
+        let prog = *model.lock().unwrap().program(&key(1)).expect("offloaded");
+        assert_eq!(prog, OffloadProgram::plain(Verdict::Port(2)));
+        for _ in 0..5 {
+            model.lock().unwrap().serve(&key(1), 60);
+        }
+        let seq = tier.request_counters();
+        assert!(tier.wait(seq, &p));
+        let g = p.groups().get(1).unwrap().clone();
+        assert_eq!(g.counters.get(), (5, 300));
+        assert_eq!(g.counters.buckets(), [(5, 300), (0, 0)]);
+
+        // Port 2 goes down: the next bucket, before the barrier.
+        let op = p.prepare_port_live(2, false).unwrap();
+        p.apply(&op);
+        tier.note_groups_changed();
+        barrier(&mut tier, &p);
+        let prog = *model
+            .lock()
+            .unwrap()
+            .program(&key(1))
+            .expect("still offloaded");
+        assert_eq!(
+            (prog.verdict, prog.ipv4_dst),
+            (Verdict::Port(3), Some(0x0a00_0063))
+        );
+
+        // Modified into an all group of two buckets: a copy per bucket,
+        // which the tier cannot make: back to software, with the reason.
+        group_mod(
+            &mut p,
+            &mut tier,
+            GroupModCommand::Modify,
+            0,
+            vec![
+                bucket(u32::MAX, vec![Action::output(PortNo(2))]),
+                bucket(u32::MAX, vec![Action::output(PortNo(3))]),
+            ],
+        );
+        barrier(&mut tier, &p);
+        assert!(model.lock().unwrap().program(&key(1)).is_none());
+        assert_eq!(
+            tier.tier(&key(1)),
+            Tier::Software(Some(Refusal::Unsupported("a group that copies the packet")))
+        );
     }
 
     #[test]
