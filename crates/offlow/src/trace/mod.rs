@@ -399,9 +399,22 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         .filter(|(_, v)| *v != 0)
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-    let tier = match offlow_offload::OffloadKey::from_flow_key(&key)
-        .and_then(|k| offlow_offload::compile(&k, &res.actions))
-    {
+    // As the offload tier decides: groups that need no copy inlined.
+    let offloadable = offlow_offload::OffloadKey::from_flow_key(&key).and_then(|k| {
+        if res.actions.iter().any(|a| matches!(a, Action::Group(_))) {
+            let hash = offlow_datapath::microflow::flow_hash(&key);
+            let flat = pipeline
+                .groups()
+                .inline(&res.actions, hash, &mut Vec::new())
+                .ok_or(offlow_offload::Refusal::Unsupported(
+                    "a group that copies the packet",
+                ))?;
+            offlow_offload::compile(&k, &flat)
+        } else {
+            offlow_offload::compile(&k, &res.actions)
+        }
+    });
+    let tier = match offloadable {
         Ok(p) => TierReport {
             offload_program: Some(p.to_string()),
             software_reason: None,
