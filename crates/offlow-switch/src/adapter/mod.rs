@@ -623,6 +623,9 @@ impl DatapathSwitch {
                     "group buckets follow the port"
                 );
                 self.dirty = true;
+                if let Some(t) = &mut self.offload {
+                    t.note_groups_changed();
+                }
             }
         }
     }
