@@ -54,6 +54,21 @@ fn receiver(net: &Net, i: usize) -> UdpSocket {
         .expect("bind");
     s.set_read_timeout(Some(Duration::from_millis(300)))
         .expect("timeout");
+    // A loaded machine can starve the counting thread; the default buffer
+    // would then drop in the host, not the switch (as common::udp does).
+    let size: libc::c_int = 4 << 20;
+    // SAFETY: setsockopt on an open socket with a c_int option value of
+    // the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&s),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUFFORCE,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0, "SO_RCVBUFFORCE: {}", std::io::Error::last_os_error());
     s
 }
 
