@@ -35,9 +35,9 @@
 //!   flow (FLOW_REMOVED to the app) and the app frees every pool port.
 //! - **Offload** (second test, `--offload xdp`): the switch's exit log
 //!   shows the XDP tier served frames and installed entries for the
-//!   connections (promoted by rate, with thresholds lowered in the test's
-//!   configuration file so that a one-second transfer on a shared machine
-//!   is certainly hot).
+//!   connections (promoted by rate, with thresholds lowered and every
+//!   frame sampled, in the test's configuration file, so that a
+//!   one-second transfer on a shared machine is certainly hot).
 //!
 //! Needs root, `ip`, `ethtool`, `ovs-ofctl` and the os-ken environment of
 //! `scripts/controllers-venv.sh` (run by the test; a no-op once built).
@@ -46,7 +46,7 @@
 //! pass or fail; every wait has a deadline.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::process::Command;
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -114,74 +114,179 @@ fn snat_app_translates_tcp_both_ways_offloaded() {
     nat(true);
 }
 
-fn nat(offload: bool) {
-    let Some(venv) = venv(WHAT) else { return };
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let t0 = Instant::now();
-    let net = Net::new("nat", if offload { XDP_OFFLOADS } else { OFFLOADS });
-    let scratch = Scratch::new(if offload { "nat-xdp" } else { "nat" });
-    address_plan(&net);
-    let next_hop_mac = mac_of(&net.h[1]);
-    let [ctl_port, listen_port] = free_ports();
+/// A NAT under test: the topology, the app and the switch, all removed on
+/// drop (fields drop in order: the processes, then the namespaces).
+struct Nat {
+    ctl: Proc,
+    sw: Proc,
+    listen_port: u16,
+    osken_log: std::path::PathBuf,
+    pool: (u16, u16),
+    idle_timeout: u64,
+    scratch: Scratch,
+    net: Net,
+}
 
-    let mut cmd = Command::new(venv.join("osken/bin/osken-manager"));
-    cmd.args(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port"])
-        .arg(ctl_port.to_string())
-        .arg(APP)
-        .env("SNAT_INSIDE_PORT", "1")
-        .env("SNAT_OUTSIDE_PORT", "2")
-        .env("SNAT_INSIDE_NET", "10.0.0.0/24")
-        .env("SNAT_GATEWAY_IP", GATEWAY_IP)
-        .env("SNAT_ADDRESS", NAT_IP)
-        .env("SNAT_NEXT_HOP_MAC", &next_hop_mac)
-        .env("SNAT_PORT_MIN", POOL.0.to_string())
-        .env("SNAT_PORT_MAX", POOL.1.to_string())
-        .env("SNAT_IDLE_TIMEOUT", IDLE_TIMEOUT.to_string());
-    let osken_log = scratch.file("osken.log");
-    let mut ctl = Proc::spawn("osken-manager", cmd, &osken_log);
-    wait_listening(&mut ctl, ctl_port);
-    let mut sw = start_switch(&net, ctl_port, listen_port, offload, &scratch);
-    let flows = |what: &str| {
-        let f = ofctl_at(Duration::from_secs(5), listen_port, &["dump-flows"]);
-        eprintln!("flows {what}:\n{f}");
-        f
-    };
+impl Nat {
+    /// Build the topology, start the app with `pool` and `idle_timeout`
+    /// and the switch (with the XDP tier when `offload`), and wait for the
+    /// table-miss entry. `None` after a skip notice.
+    fn start(kind: &str, offload: bool, pool: (u16, u16), idle_timeout: u64) -> Option<Nat> {
+        let venv = venv(WHAT)?;
+        let net = Net::new("nat", if offload { XDP_OFFLOADS } else { OFFLOADS });
+        let scratch = Scratch::new(kind);
+        address_plan(&net);
+        let next_hop_mac = mac_of(&net.h[1]);
+        let [ctl_port, listen_port] = free_ports();
 
-    // The app installs its table-miss entry when the switch connects.
-    let deadline = Instant::now() + PROGRAM_WAIT;
-    while !flows("at start").contains("priority=0 actions=CONTROLLER:65535") {
-        sw.check_alive();
-        ctl.check_alive();
-        assert!(
-            Instant::now() < deadline,
-            "the app programmed no table-miss"
-        );
-        std::thread::sleep(Duration::from_millis(200));
+        let mut cmd = Command::new(venv.join("osken/bin/osken-manager"));
+        cmd.args(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port"])
+            .arg(ctl_port.to_string())
+            .arg(APP)
+            .env("SNAT_INSIDE_PORT", "1")
+            .env("SNAT_OUTSIDE_PORT", "2")
+            .env("SNAT_INSIDE_NET", "10.0.0.0/24")
+            .env("SNAT_GATEWAY_IP", GATEWAY_IP)
+            .env("SNAT_ADDRESS", NAT_IP)
+            .env("SNAT_NEXT_HOP_MAC", &next_hop_mac)
+            .env("SNAT_PORT_MIN", pool.0.to_string())
+            .env("SNAT_PORT_MAX", pool.1.to_string())
+            .env("SNAT_IDLE_TIMEOUT", idle_timeout.to_string());
+        let osken_log = scratch.file("osken.log");
+        let mut ctl = Proc::spawn("osken-manager", cmd, &osken_log);
+        wait_listening(&mut ctl, ctl_port);
+        let sw = start_switch(&net, ctl_port, listen_port, offload, &scratch);
+        let mut nat = Nat {
+            ctl,
+            sw,
+            listen_port,
+            osken_log,
+            pool,
+            idle_timeout,
+            scratch,
+            net,
+        };
+        // The app installs its table-miss entry when the switch connects.
+        let deadline = Instant::now() + PROGRAM_WAIT;
+        while !nat
+            .flows("at start")
+            .contains("priority=0 actions=CONTROLLER:65535")
+        {
+            nat.sw.check_alive();
+            nat.ctl.check_alive();
+            assert!(
+                Instant::now() < deadline,
+                "the app programmed no table-miss"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Some(nat)
     }
 
+    /// `ovs-ofctl dump-flows`, also printed (shown when a test fails).
+    fn flows(&self, what: &str) -> String {
+        let f = ofctl_at(Duration::from_secs(5), self.listen_port, &["dump-flows"]);
+        eprintln!("flows {what}:\n{f}");
+        f
+    }
+
+    /// The app's log once `ready` holds for it (bounded by
+    /// [`PROGRAM_WAIT`]).
+    fn wait_log(&mut self, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PROGRAM_WAIT;
+        loop {
+            let log = std::fs::read_to_string(&self.osken_log).unwrap_or_default();
+            if ready(&log) {
+                return log;
+            }
+            self.ctl.check_alive();
+            assert!(Instant::now() < deadline, "the app's log: {log}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Wait until the idle timeout has removed every NAT flow and the app
+    /// has freed `connections` ports, its whole pool free again; the log.
+    fn wait_expiry(&mut self, connections: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(self.idle_timeout + 8);
+        loop {
+            let dump = self.flows("waiting for expiry");
+            if !flow_lines(&dump)
+                .iter()
+                .any(|l| l.contains("idle_timeout="))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "NAT flows did not expire");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        let log = self.wait_log(|log| log.matches("snat: free ").count() >= connections);
+        let total = usize::from(self.pool.1 - self.pool.0 + 1);
+        assert!(
+            log.contains(&format!("({total} of {total} free)")),
+            "the pool is whole again: {log}"
+        );
+        log
+    }
+
+    /// The NAT address and a pool port: what the outside must see.
+    fn peer_port(&self, peer: &SocketAddr) -> u16 {
+        assert_eq!(
+            peer.ip().to_string(),
+            NAT_IP,
+            "the server's peer is the NAT address"
+        );
+        let p = peer.port();
+        assert!(
+            (self.pool.0..=self.pool.1).contains(&p),
+            "the peer port {p} is from the pool {:?}",
+            self.pool
+        );
+        p
+    }
+
+    /// Neither host's stack dropped a TCP or UDP segment for a bad
+    /// checksum.
+    fn no_checksum_errors(&self) {
+        for (i, ns) in self.net.h.iter().enumerate() {
+            for proto in ["Tcp:", "Udp:"] {
+                let errors = csum_errors(ns, proto);
+                assert_eq!(errors, 0, "host {i} counted {proto} checksum errors");
+            }
+        }
+    }
+}
+
+fn nat(offload: bool) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    let kind = if offload { "nat-xdp" } else { "nat" };
+    let Some(mut nat) = Nat::start(kind, offload, POOL, IDLE_TIMEOUT) else {
+        return;
+    };
+    let net = &nat.net;
+
     // One connection, 4 MiB out (paced) and back, through the NAT.
-    let server = Server::start(&net, 1);
+    let server = Server::start(net, 1);
     let sent = pattern(BIG, 1);
-    let echoed = client(&net, &sent, Some(Duration::from_millis(15)));
+    let echoed = client(&net.h[0], &sent, Some(Duration::from_millis(15)));
     let peers = server.join();
     assert_eq!(peers.len(), 1);
     let (peer, got) = &peers[0];
     assert!(got == &sent, "the server received the 4 MiB intact");
     assert!(echoed == sent, "the inside host received the echo intact");
-    let main_port = peer_port(peer);
-    let dump = flows("after the big transfer");
-    check_flow_pair(&dump, main_port);
+    let main_port = nat.peer_port(peer);
+    check_flow_pair(&nat.flows("after the big transfer"), main_port);
 
     // Concurrent connections: each its own pool port.
-    let server = Server::start(&net, CONCURRENT);
-    let clients: Vec<JoinHandle<Vec<u8>>> = (0..CONCURRENT)
+    let server = Server::start(net, CONCURRENT);
+    let clients: Vec<JoinHandle<()>> = (0..CONCURRENT)
         .map(|i| {
-            let net_h0 = net.h[0].clone();
+            let inside = net.h[0].clone();
             std::thread::spawn(move || {
                 let data = pattern(SMALL, 10 + i as u8);
-                let echo = client_in(&net_h0, &data, None);
+                let echo = client(&inside, &data, None);
                 assert!(echo == data, "connection {i}: the echo arrived intact");
-                echo
             })
         })
         .collect();
@@ -189,58 +294,35 @@ fn nat(offload: bool) {
         c.join().expect("client thread");
     }
     let peers = server.join();
-    let mut ports: Vec<u16> = peers.iter().map(|(p, _)| peer_port(p)).collect();
     for (p, data) in &peers {
         assert_eq!(data.len(), SMALL, "{p}: bytes received");
     }
+    let mut ports: Vec<u16> = peers.iter().map(|(p, _)| nat.peer_port(p)).collect();
     ports.sort_unstable();
     ports.dedup();
     assert_eq!(ports.len(), CONCURRENT, "distinct pool ports: {peers:?}");
-    let dump = flows("after the concurrent connections");
+    let dump = nat.flows("after the concurrent connections");
     for &p in &ports {
         check_flow_pair(&dump, p);
     }
 
     // Traffic stops; the idle timeout removes every NAT flow, the app
     // frees every port.
-    let deadline = Instant::now() + Duration::from_secs(IDLE_TIMEOUT + 8);
-    loop {
-        let dump = flows("waiting for expiry");
-        if !flow_lines(&dump)
-            .iter()
-            .any(|l| l.contains("idle_timeout="))
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "NAT flows did not expire");
-        std::thread::sleep(Duration::from_millis(500));
-    }
     let connections = 1 + CONCURRENT;
-    let log = wait_log(&mut ctl, &osken_log, |log| {
-        log.matches("snat: free ").count() >= connections
-    });
+    let log = nat.wait_expiry(connections);
     assert_eq!(log.matches("snat: map ").count(), connections, "{log}");
     assert_eq!(
         log.matches("snat: install ").count(),
         2 * connections,
         "every flow installed once (none expired while in use): {log}"
     );
-    let total = usize::from(POOL.1 - POOL.0 + 1);
-    assert!(
-        log.contains(&format!("({total} of {total} free)")),
-        "the pool is whole again: {log}"
-    );
 
-    // The hosts' stacks verified every checksum: none failed.
-    for (i, ns) in net.h.iter().enumerate() {
-        let errors = tcp_csum_errors(ns);
-        assert_eq!(errors, 0, "host {i} counted TCP checksum errors");
-    }
-    ctl.check_alive();
-    sw.check_alive();
-    sw.terminate();
+    nat.no_checksum_errors();
+    nat.ctl.check_alive();
+    nat.sw.check_alive();
+    nat.sw.terminate();
     if offload {
-        let text = std::fs::read_to_string(scratch.file("offlow.log")).expect("switch log");
+        let text = std::fs::read_to_string(nat.scratch.file("offlow.log")).expect("switch log");
         let line = text
             .lines()
             .find(|l| l.contains("offload tier stopped"))
@@ -253,6 +335,73 @@ fn nat(offload: bool) {
         assert!(hits >= 1000, "the XDP tier served the NAT flows: {line}");
         assert!(installs >= 2, "both directions went down: {line}");
     }
+    assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
+}
+
+/// A pool of two ports: UDP is translated both ways; with both ports
+/// taken a third connection is dropped (and logged), and once the idle
+/// timeout has freed them a new connection gets one again.
+#[test]
+fn snat_app_pool_udp_exhaustion_and_reuse() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    let pool = (30000, 30001);
+    // Long enough for the UDP mapping and the held connection to outlive
+    // the third connection's attempt (an expired mapping is a new one:
+    // the held connection would be reset).
+    let Some(mut nat) = Nat::start("nat-pool", false, pool, 4) else {
+        return;
+    };
+    let inside = nat.net.h[0].clone();
+
+    // UDP: a datagram out, its echo back to the inside socket.
+    let (udp_peer, udp_echo) = udp_exchange(&nat.net, b"through the NAT");
+    assert_eq!(udp_echo, b"through the NAT");
+    let udp_port = nat.peer_port(&udp_peer);
+
+    // A TCP connection held open takes the second port.
+    let server = Server::start(&nat.net, 2);
+    let to: SocketAddr = format!("{OUTSIDE_IP}:{SERVER_PORT}").parse().unwrap();
+    let connect = |limit: Duration| {
+        in_netns(Some(&inside), || TcpStream::connect_timeout(&to, limit))
+            .expect("enter the inside host")
+    };
+    let mut held = connect(Duration::from_secs(5)).expect("the second connection");
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    held.write_all(b"x").expect("write");
+
+    // The pool is empty: the third connection's SYNs are dropped.
+    let third = connect(Duration::from_millis(1500));
+    assert!(third.is_err(), "a third connection with the pool empty");
+    nat.wait_log(|log| log.contains("snat: pool exhausted, dropping tcp 10.0.0.1:"));
+
+    // Close the held connection; the idle timeout frees both ports.
+    held.shutdown(std::net::Shutdown::Write)
+        .expect("half-close");
+    let mut echo = Vec::new();
+    held.read_to_end(&mut echo).expect("read the echo");
+    assert_eq!(echo, b"x");
+    drop(held);
+    nat.wait_expiry(2);
+
+    // A new connection gets a port again.
+    let data = pattern(64 << 10, 3);
+    assert!(client(&inside, &data, None) == data, "echo after reuse");
+    let peers = server.join();
+    let tcp_ports: Vec<u16> = peers.iter().map(|(p, _)| nat.peer_port(p)).collect();
+    assert_ne!(tcp_ports[0], udp_port, "UDP and TCP at once: two ports");
+    // The UDP mapping went idle first, so its port was freed first, and
+    // the pool hands out the least recently freed port.
+    assert_eq!(tcp_ports[1], udp_port, "the port freed first is reused");
+    assert_eq!(
+        peers[1].1, data,
+        "the server received the new connection's bytes"
+    );
+
+    nat.no_checksum_errors();
+    nat.ctl.check_alive();
+    nat.sw.check_alive();
     assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
 }
 
@@ -301,12 +450,15 @@ fn start_switch(
             std::env::var("OFFLOW_TEST_LOG").unwrap_or_else(|_| "info".into()),
         );
     if offload {
-        // A flow at 200 pps for two 100 ms ticks goes down: the paced
-        // transfer runs at ~2,000 segments/s, its ACKs at about half.
+        // Every received frame sampled (exact rates), and a flow at
+        // 100 pps for two 100 ms ticks goes down: the paced transfer runs
+        // at ~2,000 segments/s, but the outside host's GRO merges each
+        // burst, so its ACKs (the reverse flow) come at a few hundred a
+        // second.
         let config = scratch.file("offlow.toml");
         std::fs::write(
             &config,
-            "[offload]\nmode = \"xdp\"\npromote_pps = 200\ndemote_pps = 20\n",
+            "[offload]\nmode = \"xdp\"\nsample_every = 1\npromote_pps = 100\ndemote_pps = 10\n",
         )
         .expect("offlow.toml");
         cmd.arg("--config").arg(&config);
@@ -316,30 +468,16 @@ fn start_switch(
     p
 }
 
-/// The app's log once `ready` holds for it (bounded by [`PROGRAM_WAIT`]).
-fn wait_log(ctl: &mut Proc, path: &std::path::Path, ready: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + PROGRAM_WAIT;
-    loop {
-        let log = std::fs::read_to_string(path).unwrap_or_default();
-        if ready(&log) {
-            return log;
-        }
-        ctl.check_alive();
-        assert!(Instant::now() < deadline, "the app's log: {log}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// `Tcp: InCsumErrors` of namespace `ns` (`/proc/net/snmp`): segments its
-/// stack dropped for a bad checksum.
-fn tcp_csum_errors(ns: &str) -> u64 {
+/// `InCsumErrors` of `proto` (`Tcp:` or `Udp:`) in namespace `ns`
+/// (`/proc/net/snmp`): segments its stack dropped for a bad checksum.
+fn csum_errors(ns: &str, proto: &str) -> u64 {
     let out = sh("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]);
     assert!(out.status.success(), "/proc/net/snmp in {ns}");
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut tcp = text.lines().filter(|l| l.starts_with("Tcp:"));
+    let mut rows = text.lines().filter(|l| l.starts_with(proto));
     let (names, values) = (
-        tcp.next().expect("Tcp names"),
-        tcp.next().expect("Tcp values"),
+        rows.next().expect("the names row"),
+        rows.next().expect("the values row"),
     );
     let at = names
         .split_whitespace()
@@ -399,21 +537,6 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// The NAT address and a pool port: what the outside must see.
-fn peer_port(peer: &SocketAddr) -> u16 {
-    assert_eq!(
-        peer.ip().to_string(),
-        NAT_IP,
-        "the server's peer is the NAT address"
-    );
-    let p = peer.port();
-    assert!(
-        (POOL.0..=POOL.1).contains(&p),
-        "the peer port {p} is from the pool {POOL:?}"
-    );
-    p
-}
-
 /// An echo server on the outside host for `n` connections: each is read
 /// to its end, echoed back and closed. `join` gives each peer address
 /// with the bytes it sent.
@@ -467,13 +590,9 @@ fn echo(mut s: TcpStream) -> Vec<u8> {
     v
 }
 
-/// Connect from the inside host to the server, send `data` (64 KiB at a
-/// time, sleeping `pace` after each), half-close, read the echo.
-fn client(net: &Net, data: &[u8], pace: Option<Duration>) -> Vec<u8> {
-    client_in(&net.h[0], data, pace)
-}
-
-fn client_in(ns: &str, data: &[u8], pace: Option<Duration>) -> Vec<u8> {
+/// Connect from the inside host `ns` to the server, send `data` (64 KiB
+/// at a time, sleeping `pace` after each), half-close, read the echo.
+fn client(ns: &str, data: &[u8], pace: Option<Duration>) -> Vec<u8> {
     let to: SocketAddr = format!("{OUTSIDE_IP}:{SERVER_PORT}").parse().unwrap();
     let mut s = in_netns(Some(ns), || {
         TcpStream::connect_timeout(&to, Duration::from_secs(5))
@@ -502,4 +621,35 @@ fn client_in(ns: &str, data: &[u8], pace: Option<Duration>) -> Vec<u8> {
         .join()
         .expect("reader thread")
         .expect("client read (timed out?)")
+}
+
+/// Send `msg` from 10.0.0.1:5353 to an echo socket on the outside host,
+/// which sends it back to whoever it came from; the peer the outside saw
+/// and what the inside received.
+fn udp_exchange(net: &Net, msg: &[u8]) -> (SocketAddr, Vec<u8>) {
+    let echo = in_netns(Some(&net.h[1]), || UdpSocket::bind((OUTSIDE_IP, 7002)))
+        .expect("enter the outside host")
+        .expect("bind the UDP echo");
+    echo.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let echoer = std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        let (n, peer) = echo.recv_from(&mut buf).expect("the datagram (timed out?)");
+        echo.send_to(&buf[..n], peer).expect("echo");
+        peer
+    });
+    let s = in_netns(Some(&net.h[0]), || UdpSocket::bind((INSIDE_IP, 5353)))
+        .expect("enter the inside host")
+        .expect("bind the UDP client");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.send_to(msg, (OUTSIDE_IP, 7002)).expect("send");
+    let mut buf = [0u8; 1500];
+    let (n, from) = s.recv_from(&mut buf).expect("the echo (timed out?)");
+    assert_eq!(
+        from.to_string(),
+        format!("{OUTSIDE_IP}:7002"),
+        "the echo's source"
+    );
+    (echoer.join().expect("echo thread"), buf[..n].to_vec())
 }
