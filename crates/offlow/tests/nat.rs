@@ -9,7 +9,7 @@
 //! static neighbour. The outside host is the NAT's next hop (its MAC is
 //! the app's `SNAT_NEXT_HOP_MAC`).
 //!
-//! What is checked, per test:
+//! What the first two tests check (offload off, then on):
 //! - **Translation both ways, checksums verified by the hosts.** A TCP
 //!   connection from inside to a server outside carries 4 MiB out and the
 //!   server echoes them back; both ends compare every byte. The outside
@@ -38,6 +38,12 @@
 //!   connections (promoted by rate, with thresholds lowered and every
 //!   frame sampled, in the test's configuration file, so that a
 //!   one-second transfer on a shared machine is certainly hot).
+//!
+//! The third test gives the app a pool of two ports: a UDP datagram goes
+//! out and its echo comes back through the NAT (one port), a held TCP
+//! connection takes the other, a third connection's SYNs are dropped and
+//! the app logs the exhaustion; after the idle timeout has freed both, a
+//! new connection gets the port freed first.
 //!
 //! Needs root, `ip`, `ethtool`, `ovs-ofctl` and the os-ken environment of
 //! `scripts/controllers-venv.sh` (run by the test; a no-op once built).
@@ -71,11 +77,14 @@ const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
 /// With the XDP tier: GRO on, since a veth takes frames that XDP redirects
 /// into it only while its peer runs NAPI; and transmit checksum offload
-/// off, since an XDP program cannot tell a partial checksum (a veth
-/// peer's CHECKSUM_PARTIAL, not carried into XDP) from a full one: it
-/// updates the pseudo-header sum as if it were a full checksum and the
-/// receiver drops the segment (`TcpInCsumErrors`). The same reason makes
-/// `ports.rs` turn it off for AF_XDP ports. With it on, this test fails.
+/// off. An XDP program cannot tell a partial checksum (a veth peer's
+/// CHECKSUM_PARTIAL, which does not travel with the frame into XDP) from a
+/// full one: the tier forwards it unfinished (updated as if it were full,
+/// when it translates), the receiver drops the segment
+/// (`TcpInCsumErrors`), and TCP stalls until the entry is demoted. That
+/// is a limit of offlow's offload tier on veths, not of the app (plain
+/// `output` flows show it too); `ports.rs` turns checksum offload off for
+/// AF_XDP ports for the same reason. With it on, this test fails.
 const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "gro", "on", "tx", "off"];
 
 /// What the tests are called in skip notices and CI failures.
