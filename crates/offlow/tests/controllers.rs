@@ -18,22 +18,14 @@
 //! wait has a deadline and the whole run (after the one-time venv build)
 //! must finish within [`TEST_BUDGET`].
 
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{
-    can_run, flow_lines, free_ports, number_after, ofctl_at, skip_or_fail, tcp_transfer, udp, Net,
-};
-
-/// Makes scratch directory names unique within this process.
-static SEQ: AtomicU32 = AtomicU32::new(0);
+use common::controller::{venv, wait_listening, Proc, Scratch, PROGRAM_WAIT};
+use common::{flow_lines, free_ports, number_after, ofctl_at, tcp_transfer, udp, Net};
 
 /// The hosts' offloads: software segmentation, so frames stay within the
 /// MTU the workers' buffers hold (see the demo).
@@ -41,159 +33,9 @@ const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
 /// Longest a test may take once the environments exist.
 const TEST_BUDGET: Duration = Duration::from_secs(60);
-/// Longest wait for a controller to listen, or to program the switch.
-const PROGRAM_WAIT: Duration = Duration::from_secs(20);
 
 /// What the tests are called in skip notices and CI failures.
 const WHAT: &str = "the controller tests";
-
-/// The environments' root, built once per test process (the script also
-/// locks against other processes); `None` after a skip notice (root,
-/// `ovs-ofctl`, `ethtool` and `ip` are checked first).
-fn venv() -> Option<PathBuf> {
-    if !can_run(WHAT, true, &["ovs-ofctl", "ethtool", "ip"]) {
-        return None;
-    }
-    static ROOT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let r = ROOT.get_or_init(|| {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../scripts/controllers-venv.sh"
-        );
-        let out = Command::new("bash")
-            .arg(script)
-            .output()
-            .map_err(|e| format!("{script}: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{script} failed: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(std::env::var_os("OFFLOW_VENV")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from("/var/cache/offlow/venv")))
-    });
-    match r {
-        Ok(p) => Some(p.clone()),
-        Err(why) => {
-            skip_or_fail(WHAT, why);
-            None
-        }
-    }
-}
-
-/// A scratch directory for configs and logs. Removed on drop after a
-/// pass; kept (and its logs printed) after a failure, or always with
-/// `OFFLOW_TEST_KEEP_LOGS` set (`OFFLOW_TEST_LOG` sets the switch's
-/// `RUST_LOG`, default `info`).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(kind: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!(
-            "offlow-ctl-{kind}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        Scratch(dir)
-    }
-
-    fn file(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::env::var_os("OFFLOW_TEST_KEEP_LOGS").is_some() {
-            eprintln!("logs kept in {}", self.0.display());
-        } else if std::thread::panicking() {
-            eprintln!("logs kept in {}", self.0.display());
-            if let Ok(d) = std::fs::read_dir(&self.0) {
-                for e in d.flatten() {
-                    let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-                    let tail: Vec<&str> = text.lines().rev().take(40).collect();
-                    eprintln!("---- {} (last 40 lines)", e.path().display());
-                    for l in tail.into_iter().rev() {
-                        eprintln!("{l}");
-                    }
-                }
-            }
-        } else {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-/// A child in its own process group; the whole group is killed on drop.
-struct Proc {
-    child: Child,
-    what: &'static str,
-}
-
-impl Proc {
-    fn spawn(what: &'static str, mut cmd: Command, log: &Path) -> Proc {
-        let out = std::fs::File::create(log).expect("log file");
-        let err = out.try_clone().expect("log file");
-        let child = cmd
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {what}: {e}"));
-        Proc { child, what }
-    }
-
-    fn check_alive(&mut self) {
-        if let Ok(Some(st)) = self.child.try_wait() {
-            panic!("{} exited early: {st}", self.what);
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // The child leads its group (process_group(0)): its pid is the
-        // group id.
-        let pgid = self.child.id() as libc::pid_t;
-        // SAFETY: kill(2) on a process group this test created.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-        }
-        let _ = self.child.wait();
-    }
-}
-
-/// Whether something listens on 127.0.0.1:`port` (read from
-/// /proc/net/tcp, so the probe does not itself open an OpenFlow session).
-fn listening(port: u16) -> bool {
-    let want = format!("0100007F:{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1] == want && f[3] == "0A"
-        })
-}
-
-fn wait_listening(p: &mut Proc, port: u16) {
-    let deadline = Instant::now() + PROGRAM_WAIT;
-    while !listening(port) {
-        p.check_alive();
-        assert!(
-            Instant::now() < deadline,
-            "{} did not listen on {port}",
-            p.what
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// `ovs-ofctl dump-flows` over the switch's passive listener.
 fn dump_flows(listen_port: u16) -> String {
@@ -260,7 +102,7 @@ fn traffic(net: &Net, listen_port: u16) {
 
 #[test]
 fn osken_simple_switch_13_programs_the_switch_and_hosts_talk() {
-    let Some(venv) = venv() else { return };
+    let Some(venv) = venv(WHAT) else { return };
     let t0 = Instant::now();
     let net = Net::new("ofc", OFFLOADS);
     let scratch = Scratch::new("osken");
@@ -320,7 +162,7 @@ fn osken_simple_switch_13_programs_the_switch_and_hosts_talk() {
 
 #[test]
 fn faucet_programs_the_switch_and_hosts_talk() {
-    let Some(venv) = venv() else { return };
+    let Some(venv) = venv(WHAT) else { return };
     let t0 = Instant::now();
     let net = Net::new("ofc", OFFLOADS);
     let scratch = Scratch::new("faucet");

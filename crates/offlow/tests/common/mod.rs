@@ -18,6 +18,8 @@
 //!   host namespaces (10.0.0.1 and 10.0.0.2 on their `eth0`), and traffic
 //!   across it: [`Net::ping`], [`tcp_transfer`], [`udp`].
 //! - text: [`number_after`], [`first_number_after`], [`flow_lines`].
+//! - [`controller`]: real controllers as children (the os-ken and Faucet
+//!   environments, scratch directories for their logs, process groups).
 //! - [`Ovs`]: a private Open vSwitch 3.1 (its own directory, `ovsdb-server`
 //!   and `ovs-vswitchd --enable-dummy`, a `datapath_type=dummy` bridge with
 //!   dummy ports: no kernel datapath, no host interface), stopped on drop.
@@ -48,10 +50,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use offlow_io::netns::in_netns;
+
+pub(crate) mod controller;
 use offlow_openflow::{decode, encode_to_vec, frame_len, Body, Hello, Message};
 
 /// Makes namespace and interface names unique within this process.
-static SEQ: AtomicU32 = AtomicU32::new(0);
+pub(crate) static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// Longest wait for a started process to accept connections.
 pub(crate) const START_WAIT: Duration = Duration::from_secs(15);
