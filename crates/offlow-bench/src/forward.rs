@@ -427,6 +427,18 @@ impl Ovs {
     /// Start it in `sw` with p1 (port 1) and p2 (port 2) of type
     /// `port_type` and the two port-to-port flows.
     pub(crate) fn start(sw: &str, port_type: &str) -> anyhow::Result<Ovs> {
+        Ovs::start_with(sw, port_type, &FLOWS, None)
+    }
+
+    /// Start it in `sw` with p1 (port 1) and p2 (port 2) of type
+    /// `port_type`, the flows `flows`, and, with `controller`
+    /// (`tcp:HOST:PORT`), that controller.
+    pub(crate) fn start_with(
+        sw: &str,
+        port_type: &str,
+        flows: &[&str],
+        controller: Option<&str>,
+    ) -> anyhow::Result<Ovs> {
         let dir = std::env::temp_dir().join(format!("offlow-fwd-ovs-{}", unique_tag()));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut ovs = Ovs {
@@ -526,7 +538,16 @@ impl Ovs {
             bail!("OVS port error: {}", errs.trim());
         }
         let mgmt = format!("unix:{}", d.join("br0.mgmt").display());
-        for f in FLOWS {
+        if let Some(c) = controller {
+            run_cmd(ovs.cmd("ovs-vsctl").args([
+                &db_arg,
+                "--timeout=30",
+                "set-controller",
+                "br0",
+                c,
+            ]))?;
+        }
+        for f in flows {
             run_cmd(
                 ovs.cmd("ovs-ofctl")
                     .args(["-O", "OpenFlow13", "add-flow", &mgmt, f]),

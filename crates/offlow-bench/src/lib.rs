@@ -29,6 +29,7 @@ pub mod forward;
 pub mod latency;
 pub mod offload;
 pub mod report;
+pub mod setup;
 pub mod topo;
 pub mod traffic;
 pub mod update;

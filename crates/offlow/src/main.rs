@@ -61,6 +61,10 @@ enum Bench {
     /// percentiles and processing delay over frame sizes, match tuples,
     /// table sizes and background load; CSV, Markdown and PNG plots.
     Latency(offlow_bench::latency::LatencyArgs),
+    /// New TCP connections per second through the switch under a
+    /// controller that installs flows on packet-ins (os-ken's
+    /// simple_switch_13, the source-NAT app), offlow vs Open vSwitch.
+    Setup(offlow_bench::setup::SetupArgs),
     /// Flow-mods of an ovs-ofctl flow file sent back to back with one
     /// barrier at the end, to one or more switches (Open vSwitch too):
     /// flow-mods per second until the barrier reply.
@@ -115,6 +119,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(Bench::Control(a)) => offlow_bench::control::main(&a),
         Command::Bench(Bench::Offload(a)) => offlow_bench::offload::main(&a),
         Command::Bench(Bench::Latency(a)) => offlow_bench::latency::main(&a),
+        Command::Bench(Bench::Setup(a)) => offlow_bench::setup::main(&a),
         Command::Bench(Bench::FlowMods(a)) => flowmod_bench::main(&a),
     }
 }

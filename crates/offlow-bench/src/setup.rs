@@ -1,0 +1,660 @@
+//! `offlow bench setup`: new TCP connections per second through a switch
+//! whose flows a real controller installs (issue 25, item 3; the SmartNIC
+//! paper's connection-setup rate).
+//!
+//! # What runs, per (application, switch) row, in one invocation
+//! - The [`crate::topo`] topology: hosts A and B joined through a switch
+//!   namespace (`p1` = port 1 to A, `p2` = port 2 to B). The hosts' segment
+//!   and checksum offloads are off (`tso gso tx off`): the offload tier
+//!   serves frames as they are, and a veth's partial checksums would only
+//!   be finished on the software path.
+//! - The controller: `osken-manager` from the controllers' environment
+//!   (`scripts/controllers-venv.sh`, `--venv`) on a free loopback port,
+//!   running
+//!   - `l2`: os-ken's `simple_switch_13` (MAC learning: a flow per
+//!     destination MAC and port, installed on the first packet-in of each
+//!     direction; A 10.0.0.1, B 10.0.0.2), or
+//!   - `nat`: the repository's source-NAT app (`apps/osken/snat.py`,
+//!     `--snat-app`): on each connection's first packet a forward and a
+//!     reverse flow (idle timeout 2 s) and a pool port (A 10.0.0.1 behind
+//!     gateway 10.0.0.254, B 192.0.2.2, the NAT address 192.0.2.1). Every
+//!     connection is a packet-in, two flow-mods and a packet-out.
+//! - The switch, connected to it: `offlow run` (AF_PACKET ports, one
+//!   worker), `offlow run --offload xdp`, or Open vSwitch 3.1 (netdev
+//!   datapath, `system` ports, secure fail mode, the same controller).
+//!   Controller and switch both run inside the switch namespace and meet
+//!   on its loopback (ovs-vswitchd must run where its ports are).
+//! - A server on B:5001 accepting and closing, and `--concurrency` client
+//!   threads on A, each connecting again and again (a fresh source port
+//!   each time), then closing with an RST (`SO_LINGER` 0, so no TIME_WAIT
+//!   limits the rate). After the controller has programmed the path (the
+//!   first connection) and `--warmup` seconds, connections completed
+//!   (three-way handshake done) are counted over `--seconds`, with each
+//!   connect's latency.
+//!
+//! # Report
+//! Per row: connections/s, connect latency p50/p99/max (ms), failed
+//! connects (a 1 s timeout), the controller's and the switch's CPU over
+//! the counted seconds (from /proc: a controller at one full core bounds
+//! the row, whatever the switch), and the row's anchor ratio: offlow rows
+//! over Open vSwitch with the same application in the same run. `--json` prints
+//! one object (`experiment: "setup"`) as the last line.
+//!
+//! # Invariants
+//! Namespaces, processes and the scratch directory of a row are owned by
+//! guards removed on drop, so an error or Ctrl-C leaves nothing behind.
+//! Every connect has a timeout; a row whose path is never programmed
+//! fails after [`PROGRAM_WAIT`].
+//!
+//! Thread-safety: client threads share only atomics (phase, counters) with
+//! the measuring thread and hand their latency samples back when joined.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use offlow_io::netns::in_netns;
+use serde::Serialize;
+
+use crate::control::percentile;
+use crate::forward::Ovs;
+use crate::report::{fmt_f, print_json_line, Table};
+use crate::topo::{
+    catch_interrupt, free_port, interrupted, ip, run_cmd, sleep_unless_interrupted, unique_tag,
+    ChildGuard, Topo,
+};
+
+/// Longest wait for the controller to listen and to program the path.
+pub const PROGRAM_WAIT: Duration = Duration::from_secs(30);
+
+/// The server's port on host B.
+const SERVER_PORT: u16 = 5001;
+
+/// Which controller application.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum App {
+    /// os-ken's simple_switch_13 (L2 learning).
+    L2,
+    /// The repository's source-NAT app: two flows per connection.
+    Nat,
+}
+
+/// Which switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SwitchKind {
+    /// `offlow run`, AF_PACKET ports.
+    Offlow,
+    /// `offlow run --offload xdp`.
+    OfflowOffload,
+    /// Open vSwitch 3.1, netdev datapath, `system` ports.
+    Ovs,
+}
+
+impl SwitchKind {
+    fn name(self) -> &'static str {
+        match self {
+            SwitchKind::Offlow => "offlow",
+            SwitchKind::OfflowOffload => "offlow --offload xdp",
+            SwitchKind::Ovs => "ovs 3.1 netdev system",
+        }
+    }
+}
+
+/// Arguments of `offlow bench setup`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SetupArgs {
+    /// Controller applications (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "l2,nat")]
+    pub apps: Vec<App>,
+    /// Switches (comma-separated), each with every application.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "offlow,offlow-offload,ovs"
+    )]
+    pub switches: Vec<SwitchKind>,
+    /// Seconds counted per row.
+    #[arg(long, default_value_t = 10.0)]
+    pub seconds: f64,
+    /// Seconds of connections before counting.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Client threads connecting at once.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// The controllers' environment (default: `$OFFLOW_VENV`, else
+    /// /var/cache/offlow/venv; `scripts/controllers-venv.sh` builds it).
+    #[arg(long, value_name = "DIR")]
+    pub venv: Option<PathBuf>,
+    /// The source-NAT app (default: `apps/osken/snat.py` of the working
+    /// directory, or of the repository this binary was built in).
+    #[arg(long, value_name = "FILE")]
+    pub snat_app: Option<PathBuf>,
+    /// The offlow binary to run (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub offlow: Option<PathBuf>,
+    /// Print one JSON object as the last line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One row's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupRow {
+    /// The application.
+    pub app: App,
+    /// The switch.
+    pub switch: String,
+    /// Connections completed per second.
+    pub conns_per_s: f64,
+    /// Connections completed in the counted seconds.
+    pub conns: u64,
+    /// Connects that failed or timed out in the counted seconds.
+    pub failed: u64,
+    /// Connect latency percentiles, ms.
+    pub p50_ms: Option<f64>,
+    /// See `p50_ms`.
+    pub p99_ms: Option<f64>,
+    /// See `p50_ms`.
+    pub max_ms: Option<f64>,
+    /// This row over Open vSwitch's with the same application, same run.
+    pub vs_ovs: Option<f64>,
+    /// The controller's CPU over the counted seconds (1.0 = one core).
+    pub controller_cpu: Option<f64>,
+    /// The switch process's CPU over the counted seconds.
+    pub switch_cpu: Option<f64>,
+}
+
+/// The whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct SetupReport {
+    /// `"setup"`.
+    pub experiment: &'static str,
+    /// Client threads.
+    pub concurrency: usize,
+    /// Counted seconds per row.
+    pub seconds: f64,
+    /// Rows, in run order.
+    pub rows: Vec<SetupRow>,
+}
+
+/// Addresses of one application's topology.
+struct Plan {
+    a_addr: &'static str,
+    a_route: Option<&'static str>,
+    b_addr: &'static str,
+    server: &'static str,
+}
+
+fn plan(app: App) -> Plan {
+    match app {
+        App::L2 => Plan {
+            a_addr: "10.0.0.1/24",
+            a_route: None,
+            b_addr: "10.0.0.2/24",
+            server: "10.0.0.2",
+        },
+        App::Nat => Plan {
+            a_addr: "10.0.0.1/24",
+            a_route: Some("10.0.0.254"),
+            b_addr: "192.0.2.2/24",
+            server: "192.0.2.2",
+        },
+    }
+}
+
+/// Host B's MAC ([`Topo::hosts`] sets it): the NAT's next hop.
+const B_MAC: &str = "02:00:00:00:00:12";
+
+fn venv_dir(a: &SetupArgs) -> PathBuf {
+    a.venv
+        .clone()
+        .or_else(|| std::env::var_os("OFFLOW_VENV").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/var/cache/offlow/venv"))
+}
+
+fn snat_app(a: &SetupArgs) -> anyhow::Result<PathBuf> {
+    if let Some(p) = &a.snat_app {
+        return Ok(p.clone());
+    }
+    let here = PathBuf::from("apps/osken/snat.py");
+    if here.exists() {
+        return Ok(here);
+    }
+    let built = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../apps/osken/snat.py");
+    if built.exists() {
+        return Ok(built);
+    }
+    bail!("apps/osken/snat.py not found: run from the repository or give --snat-app")
+}
+
+/// Is something listening on TCP `port` in namespace `ns`? Read from
+/// /proc (the calling thread's namespace's view), so no probe connection
+/// opens an OpenFlow session.
+fn listening(ns: &str, port: u16) -> bool {
+    let Ok(Ok(text)) = in_netns(Some(ns), || {
+        std::fs::read_to_string("/proc/thread-self/net/tcp")
+    }) else {
+        return false;
+    };
+    let want = format!(":{port:04X}");
+    text.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1].ends_with(&want) && f[3] == "0A"
+    })
+}
+
+/// Start the controller for `app` in the switch namespace `sw` (where
+/// ovs-vswitchd runs: its loopback is the one both switches reach),
+/// logging to `log`; returns once it listens. Its OpenFlow target is
+/// `tcp:127.0.0.1:PORT` in `sw`.
+fn start_controller(
+    a: &SetupArgs,
+    app: App,
+    sw: &str,
+    log: &Path,
+) -> anyhow::Result<(ChildGuard, String)> {
+    let venv = venv_dir(a);
+    let manager = venv.join("osken/bin/osken-manager");
+    if !manager.exists() {
+        bail!(
+            "{} missing: run scripts/controllers-venv.sh (or give --venv)",
+            manager.display()
+        );
+    }
+    // A fresh namespace: any port is free there.
+    let port = free_port()?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", sw])
+        .arg(&manager)
+        .args(["--ofp-listen-host", "127.0.0.1", "--ofp-tcp-listen-port"])
+        .arg(port.to_string());
+    match app {
+        App::L2 => {
+            cmd.arg(venv.join("simple_switch_13.py"));
+        }
+        App::Nat => {
+            cmd.arg(snat_app(a)?)
+                .env("SNAT_INSIDE_PORT", "1")
+                .env("SNAT_OUTSIDE_PORT", "2")
+                .env("SNAT_INSIDE_NET", "10.0.0.0/24")
+                .env("SNAT_GATEWAY_IP", "10.0.0.254")
+                .env("SNAT_ADDRESS", "192.0.2.1")
+                .env("SNAT_NEXT_HOP_MAC", B_MAC)
+                .env("SNAT_PORT_MIN", "10000")
+                .env("SNAT_PORT_MAX", "60000")
+                .env("SNAT_IDLE_TIMEOUT", "2");
+        }
+    }
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out.try_clone()?))
+        .stderr(Stdio::from(out))
+        .spawn()
+        .with_context(|| format!("starting {}", manager.display()))?;
+    let mut g = ChildGuard {
+        child,
+        what: "osken-manager",
+    };
+    let deadline = Instant::now() + PROGRAM_WAIT;
+    while !listening(sw, port) {
+        g.check_alive()
+            .with_context(|| format!("its log: {}", log.display()))?;
+        if Instant::now() > deadline {
+            bail!("osken-manager did not listen within {PROGRAM_WAIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((g, format!("tcp:127.0.0.1:{port}")))
+}
+
+/// CPU seconds (user + system) process `pid` has used, from
+/// /proc/PID/stat.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name (which may hold spaces).
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12
+    // after the name.
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (hz > 0).then(|| ticks as f64 / hz as f64)
+}
+
+/// Close with an RST: no TIME_WAIT state left behind on the client.
+fn abort(s: TcpStream) {
+    let l = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on an open socket with a linger value of the
+    // size given.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&l as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+/// A server in `ns` on `addr`:5001 accepting and dropping connections
+/// until `stop`.
+fn start_server(
+    ns: &str,
+    addr: &str,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    let sa: SocketAddr = format!("{addr}:{SERVER_PORT}").parse()?;
+    let l = in_netns(Some(ns), || TcpListener::bind(sa))
+        .context("entering host B")?
+        .with_context(|| format!("binding {sa}"))?;
+    // A deeper accept queue than std's 128: bursts of SYNs from several
+    // clients. listen(2) again on a listening socket only resizes it.
+    // SAFETY: listen on the socket we own.
+    unsafe {
+        libc::listen(l.as_raw_fd(), 4096);
+    }
+    l.set_nonblocking(true)?;
+    Ok(std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            match l.accept() {
+                Ok((s, _)) => drop(s),
+                Err(_) => std::thread::sleep(Duration::from_micros(200)),
+            }
+        }
+    }))
+}
+
+/// Client phases.
+const WARMUP: u8 = 0;
+const COUNT: u8 = 1;
+const STOP: u8 = 2;
+
+/// What one client thread measured in the counted phase.
+struct ClientResult {
+    latencies_ms: Vec<f64>,
+    failed: u64,
+}
+
+fn client(
+    ns: String,
+    server: SocketAddr,
+    phase: Arc<AtomicU8>,
+    done: Arc<AtomicU64>,
+) -> ClientResult {
+    let mut r = ClientResult {
+        latencies_ms: Vec::new(),
+        failed: 0,
+    };
+    let run = in_netns(Some(&ns), || {
+        while phase.load(Ordering::Relaxed) != STOP {
+            let t0 = Instant::now();
+            let res = TcpStream::connect_timeout(&server, Duration::from_secs(1));
+            let counted = phase.load(Ordering::Relaxed) == COUNT;
+            match res {
+                Ok(s) => {
+                    abort(s);
+                    if counted {
+                        r.latencies_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                Err(_) => {
+                    if counted {
+                        r.failed += 1;
+                    }
+                }
+            }
+        }
+    });
+    if run.is_err() {
+        r.failed += 1;
+    }
+    r
+}
+
+/// Connect from `ns` to `server` until one connection completes (the
+/// controller has programmed the path), at most [`PROGRAM_WAIT`].
+fn wait_programmed(ns: &str, server: SocketAddr) -> anyhow::Result<()> {
+    let deadline = Instant::now() + PROGRAM_WAIT;
+    loop {
+        let ok = in_netns(Some(ns), || {
+            TcpStream::connect_timeout(&server, Duration::from_secs(1)).map(abort)
+        })?;
+        if ok.is_ok() {
+            return Ok(());
+        }
+        if interrupted() || Instant::now() > deadline {
+            bail!("no connection to {server} within {PROGRAM_WAIT:?}: the controller did not program the path");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow> {
+    let topo = Topo::hosts(true, 1)?;
+    let (ha, hb, sw) = (
+        topo.gen.0.clone(),
+        topo.rx.0.clone(),
+        topo.sw()?.to_string(),
+    );
+    let p = plan(app);
+    for (h, addr) in [(&ha, p.a_addr), (&hb, p.b_addr)] {
+        ip(&["-n", h, "addr", "add", addr, "dev", "eth0"])?;
+        run_cmd(Command::new("ip").args([
+            "netns", "exec", h, "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "tx", "off",
+        ]))?;
+    }
+    if let Some(gw) = p.a_route {
+        ip(&["-n", &ha, "route", "add", "default", "via", gw])?;
+    }
+    let scratch = std::env::temp_dir().join(format!("offlow-setup-{}", unique_tag()));
+    std::fs::create_dir_all(&scratch)?;
+    let _scratch = ScratchDir(scratch.clone());
+    let (_ctl, target) = start_controller(a, app, &sw, &scratch.join("controller.log"))?;
+    let offlow = match &a.offlow {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()?,
+    };
+    // Declared in this order: the switch stops before the controller.
+    let mut _switch: Option<ChildGuard> = None;
+    let mut _ovs: Option<Ovs> = None;
+    match kind {
+        SwitchKind::Offlow | SwitchKind::OfflowOffload => {
+            // Inside the switch namespace, as ovs-vswitchd: the controller
+            // listens on that namespace's loopback.
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &sw])
+                .arg(&offlow)
+                .args([
+                    "run",
+                    "--port",
+                    "p1=1",
+                    "--port",
+                    "p2=2",
+                    "--fail-mode",
+                    "secure",
+                ])
+                .args(["--workers", "1", "--controller", &target]);
+            if kind == SwitchKind::OfflowOffload {
+                cmd.args(["--offload", "xdp"]);
+            }
+            let child = cmd
+                .env("RUST_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(std::fs::File::create(
+                    scratch.join("offlow.log"),
+                )?))
+                .spawn()
+                .with_context(|| format!("starting {}", offlow.display()))?;
+            _switch = Some(ChildGuard {
+                child,
+                what: "offlow run",
+            });
+        }
+        SwitchKind::Ovs => _ovs = Some(Ovs::start_with(&sw, "system", &[], Some(&target))?),
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = start_server(&hb, p.server, stop.clone())?;
+    let sa: SocketAddr = format!("{}:{SERVER_PORT}", p.server).parse()?;
+    let ctl_pid = _ctl.child.id();
+    let switch_pid = match (&_switch, &_ovs) {
+        (Some(g), _) => Some(g.child.id()),
+        (None, Some(o)) => o.vswitchd_pid(),
+        _ => None,
+    };
+    let result = (|| {
+        wait_programmed(&ha, sa)?;
+        let phase = Arc::new(AtomicU8::new(WARMUP));
+        let done = Arc::new(AtomicU64::new(0));
+        let clients: Vec<_> = (0..a.concurrency.max(1))
+            .map(|_| {
+                let (ns, phase, done) = (ha.clone(), phase.clone(), done.clone());
+                std::thread::spawn(move || client(ns, sa, phase, done))
+            })
+            .collect();
+        sleep_unless_interrupted(Duration::from_secs_f64(a.warmup));
+        phase.store(COUNT, Ordering::Relaxed);
+        let t0 = Instant::now();
+        let cpu0 = (cpu_seconds(ctl_pid), switch_pid.and_then(cpu_seconds));
+        sleep_unless_interrupted(Duration::from_secs_f64(a.seconds));
+        let cpu1 = (cpu_seconds(ctl_pid), switch_pid.and_then(cpu_seconds));
+        phase.store(STOP, Ordering::Relaxed);
+        let elapsed = t0.elapsed().as_secs_f64();
+        let share = |a: Option<f64>, b: Option<f64>| Some((b? - a?) / elapsed);
+        let mut lat = Vec::new();
+        let mut failed = 0;
+        for c in clients {
+            let r = c
+                .join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))?;
+            lat.extend(r.latencies_ms);
+            failed += r.failed;
+        }
+        lat.sort_by(f64::total_cmp);
+        Ok::<_, anyhow::Error>(SetupRow {
+            app,
+            switch: kind.name().into(),
+            conns_per_s: lat.len() as f64 / elapsed,
+            conns: lat.len() as u64,
+            failed,
+            p50_ms: percentile(&lat, 50.0),
+            p99_ms: percentile(&lat, 99.0),
+            max_ms: lat.last().copied(),
+            vs_ovs: None,
+            controller_cpu: share(cpu0.0, cpu1.0),
+            switch_cpu: share(cpu0.1, cpu1.1),
+        })
+    })();
+    stop.store(true, Ordering::Relaxed);
+    let _ = server.join();
+    result.with_context(|| {
+        format!(
+            "row {app:?} on {}: the controller's log is {}",
+            kind.name(),
+            scratch.join("controller.log").display()
+        )
+    })
+}
+
+/// Removed on drop unless `OFFLOW_BENCH_KEEP` is set (then the
+/// controller's log stays for a look).
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if std::env::var_os("OFFLOW_BENCH_KEEP").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Run every row.
+pub fn run(a: &SetupArgs) -> anyhow::Result<SetupReport> {
+    let mut rows = Vec::new();
+    for &app in &a.apps {
+        for &kind in &a.switches {
+            if interrupted() {
+                bail!("interrupted");
+            }
+            eprintln!("setup: {app:?} on {} ...", kind.name());
+            rows.push(run_row(a, app, kind)?);
+        }
+    }
+    // Ratios against Open vSwitch with the same application.
+    let ovs: Vec<(App, f64)> = rows
+        .iter()
+        .filter(|r| r.switch == SwitchKind::Ovs.name())
+        .map(|r| (r.app, r.conns_per_s))
+        .collect();
+    for r in &mut rows {
+        if r.switch != SwitchKind::Ovs.name() {
+            r.vs_ovs = ovs
+                .iter()
+                .find(|(app, v)| *app == r.app && *v > 0.0)
+                .map(|(_, v)| r.conns_per_s / v);
+        }
+    }
+    Ok(SetupReport {
+        experiment: "setup",
+        concurrency: a.concurrency,
+        seconds: a.seconds,
+        rows,
+    })
+}
+
+/// `offlow bench setup`.
+pub fn main(a: &SetupArgs) -> anyhow::Result<()> {
+    catch_interrupt();
+    let r = run(a)?;
+    println!(
+        "setup: new TCP connections through the switch, {} client threads, {} s counted per row \
+         (connect, then close with an RST); flows installed by the controller on packet-ins",
+        r.concurrency, r.seconds
+    );
+    let mut t = Table::new([
+        "app", "switch", "conns/s", "conns", "failed", "p50 ms", "p99 ms", "max ms", "vs ovs",
+        "ctl cpu", "sw cpu",
+    ]);
+    let cpu = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{:.0}%", v * 100.0));
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| fmt_f(v, 3));
+    for row in &r.rows {
+        t.row([
+            format!("{:?}", row.app).to_lowercase(),
+            row.switch.clone(),
+            fmt_f(row.conns_per_s, 0),
+            row.conns.to_string(),
+            row.failed.to_string(),
+            ms(row.p50_ms),
+            ms(row.p99_ms),
+            ms(row.max_ms),
+            row.vs_ovs
+                .map_or_else(|| "-".into(), |v| format!("{}x", fmt_f(v, 2))),
+            cpu(row.controller_cpu),
+            cpu(row.switch_cpu),
+        ]);
+    }
+    print!("{}", t.render());
+    println!(
+        "(cpu: share of one core over the counted seconds, from /proc; a controller near 100% \
+         is the bound of its rows: os-ken runs one Python thread)"
+    );
+    if a.json {
+        print_json_line(&serde_json::to_value(&r)?);
+    }
+    Ok(())
+}
