@@ -126,7 +126,10 @@ bridge br-tester 0000000000000002 s
 if [ "$TARGET" = ovs ]; then
     bridge br-target 0000000000000001 t
 else
-    in_ns "$OFFLOW" run --dpid 1 --tables 255 --port t1 --port t2 --port t3 \
+    # `ip netns exec` directly, not the in_ns function: a function in the
+    # background is a subshell, and $! would be that shell, not offlow
+    # (whose process then outlived the run).
+    ip netns exec "$NS" "$OFFLOW" run --dpid 1 --tables 255 --port t1 --port t2 --port t3 \
         --controller "tcp:127.0.0.1:${OFPORT}" >"$OUT/offlow.log" 2>&1 &
     PIDS+=($!)
 fi
