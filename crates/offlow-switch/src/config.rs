@@ -147,6 +147,16 @@ pub struct InitialFlow {
     pub flow_mod: offlow_pipeline::FlowMod,
 }
 
+/// A group installed before any port receives (before the flows, which
+/// may use it).
+#[derive(Debug, Clone)]
+pub struct InitialGroup {
+    /// Where it was written (`FILE:LINE`), for the error if it is refused.
+    pub origin: String,
+    /// The group-mod (an ADD).
+    pub group_mod: offlow_pipeline::group::GroupMod,
+}
+
 /// A switch's resolved configuration.
 #[derive(Debug, Clone)]
 pub struct SwitchConfig {
@@ -170,6 +180,8 @@ pub struct SwitchConfig {
     pub cache_size: usize,
     /// Behaviour without a controller.
     pub fail_mode: FailMode,
+    /// Groups installed at start, in order, before the flows.
+    pub groups: Vec<InitialGroup>,
     /// Flows installed at start, in order.
     pub flows: Vec<InitialFlow>,
     /// Which workers process which packets (empty: every worker takes
@@ -236,6 +248,7 @@ impl Default for SwitchConfig {
             cores: Vec::new(),
             cache_size: DEFAULT_CACHE_SIZE,
             fail_mode: FailMode::Secure,
+            groups: Vec::new(),
             flows: Vec::new(),
             steering: SteeringTable::default(),
             offload: Offload::Off,

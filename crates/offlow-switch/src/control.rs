@@ -87,7 +87,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::adapter::{DatapathSwitch, SwitchPort};
-use crate::config::{Endpoint, FailMode, InitialFlow, PortKind, SwitchConfig};
+use crate::config::{Endpoint, FailMode, InitialFlow, InitialGroup, PortKind, SwitchConfig};
 use crate::dataplane::{self, DataPort, Dataplane, DataplaneConfig, ExternalXsk, PacketInFrame};
 use crate::offload::OffloadTier;
 use crate::standalone::Standalone;
@@ -171,6 +171,17 @@ pub fn run_blocking(
         .context("starting the tokio runtime")?;
     let local = tokio::task::LocalSet::new();
     local.block_on(&rt, run(cfg, stop, ready))
+}
+
+/// Install the groups given at start; a refused one names its origin.
+fn install_groups(switch: &mut DatapathSwitch, groups: &[InitialGroup]) -> anyhow::Result<()> {
+    for g in groups {
+        switch
+            .pipeline_group_mod(&g.group_mod)
+            .map_err(|e| anyhow::anyhow!("{}: refused: {e:?}", g.origin))?;
+    }
+    switch.commit_pending();
+    Ok(())
 }
 
 /// Install the flows given at start; a refused one names its origin.
@@ -367,6 +378,10 @@ pub async fn run(
     ready: Option<std::sync::mpsc::Sender<Running>>,
 ) -> anyhow::Result<()> {
     let mut switch = DatapathSwitch::new(cfg.dpid, cfg.tables);
+    if !cfg.groups.is_empty() {
+        install_groups(&mut switch, &cfg.groups)?;
+        info!(groups = cfg.groups.len(), "groups installed");
+    }
     if !cfg.flows.is_empty() {
         install_flows(&mut switch, &cfg.flows)?;
         info!(flows = cfg.flows.len(), "flows installed");

@@ -48,7 +48,7 @@ pub mod standalone;
 
 pub use adapter::{DatapathSwitch, SwitchPort};
 pub use config::{
-    Endpoint, FailMode, IdlePoll, InitialFlow, Offload, OffloadOptions, PortConfig, PortKind,
-    Receive, RxRing, SwitchConfig,
+    Endpoint, FailMode, IdlePoll, InitialFlow, InitialGroup, Offload, OffloadOptions, PortConfig,
+    PortKind, Receive, RxRing, SwitchConfig,
 };
 pub use control::{run, run_blocking, Running, EXPIRY_EVERY, LINK_POLL};

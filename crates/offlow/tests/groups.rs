@@ -242,3 +242,43 @@ fn groups_with_ovs_ofctl_and_traffic() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// `offlow run --groups FILE --flows FILE`: the groups are installed
+/// before the flows that use them; a refused line is named `FILE:LINE`
+/// and the switch does not start.
+#[test]
+fn run_installs_groups_from_a_file_before_the_flows() {
+    let dir = std::env::temp_dir().join(format!("offlow-groups-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let groups = dir.join("groups.txt");
+    let flows = dir.join("flows.txt");
+    std::fs::write(
+        &groups,
+        "# chained: 2 forwards to 1, defined first\n\
+         group_id=1,type=all,bucket=actions=output:2,bucket=actions=output:3\n\
+         group_id=2,type=indirect,bucket=actions=set_field:5->ip_dscp,group:1\n",
+    )
+    .expect("group file");
+    std::fs::write(&flows, "in_port=1,ip,actions=group:2\n").expect("flow file");
+    let g = groups.display().to_string();
+    let f = flows.display().to_string();
+    {
+        let sw = Daemon::start(&["--groups", &g, "--flows", &f]);
+        let desc = sw.ofctl(&["dump-groups"]);
+        assert!(desc.contains("group_id=1,type=all"), "{desc}");
+        assert!(desc.contains("group_id=2,type=indirect"), "{desc}");
+        let dump = sw.ofctl(&["dump-flows"]);
+        assert!(dump.contains("actions=group:2"), "{dump}");
+    }
+    // A group forwarding to one that does not exist: refused, by line.
+    std::fs::write(&groups, "group_id=2,type=indirect,bucket=actions=group:7\n").expect("write");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_offlow"))
+        .args(["run", "--groups", &g])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("offlow run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with a bad group file");
+    assert!(err.contains(&format!("{g}:1")), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -438,6 +438,34 @@ impl DatapathSwitch {
         Ok(())
     }
 
+    /// Apply one group-mod already in the pipeline's terms (the
+    /// [`Switch::group_mod`](offlow_openflow::Switch::group_mod) of a wire
+    /// group-mod converts, then comes here; groups from the configuration
+    /// come here directly). A refusal is the OpenFlow error it maps onto.
+    pub fn pipeline_group_mod(
+        &mut self,
+        gm: &offlow_pipeline::group::GroupMod,
+    ) -> Result<(), OfError> {
+        let now = self.clock_ns();
+        let effect = self.control.group_mod(gm, now).map_err(|e| e.of_error())?;
+        self.dirty = true;
+        if let Some(t) = &mut self.offload {
+            t.note_effect(&effect, self.control.pipeline());
+            t.note_groups_changed();
+        }
+        self.removed.extend(
+            effect
+                .removed
+                .iter()
+                .map(|e| RemovedFlow {
+                    entry: e.clone(),
+                    reason: offlow_pipeline::RemovedReason::GroupDelete,
+                })
+                .filter(RemovedFlow::send_flow_rem),
+        );
+        Ok(())
+    }
+
     /// Publish flow-mods applied since the last commit (after each batch of
     /// received messages, so changes take effect without a barrier). Does
     /// not wait for the workers: a barrier, or the next flow-mod, waits for
@@ -793,25 +821,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
     /// `OFPRR_GROUP_DELETE` when it asked for flow-removed messages.
     /// Workers take the change at the next commit; a barrier waits for it.
     fn group_mod(&mut self, gm: &offlow_openflow::GroupMod) -> Result<(), OfError> {
-        let gm = gm.to_pipeline()?;
-        let now = self.clock_ns();
-        let effect = self.control.group_mod(&gm, now).map_err(|e| e.of_error())?;
-        self.dirty = true;
-        if let Some(t) = &mut self.offload {
-            t.note_effect(&effect, self.control.pipeline());
-            t.note_groups_changed();
-        }
-        self.removed.extend(
-            effect
-                .removed
-                .iter()
-                .map(|e| RemovedFlow {
-                    entry: e.clone(),
-                    reason: offlow_pipeline::RemovedReason::GroupDelete,
-                })
-                .filter(RemovedFlow::send_flow_rem),
-        );
-        Ok(())
+        self.pipeline_group_mod(&gm.to_pipeline()?)
     }
 
     fn barrier(&mut self) {

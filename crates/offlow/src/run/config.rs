@@ -21,6 +21,7 @@
 //! cache_size = 65536         # microflow entries per worker
 //! netns = "sw"               # open every port inside this namespace
 //! flows = "flows.txt"        # installed at start (ovs-ofctl add-flows syntax)
+//! groups = "groups.txt"      # installed before the flows (ovs-ofctl add-groups syntax)
 //!
 //! [[port]]
 //! name = "veth1"             # the Linux interface
@@ -157,6 +158,10 @@ pub(crate) struct RunArgs {
     /// for `ovs-ofctl add-flows`), before any port receives.
     #[arg(long, value_name = "FILE")]
     pub flows: Option<PathBuf>,
+    /// Groups to install at start, before the flows, one per line in
+    /// ovs-ofctl's syntax (as for `ovs-ofctl add-groups`).
+    #[arg(long, value_name = "FILE")]
+    pub groups: Option<PathBuf>,
     /// The offload tier: `xdp` (an XDP program on every interface port
     /// serves the hot flows) or `off` (the default).
     #[arg(long, value_name = "off|xdp", value_parser = parse_offload_mode)]
@@ -343,6 +348,8 @@ pub(crate) struct RunConfig {
     pub fail_mode: FailMode,
     /// Flow file installed at start.
     pub flows: Option<PathBuf>,
+    /// Group file installed at start, before the flows.
+    pub groups: Option<PathBuf>,
     /// `[[steer]]` entries, in file order.
     pub steer: Vec<SteerConfig>,
     /// The offload tier.
@@ -387,6 +394,10 @@ impl RunConfig {
             Some(path) => load_flows(path)?,
             None => Vec::new(),
         };
+        let groups = match &self.groups {
+            Some(path) => load_groups(path)?,
+            None => Vec::new(),
+        };
         Ok(SwitchConfig {
             dpid: self.dpid,
             tables: self.tables,
@@ -398,12 +409,32 @@ impl RunConfig {
             cores: self.cores,
             cache_size: self.cache_size,
             fail_mode: self.fail_mode,
+            groups,
             flows,
             steering,
             offload: self.offload,
             receive: self.receive,
         })
     }
+}
+
+/// Read an ovs-ofctl group file into group-mods; errors name `FILE:LINE`.
+fn load_groups(path: &Path) -> anyhow::Result<Vec<offlow_switch::InitialGroup>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let shown = path.display().to_string();
+    let groups = offlow_openflow::ofctl::parse_group_file(&text, &shown)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    groups
+        .iter()
+        .map(|(line, g)| {
+            let origin = format!("{shown}:{line}");
+            let group_mod = g
+                .to_pipeline()
+                .map_err(|e| anyhow::anyhow!("{origin}: refused: {e:?}"))?;
+            Ok(offlow_switch::InitialGroup { origin, group_mod })
+        })
+        .collect()
 }
 
 /// Read an ovs-ofctl flow file into flow-mods; errors name `FILE:LINE`.
@@ -481,6 +512,7 @@ impl Default for RunConfig {
             cache_size: DEFAULT_CACHE_SIZE,
             fail_mode: FailMode::Secure,
             flows: None,
+            groups: None,
             steer: Vec::new(),
             offload: offlow_switch::Offload::Off,
             receive: offlow_switch::Receive::default(),
@@ -518,6 +550,7 @@ struct FileConfig {
     cache_size: Option<toml::Spanned<usize>>,
     fail_mode: Option<toml::Spanned<String>>,
     flows: Option<String>,
+    groups: Option<String>,
     #[serde(default)]
     steer: Vec<FileSteer>,
     offload: Option<FileOffload>,
@@ -813,6 +846,7 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
         cache_size,
         fail_mode,
         flows: f.flows.map(PathBuf::from),
+        groups: f.groups.map(PathBuf::from),
         steer,
     })
 }
@@ -853,6 +887,9 @@ impl RunArgs {
         }
         if let Some(f) = &self.flows {
             c.flows = Some(f.clone());
+        }
+        if let Some(g) = &self.groups {
+            c.groups = Some(g.clone());
         }
         match (&self.offload, &c.offload) {
             // `--offload xdp` keeps the file's [offload] settings.
