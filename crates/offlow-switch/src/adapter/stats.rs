@@ -1,6 +1,7 @@
 //! Statistics and descriptions: the multipart replies of
 //! [`DatapathSwitch`] (DESC, FLOW, AGGREGATE, TABLE, TABLE_FEATURES,
-//! PORT_DESC, PORT_STATS, QUEUE) and the filters they use.
+//! PORT_DESC, PORT_STATS, QUEUE, METER, METER_CONFIG, METER_FEATURES) and
+//! the filters they use.
 //!
 //! Counter-reading replies sync the workers' counters first, unless the
 //! connection's [`offlow_openflow::Need::Counters`] ticket just did.
@@ -287,14 +288,80 @@ impl DatapathSwitch {
                 MultipartReplyBody::PortDesc(self.ports.iter().map(SwitchPort::desc).collect())
             }
             R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
-            // Groups and meters (not yet wired) and experimenter requests.
-            R::GroupStats(_)
-            | R::GroupDesc
-            | R::GroupFeatures
-            | R::MeterStats(_)
-            | R::MeterConfig(_)
-            | R::MeterFeatures
-            | R::Experimenter(_) => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
+            R::MeterStats(_) | R::MeterConfig(_) | R::MeterFeatures => self.meter_reply(req)?,
+            // Groups (not yet wired) and experimenter requests.
+            R::GroupStats(_) | R::GroupDesc | R::GroupFeatures | R::Experimenter(_) => {
+                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
+            }
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Meters (§7.3.5.12-14): the meter table of the writer's pipeline copy.
+
+impl DatapathSwitch {
+    /// The reply to OFPMP_METER, OFPMP_METER_CONFIG or OFPMP_METER_FEATURES
+    /// (`None` for any other request kind, which never comes here).
+    ///
+    /// - METER and METER_CONFIG take one meter id or `OFPM_ALL`; one id
+    ///   that is not configured is `OFPMMFC_UNKNOWN_METER`, as Open
+    ///   vSwitch's `handle_meter_request` answers. Meter counters are
+    ///   atomics the workers bump as they meter, so no counter sync is
+    ///   needed; `flow_count` is counted from the flow tables then.
+    /// - METER_FEATURES: what `MeterConfig::from_mod` accepts.
+    fn meter_reply(
+        &mut self,
+        req: &offlow_openflow::MultipartRequestBody,
+    ) -> Result<offlow_openflow::MultipartReplyBody, OfError> {
+        use offlow_openflow::meter::{band_type, meter_flags, meter_id};
+        use offlow_openflow::{MeterFeatures, MeterModFailedCode, MultipartReplyBody as B};
+        use offlow_pipeline::meter::{Meter, MAX_BANDS, MAX_METERS};
+        let pipeline = self.control.pipeline();
+        let selected = |id: u32| -> Result<Vec<(u32, &std::sync::Arc<Meter>)>, OfError> {
+            if id == meter_id::ALL {
+                return Ok(pipeline.meters().iter().collect());
+            }
+            match pipeline.meters().get(id) {
+                Some(m) => Ok(vec![(id, m)]),
+                None => Err(OfError::MeterModFailed(MeterModFailedCode::UnknownMeter)),
+            }
+        };
+        Ok(match req {
+            MultipartRequestBody::MeterStats(id) => {
+                let now = offlow_datapath::clock::now_ns();
+                B::MeterStats(
+                    selected(*id)?
+                        .into_iter()
+                        .map(|(id, m)| {
+                            m.flow_count.store(
+                                pipeline.meter_flow_count(id),
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                            m.stats(id, now)
+                        })
+                        .collect(),
+                )
+            }
+            MultipartRequestBody::MeterConfig(id) => B::MeterConfig(
+                selected(*id)?
+                    .into_iter()
+                    .map(|(id, m)| m.config_reply(id))
+                    .collect(),
+            ),
+            MultipartRequestBody::MeterFeatures => B::MeterFeatures(MeterFeatures {
+                max_meter: MAX_METERS as u32,
+                band_types: 1 << band_type::DROP | 1 << band_type::DSCP_REMARK,
+                capabilities: u32::from(
+                    meter_flags::KBPS
+                        | meter_flags::PKTPS
+                        | meter_flags::BURST
+                        | meter_flags::STATS,
+                ),
+                max_bands: MAX_BANDS as u8,
+                max_color: 0,
+            }),
+            _ => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
         })
     }
 }
