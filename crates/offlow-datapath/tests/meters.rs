@@ -458,3 +458,45 @@ fn the_meter_runs_where_its_instruction_is() {
     let dumped = control.pipeline().dump(&FlowFilter::table(1));
     assert_eq!(dumped[0].instructions, instructions);
 }
+
+/// Two workers on their own threads share one meter (its buckets are
+/// atomics, no lock): every packet is either passed or dropped by the band
+/// (exact counters), and together they pass no more than the bucket holds
+/// plus what the rate earned over the run.
+#[test]
+fn workers_on_two_threads_share_one_meter_exactly() {
+    let mut control = Control::new(Pipeline::new(1));
+    let flags = meter_flags::PKTPS | meter_flags::BURST;
+    control
+        .meter_mod(
+            &meter_mod(meter_command::ADD, 1, flags, vec![drop_band(1000, 50)]),
+            0,
+        )
+        .unwrap();
+    control.flow_mod(&metered_flow(5, 1), 0).unwrap();
+    control.commit();
+    let f = frame(5, 0, 64);
+    // Each offers 4 packets per ms for 500 ms: 4,000 in all, 4x the band.
+    let handles: Vec<_> = (0..2)
+        .map(|_| {
+            let mut w = worker(&control);
+            let f = f.clone();
+            std::thread::spawn(move || {
+                let passed = offer(&mut w, &f, 4, 500, MS) as u64;
+                w.flush_counters();
+                (passed, w.stats().drop_meter)
+            })
+        })
+        .collect();
+    let (passed, dropped) = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert_eq!(passed + dropped, 4000, "every packet passed or dropped");
+    // Bucket 50 + 1 packet per ms over the 499 ms after the first batch.
+    assert!(passed <= 50 + 500, "passed {passed}");
+    assert!(passed >= 500, "passed {passed}");
+    let st = control.pipeline().meters().get(1).unwrap().stats(1, 0);
+    assert_eq!(st.packet_in_count, 4000);
+    assert_eq!(st.band_stats[0].packet_band_count, dropped);
+}
