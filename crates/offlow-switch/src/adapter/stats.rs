@@ -365,3 +365,87 @@ impl DatapathSwitch {
         })
     }
 }
+
+#[cfg(test)]
+mod meter_tests {
+    use super::*;
+    use offlow_openflow::meter::{band_type, meter_command, meter_flags, meter_id};
+    use offlow_openflow::{
+        MeterBand, MeterBandKind, MeterMod, MeterModFailedCode, MultipartReplyBody as B, Switch,
+    };
+    use offlow_pipeline::{Action, FlowMod, FlowModFlags, Instruction as PInstr, RemovedReason};
+
+    fn mm(command: u16, id: u32) -> MeterMod {
+        MeterMod {
+            command,
+            flags: meter_flags::PKTPS | meter_flags::STATS,
+            meter_id: id,
+            bands: vec![MeterBand {
+                kind: MeterBandKind::Drop,
+                rate: 100,
+                burst_size: 0,
+            }],
+        }
+    }
+
+    /// METER_MOD through the switch, the three meter multiparts, and a
+    /// meter DELETE's FLOW_REMOVED with reason OFPRR_METER_DELETE.
+    #[test]
+    fn meters_through_the_switch() {
+        let mut sw = DatapathSwitch::new(1, 2);
+        sw.meter_mod(&mm(meter_command::ADD, 3)).unwrap();
+        assert_eq!(
+            sw.meter_mod(&mm(meter_command::ADD, 3)),
+            Err(OfError::MeterModFailed(MeterModFailedCode::MeterExists))
+        );
+        let mut fm = FlowMod::add(
+            0,
+            5,
+            offlow_flow::Match::ANY,
+            vec![
+                PInstr::Meter(3),
+                PInstr::ApplyActions(vec![Action::output(PortNo(2))]),
+            ],
+        );
+        fm.flags = FlowModFlags(FlowModFlags::SEND_FLOW_REM);
+        sw.pipeline_flow_mod(&fm, 0).unwrap();
+        sw.commit_pending();
+
+        let stats = sw
+            .multipart_reply(&MultipartRequestBody::MeterStats(meter_id::ALL), 0)
+            .unwrap();
+        let B::MeterStats(s) = stats else {
+            panic!("{stats:?}")
+        };
+        assert_eq!((s.len(), s[0].meter_id, s[0].flow_count), (1, 3, 1));
+        let config = sw
+            .multipart_reply(&MultipartRequestBody::MeterConfig(3), 0)
+            .unwrap();
+        let B::MeterConfig(c) = config else {
+            panic!("{config:?}")
+        };
+        assert_eq!(c[0].bands, mm(0, 3).bands);
+        assert_eq!(
+            sw.multipart_reply(&MultipartRequestBody::MeterStats(4), 0)
+                .unwrap_err(),
+            OfError::MeterModFailed(MeterModFailedCode::UnknownMeter)
+        );
+        let features = sw
+            .multipart_reply(&MultipartRequestBody::MeterFeatures, 0)
+            .unwrap();
+        let B::MeterFeatures(f) = features else {
+            panic!("{features:?}")
+        };
+        assert_eq!(
+            f.band_types,
+            1 << band_type::DROP | 1 << band_type::DSCP_REMARK
+        );
+        assert_eq!((f.max_bands, f.max_color), (8, 0));
+
+        sw.meter_mod(&mm(meter_command::DELETE, 3)).unwrap();
+        let removed = sw.take_flow_removed(0);
+        assert_eq!(removed.len(), 1);
+        assert_eq!(removed[0].reason, RemovedReason::MeterDelete as u8);
+        assert_eq!(sw.control.pipeline().len(), 0);
+    }
+}
