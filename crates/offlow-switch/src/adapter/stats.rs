@@ -302,7 +302,8 @@ impl DatapathSwitch {
 
 impl DatapathSwitch {
     /// The reply to OFPMP_METER, OFPMP_METER_CONFIG or OFPMP_METER_FEATURES
-    /// (`None` for any other request kind, which never comes here).
+    /// (any other request kind, which never comes here, is
+    /// `OFPBRC_BAD_MULTIPART`).
     ///
     /// - METER and METER_CONFIG take one meter id or `OFPM_ALL`; one id
     ///   that is not configured is `OFPMMFC_UNKNOWN_METER`, as Open
