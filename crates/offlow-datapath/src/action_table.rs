@@ -234,7 +234,8 @@ fn ring_index(seq: u64) -> usize {
 /// general executor for them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Shape {
-    /// Anything else: run the executor.
+    /// Anything else: run the executor (a metered list is always here:
+    /// the meter decides per packet whether it passes, and may remark it).
     #[default]
     General,
     /// No action: the packet is dropped.
@@ -1013,6 +1014,14 @@ mod tests {
             0,
             "already freed via rule 7"
         );
+    }
+
+    #[test]
+    fn metered_lists_are_general() {
+        let out = Action::output(offlow_pipeline::PortNo(2));
+        assert_eq!(Shape::of(&[out]), Shape::Output(2));
+        assert_eq!(Shape::of(&[Action::Meter(1), out]), Shape::General);
+        assert_eq!(Shape::of(&[Action::Meter(1)]), Shape::General);
     }
 
     #[test]

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use offlow_classifier::{Built, RuleId};
 use offlow_pipeline::group::{GroupError, GroupMod};
+use offlow_pipeline::meter::{MeterMod, MeterModFailedCode};
 use offlow_pipeline::{
     ExpiryTracker, FlowMod, FlowModEffect, Pipeline, PipelineError, PipelineOp, RemovedFlow,
     ShadowReport,
@@ -177,6 +178,27 @@ impl Control {
     /// `removed`), whose decisions are freed as for a flow DELETE.
     pub fn group_mod(&mut self, gm: &GroupMod, now_ns: u64) -> Result<FlowModEffect, GroupError> {
         let (op, effect) = self.pipeline().prepare_group_mod(gm, now_ns)?;
+        self.state.apply(StateOp::Pipeline(op));
+        self.pending
+            .extend(effect.removed.iter().map(|e| Dep::Rule(e.id)));
+        Ok(effect)
+    }
+
+    /// Validate and apply a METER_MOD (§6.6) at `now_ns` (the metering
+    /// clock, [`crate::clock::now_ns`] in the switch); workers see it after
+    /// [`commit`](Self::commit). Like a GROUP_MOD it needs no invalidation
+    /// of its own: cached decisions keep `Action::Meter(id)` and the
+    /// executor takes the meter from the version a worker runs, so a MODIFY
+    /// reaches every cached flow at the commit. A DELETE also removes the
+    /// flow entries that use the meter (the effect's `removed`), whose
+    /// decisions are freed as for a flow DELETE. A refusal is the
+    /// `OFPMMFC_*` code to answer.
+    pub fn meter_mod(
+        &mut self,
+        mm: &MeterMod,
+        now_ns: u64,
+    ) -> Result<FlowModEffect, MeterModFailedCode> {
+        let (op, effect) = self.pipeline().prepare_meter_mod(mm, now_ns)?;
         self.state.apply(StateOp::Pipeline(op));
         self.pending
             .extend(effect.removed.iter().map(|e| Dep::Rule(e.id)));

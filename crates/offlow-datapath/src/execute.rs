@@ -47,6 +47,16 @@
 //!   Pop-PBB drops everything up to the customer header (backbone
 //!   addresses, B-tags, EtherType, I-TAG) by advancing the frame start.
 //!   Both re-parse the frame for its layout, as pop-MPLS does.
+//! - Meter (the pipeline-internal action a flow's Meter instruction
+//!   becomes, OpenFlow 1.3.5 §5.7) charges the frame, as long as it is at
+//!   that point, to the meter of [`Prepared::meters`] at
+//!   [`Prepared::now_ns`]: a drop band stops execution
+//!   ([`ExecOutcome::meter_drop`], counted `meter_dropped`); a DSCP_REMARK
+//!   band rewrites the IPv4 DSCP (header checksum updated) or the IPv6
+//!   traffic class as set-field `ip_dscp` does, by `remark_dscp`; a frame
+//!   without IP is left as is (`meter_remark_no_ip`). A meter the table
+//!   lacks (cannot happen for a validated version) is counted
+//!   (`meter_missing`) and the packet goes on.
 //! - Dec-TTL with a TTL of 0 or 1 stops execution with
 //!   [`Verdict::TtlExpired`]: the packet must not be forwarded; the caller
 //!   sends it to the controller with reason `OFPR_INVALID_TTL` when the
@@ -83,6 +93,7 @@
 use crate::buf::PacketBuf;
 use offlow_flow::{Field, L3Kind, L4Kind, Layout, TunnelKind};
 use offlow_pipeline::group::{GroupTable, GroupType, MAX_CHAIN};
+use offlow_pipeline::meter::{remark_dscp, MeterTable, MeterVerdict};
 use offlow_pipeline::{Action, PacketInOrigin, PortNo, CONTROLLER_NO_BUFFER};
 pub use offlow_wire::checksum::{crc32c, sctp_checksum};
 use offlow_wire::checksum::{sum_array, update16, update_bytes};
@@ -190,6 +201,9 @@ pub struct ExecOutcome {
     /// An output to `OFPP_TABLE` was seen: valid only in a packet-out, where
     /// the caller submits the (rewritten) frame to table 0.
     pub to_table: bool,
+    /// A meter's drop band stopped execution at its Meter action: the
+    /// packet is dropped (by rate, not by error; not a TTL expiry).
+    pub meter_drop: bool,
 }
 
 /// Defines [`ExecStats`] with one `u64` per reason.
@@ -286,6 +300,15 @@ exec_stats! {
     group_too_deep,
     /// Experimenter action (not supported).
     experimenter_unsupported,
+    /// Meter action whose meter band dropped the packet.
+    meter_dropped,
+    /// Meter action whose DSCP_REMARK band rewrote the packet's DSCP.
+    meter_remarked,
+    /// DSCP_REMARK band applied to a frame without IPv4/IPv6: unchanged.
+    meter_remark_no_ip,
+    /// Meter action naming a meter the table does not hold (or executed
+    /// without a meter table): the packet goes on unmetered.
+    meter_missing,
 }
 
 // ---------------------------------------------------------------------------
@@ -369,6 +392,13 @@ pub struct Prepared<'a> {
     /// The packet's flow hash: what a select group chooses its bucket by,
     /// so every packet of a flow takes the same bucket.
     pub flow_hash: u64,
+    /// The meter table Meter actions run through (the pipeline version the
+    /// actions came from); `None`: every Meter action is counted
+    /// (`meter_missing`) and the packet goes on.
+    pub meters: Option<&'a MeterTable>,
+    /// The time meters are charged at (nanoseconds of the clock the meters
+    /// were created with: [`crate::clock::now_ns`] in the switch).
+    pub now_ns: u64,
 }
 
 impl<'a> Prepared<'a> {
@@ -380,6 +410,8 @@ impl<'a> Prepared<'a> {
             origins: &[],
             groups: None,
             flow_hash: 0,
+            meters: None,
+            now_ns: 0,
         }
     }
 
@@ -389,6 +421,15 @@ impl<'a> Prepared<'a> {
         Prepared {
             groups: Some(groups),
             flow_hash,
+            ..self
+        }
+    }
+
+    /// The same list, its Meter actions charged to `meters` at `now_ns`.
+    pub fn with_meters(self, meters: &'a MeterTable, now_ns: u64) -> Prepared<'a> {
+        Prepared {
+            meters: Some(meters),
+            now_ns,
             ..self
         }
     }
@@ -459,6 +500,8 @@ where
         origins,
         groups,
         flow_hash,
+        meters,
+        now_ns,
     } = prepared;
     let mut cx = Ctx {
         lay: layout,
@@ -530,9 +573,52 @@ where
                 g.run(&mut cx, id, buf, in_port, out);
             }
             Action::Experimenter(_) => cx.stats.experimenter_unsupported += 1,
+            Action::Meter(id) => {
+                let Some(meter) = meters.and_then(|t| t.get(id)) else {
+                    cx.stats.meter_missing += 1;
+                    continue;
+                };
+                // A frame is far below 4 GiB; saturate rather than wrap.
+                let len = u32::try_from(buf.len()).unwrap_or(u32::MAX);
+                match meter.admit(now_ns, len) {
+                    MeterVerdict::Pass => {}
+                    MeterVerdict::Drop { .. } => {
+                        cx.stats.meter_dropped += 1;
+                        cx.out.meter_drop = true;
+                        return cx.out;
+                    }
+                    MeterVerdict::Remark { prec_level, .. } => {
+                        remark(&mut cx, buf.frame_mut(), prec_level);
+                    }
+                }
+            }
         }
     }
     cx.out
+}
+
+/// A DSCP_REMARK band's rewrite: the frame's DSCP raised by `prec_level`
+/// drop precedences ([`remark_dscp`]), written as set-field `ip_dscp`
+/// writes it (IPv4 checksum updated incrementally).
+fn remark(cx: &mut Ctx<'_>, f: &mut [u8], prec_level: u8) {
+    let lay = *cx.lay;
+    let l3 = lay.l3 as usize;
+    let tos = match lay.l3_kind {
+        L3Kind::Ipv4 => rd8(f, l3 + ipv4::field::DSCP_ECN),
+        // The traffic class straddles the first two bytes.
+        L3Kind::Ipv6 => rd16(f, l3 + ipv6::field::VER_TC_FLOW.start).map(|w| (w >> 4) as u8),
+        _ => None,
+    };
+    let Some(tos) = tos else {
+        cx.stats.meter_remark_no_ip += 1;
+        return;
+    };
+    cx.stats.meter_remarked += 1;
+    let dscp = tos >> 2;
+    let new = remark_dscp(dscp, prec_level);
+    if new != dscp && set_tos(lay, f, Field::IpDscp, new) != Some(true) {
+        cx.stats.write_out_of_range += 1;
+    }
 }
 
 /// One group action's execution (§5.6.1): each bucket the group takes
@@ -587,11 +673,9 @@ impl GroupRun<'_> {
                 continue;
             };
             let prepared = Prepared {
-                actions,
-                last_write: last_frame_write(actions),
-                origins: &[],
                 groups: Some(self.table),
                 flow_hash: self.flow_hash,
+                ..Prepared::new(actions)
             };
             let done = if self.in_place && b + 1 == end {
                 execute_at_depth(
@@ -638,7 +722,9 @@ fn modifies_frame(a: &Action) -> bool {
         | Action::PushPbb(_)
         | Action::PopPbb
         | Action::SetMplsTtl(_)
-        | Action::DecMplsTtl => true,
+        | Action::DecMplsTtl
+        // A DSCP_REMARK band rewrites the DSCP.
+        | Action::Meter(_) => true,
         Action::Output { .. }
         | Action::SetQueue(_)
         | Action::SetWorkers(_)

@@ -40,8 +40,10 @@
 //!   guarantee: no packet after it uses a changed or removed action. See
 //!   [`worker`] for the argument; the writer is in [`control`], what the
 //!   two share in `state.rs` (crate-private).
-//! - [`meter::Meter`]: one OpenFlow meter (§5.7), per-band token buckets in
-//!   atomics shared lock-free by every worker ([`meter`]).
+//! - Meters: the executor runs a decision's `Action::Meter` through the
+//!   meter table of the version the worker reads
+//!   (`offlow_pipeline::meter`), at the time the worker read once per batch
+//!   ([`clock::now_ns`], or the time given to [`Worker::process_at`]).
 //!
 //! # Invariants
 //! - Nothing here panics on frame contents, layouts or action lists
@@ -63,10 +65,10 @@
 
 pub mod action_table;
 pub mod buf;
+pub mod clock;
 pub mod control;
 pub mod counting_sink;
 pub mod execute;
-pub mod meter;
 pub mod microflow;
 mod state;
 pub mod steer;

@@ -131,6 +131,17 @@
 //! normally, so every packet is credited exactly once. A decision without a
 //! mask pays one branch on a field of the entry the hit already touched.
 //!
+//! # Meters (`offlow_pipeline::Action::Meter`)
+//! A metered flow's decision is cached like any other: its action list
+//! holds `Action::Meter(id)` where the Meter instruction runs, and the
+//! executor charges the packet to meter `id` of the version the batch runs
+//! (token buckets in atomics shared by every worker: no lock), at the time
+//! read once per batch ([`crate::clock::now_ns`], only when the version
+//! has meters). So a METER MODIFY needs no invalidation (packets after the
+//! commit's quiescent wait find the new meter by id) and a METER DELETE
+//! removes its flows like a flow DELETE. A meter that drops the packet
+//! stops its execution; the worker counts `drop_meter`.
+//!
 //! # Invariants
 //! - No lock, allocation or syscall per packet on the hit path; a miss
 //!   allocates only when it interns a new decision (a new path).
@@ -242,6 +253,8 @@ pub struct WorkerStats {
     pub drop_no_output: u64,
     /// Dropped: TTL expired (IP or MPLS).
     pub drop_ttl: u64,
+    /// Dropped by a meter's drop band (rate exceeded).
+    pub drop_meter: u64,
     /// Frames handed to ports or the controller.
     pub outputs: u64,
     /// Check mode: cached decisions that differed from the pipeline's.
@@ -269,6 +282,7 @@ impl WorkerStats {
             drop_table_miss,
             drop_no_output,
             drop_ttl,
+            drop_meter,
             outputs,
             stale,
             records_applied,
@@ -285,6 +299,7 @@ impl WorkerStats {
         self.drop_table_miss += drop_table_miss;
         self.drop_no_output += drop_no_output;
         self.drop_ttl += drop_ttl;
+        self.drop_meter += drop_meter;
         self.outputs += outputs;
         self.stale += stale;
         self.records_applied += records_applied;
@@ -491,9 +506,41 @@ impl Worker {
 
     /// Process `frames`, all received on `in_port`, in one read section:
     /// each frame is parsed, resolved (cache or pipeline), counted and
-    /// executed in place; outputs go to `sink`.
+    /// executed in place; outputs go to `sink`. Meters are charged at
+    /// [`clock::now_ns`](crate::clock::now_ns), read once for the batch
+    /// when the version has meters.
     pub fn process<S, O>(&mut self, frames: &mut [PacketBuf<S>], in_port: u32, sink: &mut O)
     where
+        S: AsRef<[u8]> + AsMut<[u8]>,
+        O: OutputSink + ?Sized,
+    {
+        self.process_inner(frames, in_port, sink, None);
+    }
+
+    /// [`process`](Self::process) with meters charged at `now_ns` (a
+    /// synthetic clock for tests; it must not go backwards across calls,
+    /// and must be the time base the meters were created with).
+    pub fn process_at<S, O>(
+        &mut self,
+        frames: &mut [PacketBuf<S>],
+        in_port: u32,
+        sink: &mut O,
+        now_ns: u64,
+    ) where
+        S: AsRef<[u8]> + AsMut<[u8]>,
+        O: OutputSink + ?Sized,
+    {
+        self.process_inner(frames, in_port, sink, Some(now_ns));
+    }
+
+    #[inline(always)]
+    fn process_inner<S, O>(
+        &mut self,
+        frames: &mut [PacketBuf<S>],
+        in_port: u32,
+        sink: &mut O,
+        now_ns: Option<u64>,
+    ) where
         S: AsRef<[u8]> + AsMut<[u8]>,
         O: OutputSink + ?Sized,
     {
@@ -503,9 +550,9 @@ impl Worker {
         // fits in L2 skips it, and gets a copy of the loop without it: the
         // mere test inside the loop cost ~2% there (code placement).
         if self.config.cache && self.actions.outgrows_l2() {
-            self.process_with::<true, S, O>(frames, in_port, sink);
+            self.process_with::<true, S, O>(frames, in_port, sink, now_ns);
         } else {
-            self.process_with::<false, S, O>(frames, in_port, sink);
+            self.process_with::<false, S, O>(frames, in_port, sink, now_ns);
         }
     }
 
@@ -523,6 +570,7 @@ impl Worker {
         frames: &mut [PacketBuf<S>],
         in_port: u32,
         sink: &mut O,
+        now_ns: Option<u64>,
     ) where
         S: AsRef<[u8]> + AsMut<[u8]>,
         O: OutputSink + ?Sized,
@@ -574,6 +622,16 @@ impl Worker {
                 .and_then(|i| 1u64.checked_shl(i))
                 .unwrap_or(0),
             check: config.check,
+            // One clock reading per batch, none without meters: metered
+            // flows stay on the cached path (the meter is charged at
+            // execution, no invalidation, no lock).
+            now_ns: now_ns.unwrap_or_else(|| {
+                if pipeline.meters().is_empty() || frames.is_empty() {
+                    0
+                } else {
+                    crate::clock::now_ns()
+                }
+            }),
         };
         for chunk in frames.chunks_mut(MAX_BATCH) {
             let n = chunk.len();
@@ -680,6 +738,8 @@ struct Section<'a> {
     my_bit: u64,
     /// [`WorkerConfig::check`].
     check: bool,
+    /// The time meters are charged at for this batch.
+    now_ns: u64,
 }
 
 /// One parsed packet as the per-packet stages see it.
@@ -730,6 +790,8 @@ impl<'a> Decision<'a> {
                 origins: &e.origins,
                 groups: None,
                 flow_hash: 0,
+                meters: None,
+                now_ns: 0,
             },
             Decision::Resolved(res) => Prepared {
                 origins: &res.origins,
@@ -960,7 +1022,8 @@ fn execute_decision<S, O>(
     }
     let prepared = d
         .prepared()
-        .with_groups(section.pipeline.groups(), flow_hash);
+        .with_groups(section.pipeline.groups(), flow_hash)
+        .with_meters(section.pipeline.meters(), section.now_ns);
     let done = execute_prepared(prepared, buf, layout, in_port, sink, exec);
     account(stats, done, d.outcome());
     if done.verdict != Verdict::Done {
@@ -1000,6 +1063,8 @@ fn account(stats: &mut WorkerStats, done: ExecOutcome, outcome: Outcome) {
     stats.outputs += u64::from(done.outputs);
     match done.verdict {
         Verdict::TtlExpired | Verdict::MplsTtlExpired => stats.drop_ttl += 1,
+        // A meter dropped it (whatever it output before its Meter action).
+        Verdict::Done if done.meter_drop => stats.drop_meter += 1,
         Verdict::Done if done.outputs == 0 => match outcome {
             Outcome::Miss { .. } => stats.drop_table_miss += 1,
             _ => stats.drop_no_output += 1,

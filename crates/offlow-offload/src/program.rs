@@ -386,6 +386,9 @@ pub fn compile(key: &OffloadKey, actions: &[Action]) -> Result<OffloadProgram, R
             Action::PushPbb(_) | Action::PopPbb => return Err(Refusal::Unsupported("PBB")),
             Action::Group(_) => return Err(Refusal::Unsupported("group")),
             Action::Experimenter(_) => return Err(Refusal::Unsupported("experimenter action")),
+            // A meter is charged per packet by the software executor (token
+            // buckets shared by the workers); the kernel program has none.
+            Action::Meter(_) => return Err(Refusal::Unsupported("meter")),
         }
         if ttl_ops > 1 {
             return Err(Refusal::Unsupported("more than one TTL operation"));
@@ -530,6 +533,10 @@ mod tests {
             (
                 &[Action::PopPbb, Action::output(PortNo(2))],
                 Refusal::Unsupported("PBB"),
+            ),
+            (
+                &[Action::Meter(1), Action::output(PortNo(2))],
+                Refusal::Unsupported("meter"),
             ),
             (
                 &[

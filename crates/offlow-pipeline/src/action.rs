@@ -65,10 +65,18 @@ pub enum Action {
     /// refuses mask 0; bits beyond the running worker count are ignored, and
     /// a mask naming no running worker means "process locally".
     SetWorkers(u64),
-    /// Process through a group (not supported yet: refused at validation).
+    /// Process through a group (§5.6.1).
     Group(u32),
     /// An experimenter action (not supported: refused at validation).
     Experimenter(u32),
+    /// Pipeline-internal, never written by a controller: meter the packet
+    /// through meter `id` (§5.7). A lookup puts it where a flow's Meter
+    /// instruction runs (§5.9: first in its table's instruction set, before
+    /// that table's Apply-Actions); the executor drops the packet, remarks
+    /// its DSCP or lets it go on as the meter says. Validation refuses it
+    /// in an action list (`OFPBAC_BAD_TYPE`), so no program, bucket or
+    /// packet-out holds it.
+    Meter(u32),
 }
 
 impl Action {
@@ -109,6 +117,9 @@ impl Action {
             Action::Group(_) => 54,
             Action::Output { .. } => 55,
             Action::Experimenter(_) => 56,
+            // Never in an action set (validation refuses it in action
+            // lists); a slot of its own keeps the mapping total.
+            Action::Meter(_) => 57,
         }
     }
 
@@ -133,6 +144,7 @@ impl Action {
             Action::SetWorkers(_) => "offlow_workers",
             Action::Group(_) => "group",
             Action::Experimenter(_) => "experimenter",
+            Action::Meter(_) => "meter",
         }
     }
 }
@@ -155,7 +167,7 @@ pub enum Instruction {
     WriteActions(Vec<Action>),
     /// Empty the action set.
     ClearActions,
-    /// Meter the packet (not supported yet: refused at validation).
+    /// Meter the packet (§5.7) through an existing meter.
     Meter(u32),
     /// Experimenter instruction (not supported: refused at validation).
     Experimenter(u32),
@@ -194,6 +206,9 @@ impl Instruction {
 /// write-metadata, goto-table.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Program {
+    /// The Meter instruction's meter id (a meter that existed when the
+    /// rule was validated; a METER DELETE removes the rule with it).
+    pub meter: Option<u32>,
     /// Apply-Actions, in order (empty when absent).
     pub apply: Vec<Action>,
     /// Clear-Actions present.

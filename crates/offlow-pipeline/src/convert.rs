@@ -94,9 +94,28 @@ impl From<&Action> for WAction {
                 experimenter: e,
                 data: Vec::new(),
             },
+            // OpenFlow 1.3 has no meter action (1.5's OFPAT_METER came
+            // later): the pipeline-internal action becomes an offlow
+            // experimenter action whose subtype offlow never decodes, so it
+            // prints as an experimenter action and, sent back, is refused.
+            Action::Meter(id) => {
+                let mut data = Vec::with_capacity(8);
+                data.extend_from_slice(&OFLW_SUBTYPE_METER_INTERNAL.to_be_bytes());
+                data.extend_from_slice(&[0, 0]);
+                data.extend_from_slice(&id.to_be_bytes());
+                WAction::Experimenter {
+                    experimenter: offlow_openflow::OFLW_EXPERIMENTER,
+                    data,
+                }
+            }
         }
     }
 }
+
+/// The offlow experimenter subtype [`Action::Meter`] is written with when
+/// converted to a wire action (never decoded: the codec knows only
+/// `OFLW_SUBTYPE_WORKERS`).
+pub const OFLW_SUBTYPE_METER_INTERNAL: u16 = 0xfffe;
 
 impl ToPipeline for WInstr {
     type Output = Instruction;
@@ -243,8 +262,27 @@ mod tests {
         );
     }
 
-    /// Every pipeline action and instruction survives pipeline → wire →
-    /// pipeline unchanged.
+    /// The pipeline-internal meter action has a wire form (for printing)
+    /// that comes back as an experimenter action, which validation
+    /// refuses: it cannot be smuggled in from the wire.
+    #[test]
+    fn internal_meter_action_is_an_undecodable_experimenter() {
+        let w = WAction::from(&Action::Meter(0x0102_0304));
+        assert_eq!(
+            w,
+            WAction::Experimenter {
+                experimenter: offlow_openflow::OFLW_EXPERIMENTER,
+                data: vec![0xff, 0xfe, 0, 0, 1, 2, 3, 4],
+            }
+        );
+        assert_eq!(
+            w.to_pipeline().unwrap(),
+            Action::Experimenter(offlow_openflow::OFLW_EXPERIMENTER)
+        );
+    }
+
+    /// Every pipeline action (but the internal meter action) and
+    /// instruction survives pipeline → wire → pipeline unchanged.
     #[test]
     fn round_trip_from_pipeline() {
         let actions = vec![

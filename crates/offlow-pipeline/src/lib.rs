@@ -17,6 +17,11 @@
 //! holds flows and groups that agree; a lookup leaves `Action::Group` in
 //! the final action list and the executor takes the buckets per packet
 //! (a select group's choice hangs on the packet's flow hash).
+//! [`meter`] holds the meter table (§5.7) the same way
+//! ([`Pipeline::prepare_meter_mod`], `PipelineOp::Meter`): a flow's Meter
+//! instruction becomes a pipeline-internal `Action::Meter` at the head of
+//! its table's actions, and the executor meters each packet through the
+//! version's table (token buckets in atomics, shared by every worker).
 //!
 //! Sans-IO: no sockets, threads or clocks; callers pass time in.
 //!
@@ -62,6 +67,7 @@ pub mod error;
 pub mod expiry;
 pub mod group;
 mod index;
+pub mod meter;
 pub mod pipeline;
 pub mod port;
 pub mod validate;

@@ -17,7 +17,7 @@ use offlow_flow::{Field, Match};
 use crate::action::{Action, ActionSet, Instruction, Program};
 use crate::error::PipelineError;
 use crate::port::PortNo;
-use offlow_openflow::{BadActionCode, BadInstructionCode, OfError};
+use offlow_openflow::{BadActionCode, BadInstructionCode, MeterModFailedCode, OfError};
 
 /// Check a match's OXM prerequisites (§7.2.3.6, Table 12); see
 /// [`offlow_flow::prereq::check_match_prerequisites`], whose missing field
@@ -184,6 +184,14 @@ fn check_action(a: &Action, st: &mut State, cx: &Context<'_>) -> Result<(), Pipe
                 });
             }
         }
+        Action::Meter(_) => {
+            // Pipeline-internal (a lookup's rendering of the Meter
+            // instruction): a controller's list never carries it.
+            return Err(PipelineError::Unsupported {
+                what: "meter as an action (it is an instruction in OpenFlow 1.3)",
+                code: OfError::BadAction(BadActionCode::BadType),
+            });
+        }
         Action::Experimenter(_) => {
             return Err(PipelineError::Unsupported {
                 what: "experimenter action",
@@ -196,14 +204,15 @@ fn check_action(a: &Action, st: &mut State, cx: &Context<'_>) -> Result<(), Pipe
 
 /// Validate the instructions of a rule in `table_id` (of `n_tables`) whose
 /// match is `m`, and normalise them into a [`Program`], in a switch
-/// without groups (a group action is `OFPBAC_BAD_OUT_GROUP`).
+/// without groups or meters (a group action is `OFPBAC_BAD_OUT_GROUP`, a
+/// Meter instruction `OFPMMFC_INVALID_METER`).
 pub fn validate_instructions(
     table_id: u8,
     n_tables: u16,
     m: &Match,
     instructions: &[Instruction],
 ) -> Result<Program, PipelineError> {
-    validate_instructions_with(table_id, n_tables, m, instructions, &|_| false)
+    validate_instructions_with(table_id, n_tables, m, instructions, &|_| false, &|_| false)
 }
 
 /// Check a group bucket's action list (§6.5: as a flow-mod's actions,
@@ -225,13 +234,14 @@ pub fn validate_bucket_actions(
 }
 
 /// [`validate_instructions`] in a switch whose groups `group_exists`
-/// knows.
+/// knows and whose meters `meter_exists` knows.
 pub fn validate_instructions_with(
     table_id: u8,
     n_tables: u16,
     m: &Match,
     instructions: &[Instruction],
     group_exists: &dyn Fn(u32) -> bool,
+    meter_exists: &dyn Fn(u32) -> bool,
 ) -> Result<Program, PipelineError> {
     let cx = Context {
         group_exists,
@@ -268,11 +278,20 @@ pub fn validate_instructions_with(
             Instruction::ApplyActions(a) => apply = a,
             Instruction::WriteActions(a) => write = a,
             Instruction::ClearActions => prog.clear = true,
-            Instruction::Meter(_) => {
-                return Err(PipelineError::Unsupported {
-                    what: "meter instruction (meters are not implemented yet)",
-                    code: OfError::BadInstruction(BadInstructionCode::UnsupInst),
-                })
+            Instruction::Meter(id) => {
+                // The meter must exist (the table holds ids 1..=OFPM_MAX
+                // only). The spec names no code for a flow-mod naming an
+                // absent meter; Open vSwitch 3.1 answers
+                // OFPET_METER_MOD_FAILED / OFPMMFC_INVALID_METER (measured:
+                // `add-flow in_port=1,actions=meter:5,output:2` on a bridge
+                // without meter 5), for reserved ids too (`check_METER`).
+                if !meter_exists(*id) {
+                    return Err(PipelineError::Unsupported {
+                        what: "meter instruction naming a meter that does not exist",
+                        code: OfError::MeterModFailed(MeterModFailedCode::InvalidMeter),
+                    });
+                }
+                prog.meter = Some(*id);
             }
             Instruction::Experimenter(_) => {
                 return Err(PipelineError::Unsupported {
@@ -526,8 +545,34 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.of_error().wire(), (3, 9));
-        let e = validate_instructions(0, 8, &Match::ANY, &[Instruction::Meter(1)]).unwrap_err();
-        assert_eq!(e.of_error().wire(), (3, 1));
+        // OFPET_METER_MOD_FAILED / INVALID_METER for an absent meter and
+        // for a reserved id (as Open vSwitch 3.1).
+        for id in [1, 0, 0xffff_0001, 0xffff_fffd, 0xffff_ffff] {
+            let e =
+                validate_instructions(0, 8, &Match::ANY, &[Instruction::Meter(id)]).unwrap_err();
+            assert_eq!(e.of_error().wire(), (12, 2), "meter {id:#x}");
+        }
+        let with_meter_1 = |ins: &[Instruction]| {
+            validate_instructions_with(0, 8, &Match::ANY, ins, &|_| false, &|m| m == 1)
+        };
+        let p = with_meter_1(&[
+            Instruction::ApplyActions(vec![Action::output(PortNo(2))]),
+            Instruction::Meter(1),
+        ])
+        .unwrap();
+        assert_eq!(p.meter, Some(1));
+        assert_eq!(p.apply, vec![Action::output(PortNo(2))]);
+        let e = with_meter_1(&[Instruction::Meter(1), Instruction::Meter(1)]).unwrap_err();
+        assert_eq!(e.of_error().wire(), (3, 9), "one meter instruction");
+        // The pipeline-internal action is refused in every action list.
+        for ins in [
+            Instruction::ApplyActions(vec![Action::Meter(1)]),
+            Instruction::WriteActions(vec![Action::Meter(1)]),
+        ] {
+            let e = with_meter_1(&[ins]).unwrap_err();
+            assert_eq!(e.of_error().wire(), (2, 0));
+        }
+        assert!(validate_bucket_actions(&[Action::Meter(1)], &|_| true).is_err());
         let e = validate_instructions(
             0,
             8,

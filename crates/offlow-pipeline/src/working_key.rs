@@ -163,7 +163,10 @@ impl WorkingKey {
             | Action::SetQueue(_)
             | Action::SetWorkers(_)
             | Action::Group(_)
-            | Action::Experimenter(_) => {}
+            | Action::Experimenter(_)
+            // A band's DSCP remark depends on the rate, decided per packet
+            // by the executor: the key keeps the DSCP the lookup saw.
+            | Action::Meter(_) => {}
         }
     }
 }

@@ -557,10 +557,11 @@ fn validation_errors_leave_the_pipeline_unchanged() {
             FlowMod::add(0, 1, Match::ANY, vec![apply(vec![Action::Group(1)])]),
             (2, 9),
         ),
-        // Meters neither.
+        // A meter that does not exist: OFPMMFC_INVALID_METER (as Open
+        // vSwitch 3.1).
         (
             FlowMod::add(0, 1, Match::ANY, vec![Instruction::Meter(1)]),
-            (3, 1),
+            (12, 2),
         ),
         // Set tcp_dst without ip_proto=6.
         (

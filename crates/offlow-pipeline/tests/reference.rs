@@ -48,6 +48,8 @@ fn rank(a: &Action) -> u32 {
         Action::Group(_) => 10,
         Action::Output { .. } => 11,
         Action::Experimenter(_) => 12,
+        // Pipeline-internal, never written to an action set.
+        Action::Meter(_) => 13,
     }
 }
 

@@ -187,6 +187,8 @@ pub enum PipelineOp {
     Install(Arc<[(u8, Built)]>),
     /// Change the group table or the port liveness it follows.
     Group(crate::group::GroupOp),
+    /// Change the meter table.
+    Meter(crate::meter::MeterOp),
 }
 
 impl PipelineOp {
@@ -197,7 +199,10 @@ impl PipelineOp {
             PipelineOp::Insert(e) => Some((e.table_id, e.id)),
             PipelineOp::Remove { table_id, id } => Some((*table_id, *id)),
             PipelineOp::Batch(ops) => ops.first()?.first_target(),
-            PipelineOp::Compile | PipelineOp::Install(_) | PipelineOp::Group(_) => None,
+            PipelineOp::Compile
+            | PipelineOp::Install(_)
+            | PipelineOp::Group(_)
+            | PipelineOp::Meter(_) => None,
         }
     }
 }

@@ -65,6 +65,7 @@ use crate::error::PipelineError;
 use crate::expiry::TimedSlot;
 use crate::group::{GroupError, GroupMod, GroupOp, GroupTable};
 use crate::index::MatchIndex;
+use crate::meter::{MeterOp, MeterTable};
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
 use crate::validate::{validate_bucket_actions, validate_instructions_with};
 use crate::working_key::WorkingKey;
@@ -181,6 +182,8 @@ pub struct Pipeline {
     timed: IdTable<TimedSlot>,
     /// The group table (§5.6) and the port liveness its buckets follow.
     groups: GroupTable,
+    /// The meter table (§5.7); its meters are shared by every copy.
+    meters: MeterTable,
 }
 
 /// The tables' match indexes, which only `prepare` reads (lookups never
@@ -379,6 +382,7 @@ impl Pipeline {
             pool: Arc::default(),
             timed: IdTable::new(),
             groups: GroupTable::new(),
+            meters: MeterTable::new(),
         }
     }
 
@@ -397,6 +401,7 @@ impl Pipeline {
             pool: Arc::clone(&self.pool),
             timed: self.timed.clone(),
             groups: self.groups.clone(),
+            meters: self.meters.clone(),
         }
     }
 
@@ -550,6 +555,7 @@ impl Pipeline {
             &fm.matcher.matcher,
             &fm.instructions,
             &|g| self.groups.get(g).is_some(),
+            &|m| self.meters.get(m).is_some(),
         )?;
         let indexes = self.indexes();
         // The table exists (checked above), so its index does.
@@ -754,6 +760,7 @@ impl Pipeline {
             &fm.matcher.matcher,
             &fm.instructions,
             &|g| self.groups.get(g).is_some(),
+            &|m| self.meters.get(m).is_some(),
         )?;
         let mut effect = FlowModEffect::default();
         let filter = Self::filter_of(fm);
@@ -941,6 +948,7 @@ impl Pipeline {
             // a FIB is copied in.
             PipelineOp::Install(built) => self.install_each(built.iter().cloned()),
             PipelineOp::Group(op) => self.groups.apply(op),
+            PipelineOp::Meter(op) => self.meters.apply(op),
         }
     }
 
@@ -997,6 +1005,61 @@ impl Pipeline {
         let mut filter = FlowFilter::all();
         filter.out_group = id;
         self.select(&filter).len().try_into().unwrap_or(u32::MAX)
+    }
+
+    /// The meter table.
+    pub fn meters(&self) -> &MeterTable {
+        &self.meters
+    }
+
+    /// Resolve a METER_MOD (§6.6) at `now_ns` (the workers' metering
+    /// clock) into an op: the meter change ([`MeterTable::prepare`], whose
+    /// `OFPMMFC_*` code is the answer on refusal) and, for a DELETE, the
+    /// removal of every flow entry whose Meter instruction names a deleted
+    /// meter (§6.6: "If a meter is removed, all flow entries using that
+    /// meter are also removed"; listed in the effect's `removed`, reported
+    /// with reason `OFPRR_METER_DELETE`).
+    pub fn prepare_meter_mod(
+        &self,
+        mm: &offlow_openflow::MeterMod,
+        now_ns: u64,
+    ) -> Result<(PipelineOp, FlowModEffect), offlow_openflow::MeterModFailedCode> {
+        let op = self.meters.prepare(mm, now_ns)?;
+        let mut effect = FlowModEffect::default();
+        let mut ops = Vec::new();
+        if let MeterOp::Delete(ids) = &op {
+            if !ids.is_empty() {
+                // One pass over every entry (sorted by id): a flow names at
+                // most one meter, so it is removed at most once.
+                for e in self.select(&FlowFilter::all()) {
+                    if e.program
+                        .meter
+                        .is_some_and(|m| ids.binary_search(&m).is_ok())
+                    {
+                        ops.push(PipelineOp::Remove {
+                            table_id: e.table_id,
+                            id: e.id,
+                        });
+                        effect.removed.push(Arc::clone(e));
+                    }
+                }
+            }
+        }
+        ops.push(PipelineOp::Meter(op));
+        Ok((Self::one_op(ops), effect))
+    }
+
+    /// How many flow entries have a Meter instruction naming meter `id`
+    /// (its stats' `flow_count`): a scan of every entry, done per stats
+    /// request.
+    pub fn meter_flow_count(&self, id: u32) -> u32 {
+        let n = self
+            .tables
+            .iter()
+            .flat_map(|t| t.entries.values())
+            .filter(|e| e.program.meter == Some(id))
+            .count();
+        n.try_into().unwrap_or(u32::MAX)
     }
 
     /// Install each `(table, build)`; a FIB held nowhere else moves in.

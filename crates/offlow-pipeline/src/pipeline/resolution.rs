@@ -125,6 +125,11 @@ impl Resolution {
             rule: e.id,
         });
         let p = &e.program;
+        // §5.9: the Meter instruction runs first in the instruction set;
+        // the executor meters there, before this table's Apply-Actions.
+        if let Some(m) = p.meter {
+            self.actions.push(Action::Meter(m));
+        }
         for a in &p.apply {
             on_key(a);
             self.actions.push(*a);

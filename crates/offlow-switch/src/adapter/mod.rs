@@ -824,6 +824,35 @@ impl offlow_openflow::Switch for DatapathSwitch {
         self.pipeline_group_mod(&gm.to_pipeline()?)
     }
 
+    /// §6.6: validated by the meter table (`OFPMMFC_*` codes, see
+    /// `MeterTable::prepare`), meters created on the workers' metering
+    /// clock; a DELETE removes the flows using the meter, each reported
+    /// with reason `OFPRR_METER_DELETE` when it asked for flow-removed
+    /// messages. Workers take the change at the next commit; a barrier
+    /// waits for it.
+    fn meter_mod(&mut self, mm: &offlow_openflow::MeterMod) -> Result<(), OfError> {
+        let now = offlow_datapath::clock::now_ns();
+        let effect = self
+            .control
+            .meter_mod(mm, now)
+            .map_err(OfError::MeterModFailed)?;
+        self.dirty = true;
+        if let Some(t) = &mut self.offload {
+            t.note_effect(&effect, self.control.pipeline());
+        }
+        self.removed.extend(
+            effect
+                .removed
+                .iter()
+                .map(|e| RemovedFlow {
+                    entry: e.clone(),
+                    reason: offlow_pipeline::RemovedReason::MeterDelete,
+                })
+                .filter(RemovedFlow::send_flow_rem),
+        );
+        Ok(())
+    }
+
     fn barrier(&mut self) {
         // Commit even when clean: a no-op publish returns at once, and so
         // does one whose `Need::Commit` ticket has completed (the offload

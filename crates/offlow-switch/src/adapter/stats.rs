@@ -1,6 +1,7 @@
 //! Statistics and descriptions: the multipart replies of
 //! [`DatapathSwitch`] (DESC, FLOW, AGGREGATE, TABLE, TABLE_FEATURES,
-//! PORT_DESC, PORT_STATS, QUEUE, GROUP, GROUP_DESC, GROUP_FEATURES) and
+//! PORT_DESC, PORT_STATS, QUEUE, GROUP, GROUP_DESC, GROUP_FEATURES, METER,
+//! METER_CONFIG, METER_FEATURES) and
 //! the filters they use.
 //!
 //! Counter-reading replies sync the workers' counters first, unless the
@@ -289,10 +290,8 @@ impl DatapathSwitch {
             }
             R::Queue { .. } => MultipartReplyBody::Queue(Vec::new()),
             R::GroupStats(_) | R::GroupDesc | R::GroupFeatures => self.group_reply(req)?,
-            // Meters (not yet wired) and experimenter requests.
-            R::MeterStats(_) | R::MeterConfig(_) | R::MeterFeatures | R::Experimenter(_) => {
-                return Err(OfError::BadRequest(BadRequestCode::BadMultipart))
-            }
+            R::MeterStats(_) | R::MeterConfig(_) | R::MeterFeatures => self.meter_reply(req)?,
+            R::Experimenter(_) => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
         })
     }
 
@@ -365,5 +364,159 @@ fn group_features(max_groups: usize) -> GroupFeatures {
         capabilities: 0b1111,
         max_groups: [max; 4],
         actions: [actions; 4],
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Meters (§7.3.5.12-14): the meter table of the writer's pipeline copy.
+
+impl DatapathSwitch {
+    /// The reply to OFPMP_METER, OFPMP_METER_CONFIG or OFPMP_METER_FEATURES
+    /// (any other request kind, which never comes here, is
+    /// `OFPBRC_BAD_MULTIPART`).
+    ///
+    /// - METER and METER_CONFIG take one meter id or `OFPM_ALL`; one id
+    ///   that is not configured is `OFPMMFC_UNKNOWN_METER`, as Open
+    ///   vSwitch's `handle_meter_request` answers. Meter counters are
+    ///   atomics the workers bump as they meter, so no counter sync is
+    ///   needed; `flow_count` is counted from the flow tables then.
+    /// - METER_FEATURES: what `MeterConfig::from_mod` accepts.
+    fn meter_reply(
+        &mut self,
+        req: &offlow_openflow::MultipartRequestBody,
+    ) -> Result<offlow_openflow::MultipartReplyBody, OfError> {
+        use offlow_openflow::meter::{band_type, meter_flags, meter_id};
+        use offlow_openflow::{MeterFeatures, MeterModFailedCode, MultipartReplyBody as B};
+        use offlow_pipeline::meter::{Meter, MAX_BANDS, MAX_METERS};
+        let pipeline = self.control.pipeline();
+        let selected = |id: u32| -> Result<Vec<(u32, &std::sync::Arc<Meter>)>, OfError> {
+            if id == meter_id::ALL {
+                return Ok(pipeline.meters().iter().collect());
+            }
+            match pipeline.meters().get(id) {
+                Some(m) => Ok(vec![(id, m)]),
+                None => Err(OfError::MeterModFailed(MeterModFailedCode::UnknownMeter)),
+            }
+        };
+        Ok(match req {
+            MultipartRequestBody::MeterStats(id) => {
+                let now = offlow_datapath::clock::now_ns();
+                B::MeterStats(
+                    selected(*id)?
+                        .into_iter()
+                        .map(|(id, m)| {
+                            m.flow_count.store(
+                                pipeline.meter_flow_count(id),
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                            m.stats(id, now)
+                        })
+                        .collect(),
+                )
+            }
+            MultipartRequestBody::MeterConfig(id) => B::MeterConfig(
+                selected(*id)?
+                    .into_iter()
+                    .map(|(id, m)| m.config_reply(id))
+                    .collect(),
+            ),
+            MultipartRequestBody::MeterFeatures => B::MeterFeatures(MeterFeatures {
+                max_meter: MAX_METERS as u32,
+                band_types: 1 << band_type::DROP | 1 << band_type::DSCP_REMARK,
+                capabilities: u32::from(
+                    meter_flags::KBPS
+                        | meter_flags::PKTPS
+                        | meter_flags::BURST
+                        | meter_flags::STATS,
+                ),
+                max_bands: MAX_BANDS as u8,
+                max_color: 0,
+            }),
+            _ => return Err(OfError::BadRequest(BadRequestCode::BadMultipart)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod meter_tests {
+    use super::*;
+    use offlow_openflow::meter::{band_type, meter_command, meter_flags, meter_id};
+    use offlow_openflow::{
+        MeterBand, MeterBandKind, MeterMod, MeterModFailedCode, MultipartReplyBody as B, Switch,
+    };
+    use offlow_pipeline::{Action, FlowMod, FlowModFlags, Instruction as PInstr, RemovedReason};
+
+    fn mm(command: u16, id: u32) -> MeterMod {
+        MeterMod {
+            command,
+            flags: meter_flags::PKTPS | meter_flags::STATS,
+            meter_id: id,
+            bands: vec![MeterBand {
+                kind: MeterBandKind::Drop,
+                rate: 100,
+                burst_size: 0,
+            }],
+        }
+    }
+
+    /// METER_MOD through the switch, the three meter multiparts, and a
+    /// meter DELETE's FLOW_REMOVED with reason OFPRR_METER_DELETE.
+    #[test]
+    fn meters_through_the_switch() {
+        let mut sw = DatapathSwitch::new(1, 2);
+        sw.meter_mod(&mm(meter_command::ADD, 3)).unwrap();
+        assert_eq!(
+            sw.meter_mod(&mm(meter_command::ADD, 3)),
+            Err(OfError::MeterModFailed(MeterModFailedCode::MeterExists))
+        );
+        let mut fm = FlowMod::add(
+            0,
+            5,
+            offlow_flow::Match::ANY,
+            vec![
+                PInstr::Meter(3),
+                PInstr::ApplyActions(vec![Action::output(PortNo(2))]),
+            ],
+        );
+        fm.flags = FlowModFlags(FlowModFlags::SEND_FLOW_REM);
+        sw.pipeline_flow_mod(&fm, 0).unwrap();
+        sw.commit_pending();
+
+        let stats = sw
+            .multipart_reply(&MultipartRequestBody::MeterStats(meter_id::ALL), 0)
+            .unwrap();
+        let B::MeterStats(s) = stats else {
+            panic!("{stats:?}")
+        };
+        assert_eq!((s.len(), s[0].meter_id, s[0].flow_count), (1, 3, 1));
+        let config = sw
+            .multipart_reply(&MultipartRequestBody::MeterConfig(3), 0)
+            .unwrap();
+        let B::MeterConfig(c) = config else {
+            panic!("{config:?}")
+        };
+        assert_eq!(c[0].bands, mm(0, 3).bands);
+        assert_eq!(
+            sw.multipart_reply(&MultipartRequestBody::MeterStats(4), 0)
+                .unwrap_err(),
+            OfError::MeterModFailed(MeterModFailedCode::UnknownMeter)
+        );
+        let features = sw
+            .multipart_reply(&MultipartRequestBody::MeterFeatures, 0)
+            .unwrap();
+        let B::MeterFeatures(f) = features else {
+            panic!("{features:?}")
+        };
+        assert_eq!(
+            f.band_types,
+            1 << band_type::DROP | 1 << band_type::DSCP_REMARK
+        );
+        assert_eq!((f.max_bands, f.max_color), (8, 0));
+
+        sw.meter_mod(&mm(meter_command::DELETE, 3)).unwrap();
+        let removed = sw.take_flow_removed(0);
+        assert_eq!(removed.len(), 1);
+        assert_eq!(removed[0].reason, RemovedReason::MeterDelete as u8);
+        assert_eq!(sw.control.pipeline().len(), 0);
     }
 }

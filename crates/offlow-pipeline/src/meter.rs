@@ -1,7 +1,11 @@
-//! One meter table entry (OpenFlow 1.3.5 §5.7): per-band token buckets
-//! shared by every worker that sends packets through the meter, lock-free.
+//! The meter table (OpenFlow 1.3.5 §5.7): [`MeterTable`], and each entry's
+//! per-band token buckets shared by every worker that sends packets through
+//! the meter, lock-free.
 //!
 //! # What
+//! - [`MeterTable`]: meter id → [`Meter`], held by the pipeline beside the
+//!   flow tables and the groups; METER_MOD resolves into a [`MeterOp`]
+//!   ([`MeterTable::prepare`], with the spec's `OFPMMFC_*` codes).
 //! - [`MeterConfig`]: a validated `OFPT_METER_MOD` ([`MeterConfig::from_mod`]
 //!   answers the spec's `OFPMMFC_*` code for a configuration we refuse).
 //! - [`Meter`]: the live entry. [`Meter::admit`] charges one packet and says
@@ -67,10 +71,15 @@
 //! (OFPMC_MODIFY) is a new [`Meter`] swapped in by the owner; `flow_count`
 //! is the owner's to maintain.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use offlow_openflow::meter::meter_flags;
-use offlow_openflow::{MeterBand, MeterBandKind, MeterModFailedCode};
+use offlow_openflow::{MeterBand, MeterBandKind};
+/// The codec's METER_MOD and its failure codes, which the meter table
+/// takes and answers with (re-exported so the datapath needs no codec).
+pub use offlow_openflow::{MeterMod, MeterModFailedCode};
 
 /// Most bands one meter may have (Open vSwitch's userspace datapath allows
 /// the same, `MAX_BANDS` in `dpif-netdev.c`); more is `OFPMMFC_OUT_OF_BANDS`.
@@ -429,6 +438,140 @@ const _: () = {
     const fn shareable<T: Send + Sync>() {}
     shareable::<Meter>();
 };
+
+/// Most meters the table holds (`max_meter` in METER_FEATURES); an ADD
+/// beyond it is `OFPMMFC_OUT_OF_METERS`.
+pub const MAX_METERS: usize = 65_536;
+
+/// A change to the meter table, resolved by [`MeterTable::prepare`] and
+/// applied to every copy of the pipeline in order; the meter inside is
+/// shared by the copies (one set of buckets and counters).
+#[derive(Debug, Clone)]
+pub enum MeterOp {
+    /// Install (ADD) or replace (MODIFY) meter `id`.
+    Put(u32, Arc<Meter>),
+    /// Remove these meters (the flows that use them are removed by the
+    /// caller, §6.6).
+    Delete(Vec<u32>),
+}
+
+/// The meter table (§5.7): meter id → live [`Meter`], ids `1..=OFPM_MAX`.
+///
+/// Thread-safety: held in each pipeline copy, changed only by the writer
+/// through [`MeterOp`]s; workers read it through the version they run and
+/// call [`Meter::admit`] on the shared meters.
+#[derive(Debug, Clone, Default)]
+pub struct MeterTable {
+    meters: BTreeMap<u32, Arc<Meter>>,
+}
+
+impl MeterTable {
+    /// An empty table.
+    pub fn new() -> MeterTable {
+        MeterTable::default()
+    }
+
+    /// Meter `id`, if configured.
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<&Arc<Meter>> {
+        self.meters.get(&id)
+    }
+
+    /// Every meter, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Arc<Meter>)> + '_ {
+        self.meters.iter().map(|(id, m)| (*id, m))
+    }
+
+    /// Number of meters.
+    pub fn len(&self) -> usize {
+        self.meters.len()
+    }
+
+    /// True when no meter is configured.
+    pub fn is_empty(&self) -> bool {
+        self.meters.is_empty()
+    }
+
+    /// Resolve a METER_MOD (§6.6, §7.3.4.4) at `now_ns` (the clock the
+    /// workers meter with) into an op, or the `OFPMMFC_*` code to answer:
+    /// - ADD, MODIFY: the id must be `1..=OFPM_MAX`, else `INVALID_METER`.
+    ///   The virtual meters `OFPM_SLOWPATH` and `OFPM_CONTROLLER` are
+    ///   refused the same way: §5.7 makes them optional and offlow has no
+    ///   slow path to meter (Open vSwitch's `handle_meter_mod` refuses
+    ///   every id above `OFPM13_MAX` with `INVALID_METER` too). ADD of an
+    ///   existing id is `METER_EXISTS`, past [`MAX_METERS`] `OUT_OF_METERS`;
+    ///   MODIFY of an absent id is `UNKNOWN_METER`. Then the configuration's
+    ///   own codes ([`MeterConfig::from_mod`]).
+    /// - MODIFY installs a new meter: full buckets and counters from zero,
+    ///   the duration kept (what Open vSwitch 3.1 shows: `meter-stats`
+    ///   after `mod-meter` reads `packet_in_count:0` with the duration
+    ///   still counting; the spec says nothing). Flows keep naming the id,
+    ///   so they take it at the commit.
+    /// - DELETE: `OFPM_ALL` deletes every meter; an id of `1..=OFPM_MAX`
+    ///   that is not configured succeeds with nothing to do (§6.6 lists no
+    ///   error for it, and Open vSwitch answers none); 0 and the other
+    ///   reserved ids are `INVALID_METER`.
+    /// - Any other command: `BAD_COMMAND`.
+    pub fn prepare(
+        &self,
+        mm: &offlow_openflow::MeterMod,
+        now_ns: u64,
+    ) -> Result<MeterOp, MeterModFailedCode> {
+        use offlow_openflow::meter::{meter_command as cmd, meter_id};
+        let id = mm.meter_id;
+        let valid = (1..=meter_id::MAX).contains(&id);
+        match mm.command {
+            cmd::ADD | cmd::MODIFY => {
+                if !valid {
+                    return Err(MeterModFailedCode::InvalidMeter);
+                }
+                let exists = self.meters.contains_key(&id);
+                if mm.command == cmd::ADD {
+                    if exists {
+                        return Err(MeterModFailedCode::MeterExists);
+                    }
+                    if self.meters.len() >= MAX_METERS {
+                        return Err(MeterModFailedCode::OutOfMeters);
+                    }
+                } else if !exists {
+                    return Err(MeterModFailedCode::UnknownMeter);
+                }
+                let config = MeterConfig::from_mod(mm)?;
+                let mut meter = Meter::new(config, now_ns);
+                if let Some(old) = self.meters.get(&id) {
+                    meter.created_ns = old.created_ns;
+                }
+                Ok(MeterOp::Put(id, Arc::new(meter)))
+            }
+            cmd::DELETE if id == meter_id::ALL => {
+                Ok(MeterOp::Delete(self.meters.keys().copied().collect()))
+            }
+            cmd::DELETE if valid => Ok(MeterOp::Delete(
+                self.meters
+                    .contains_key(&id)
+                    .then_some(id)
+                    .into_iter()
+                    .collect(),
+            )),
+            cmd::DELETE => Err(MeterModFailedCode::InvalidMeter),
+            _ => Err(MeterModFailedCode::BadCommand),
+        }
+    }
+
+    /// Apply an op from [`prepare`](Self::prepare) (infallible).
+    pub fn apply(&mut self, op: &MeterOp) {
+        match op {
+            MeterOp::Put(id, m) => {
+                self.meters.insert(*id, Arc::clone(m));
+            }
+            MeterOp::Delete(ids) => {
+                for id in ids {
+                    self.meters.remove(id);
+                }
+            }
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {
