@@ -37,9 +37,8 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Instruction>, SyntaxError
                 saw_drop = true;
                 continue;
             }
-            "meter" => {
-                return Err(SyntaxError::new(tok, "meters are not supported by offlow"));
-            }
+            // The meter instruction (ovs-ofctl writes it as an action).
+            "meter" => Instruction::Meter(num(tok, need(tok, arg)?, 32)? as u32),
             "goto_table" => Instruction::GotoTable(num(tok, need(tok, arg)?, 8)? as u8),
             "clear_actions" => Instruction::ClearActions,
             "write_metadata" => {
@@ -78,6 +77,11 @@ pub fn parse_actions(s: &str, m: &Match) -> Result<Vec<Instruction>, SyntaxError
                 continue;
             }
         };
+        // The meter instruction runs first (§5.9): before any action.
+        if matches!(ins, Instruction::Meter(_)) && out.is_empty() && apply.is_empty() {
+            out.push(ins);
+            continue;
+        }
         if !apply_rank_done {
             apply_rank_done = true;
             if !apply.is_empty() {
@@ -295,7 +299,12 @@ fn parse_action(tok: &str, cx: &mut ActCx, out: &mut Vec<Action>) -> Result<(), 
             }
             set(out, f, v)?;
         }
-        "meter" => return Err(SyntaxError::new(tok, "meters are not supported by offlow")),
+        "meter" => {
+            return Err(SyntaxError::new(
+                tok,
+                "meter is an instruction: not inside write_actions",
+            ))
+        }
         _ => {
             // A bare port number is an output, as in ovs-ofctl.
             if arg.is_none() && name.bytes().all(|b| b.is_ascii_digit()) {

@@ -25,7 +25,7 @@
 //!   enforces the same order).
 //!
 //! # What is refused, by name
-//! `NORMAL` (offlow has no traditional L2/L3 pipeline), `meter` (no meters),
+//! `NORMAL` (offlow has no traditional L2/L3 pipeline),
 //! `nw_ttl` as a match field (OpenFlow 1.3 has no OXM for it; in a packet
 //! description it sets the frame's TTL), and anything unknown. Errors name
 //! the offending token; [`parse_flow_file`] adds `FILE:LINE`.
@@ -889,7 +889,13 @@ mod tests {
         let e = err("actions=NORMAL");
         assert_eq!(e.token, "NORMAL");
         assert!(e.reason.contains("not supported"), "{e}");
-        let e = err("actions=meter:1,output:1");
+        // meter is the first instruction, as in ovs-ofctl.
+        let ok = parse_flow("actions=meter:1,output:1").unwrap();
+        assert!(
+            matches!(ok.instructions[0], Instruction::Meter(1)),
+            "{ok:?}"
+        );
+        let e = err("actions=write_actions(meter:1)");
         assert_eq!(e.token, "meter:1");
         assert_eq!(err("ip,nw_ttl=3,actions=drop").token, "nw_ttl=3");
         assert_eq!(err("ip,actions=mod_tp_src:5").token, "mod_tp_src:5");

@@ -42,7 +42,11 @@ use offlow_openflow::ofctl::{
 
 /// A pipeline action in ovs-ofctl syntax (printed in its wire form).
 fn format_action(a: &Action) -> String {
-    ofctl::format_action(&offlow_openflow::Action::from(a))
+    match a {
+        // The pipeline's own marker of a meter instruction (no wire action).
+        Action::Meter(m) => format!("meter:{m}"),
+        _ => ofctl::format_action(&offlow_openflow::Action::from(a)),
+    }
 }
 
 /// Pipeline instructions in ovs-ofctl `actions=` syntax (printed in their
@@ -357,7 +361,9 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
     .with_groups(
         pipeline.groups(),
         offlow_datapath::microflow::flow_hash(&key),
-    );
+    )
+    // A meter's buckets start full: one traced packet passes its bands.
+    .with_meters(pipeline.meters(), offlow_datapath::clock::now_ns());
     let out = execute_prepared(
         prepared,
         &mut buf,
