@@ -186,6 +186,12 @@ lines = open(log, errors="replace").read().splitlines()
 case = re.compile(r"^    (\S.*?)\s+(OK|ERROR)$")
 current = ""
 for i, l in enumerate(lines):
+    # The tester prints a dot per step, without a newline before the
+    # case's own line at times: "......    <case>  OK".
+    dots = len(l) - len(l.lstrip("."))
+    if dots and not l[dots:].strip():
+        continue
+    l = l[dots:]
     m = case.match(l)
     if m:
         reason = ""
