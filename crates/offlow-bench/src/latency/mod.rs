@@ -98,7 +98,13 @@ through the Linux bridge baseline on the same veth topology (so Δt_proc is the 
 kernel bridge). Frame sizes are wire sizes (preamble, SFD and FCS included: minus 12 B handed \
 to the kernel). A probe with no reply within the timeout is lost. Offloaded rows: the hosts' \
 veths carry an XDP pass-through program (a veth delivers the tier's XDP_TX frames only to a \
-peer with an XDP program).";
+peer with an XDP program). CPU cost: the busy-poll rows (offlow --busy-poll, the AF_XDP floor) \
+and Open vSwitch afxdp (its PMD thread busy-polls; with system ports Open vSwitch polls them from \
+its main thread, which sleeps) keep one core at 100% for as long as the switch runs, idle or not \
+(here: half of the machine's 2 vCPUs); the other offlow rows poll for 50 µs after their last frame, then sleep in poll(2) \
+(about 1% of a core at idle, 2.6% at 400 frames/s, journal 2026-11-26). The load rows' \
+background stream carries its own eth_dst (the Linux bridge loops it back to host B through a \
+second hairpin port); its rate is a share of each switch's own maximum.";
 
 /// A switch configuration (a row family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
