@@ -148,9 +148,40 @@ pub struct ForwardArgs {
     /// e.g. `--offlow-arg=--busy-poll`.
     #[arg(long = "offlow-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub offlow_args: Vec<String>,
+    /// AF_PACKET receive rings for the offlow AF_PACKET rows: one row per
+    /// ring per `--workers` value, each started with `--af-packet-ring
+    /// RING` (comma-separated; default: the switch's default ring only).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub af_packet_rings: Vec<AfPacketRing>,
+    /// Run every row this many times, round after round (rows
+    /// interleaved, so slow drift of the machine's load hits them alike).
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
     /// Print one JSON object as the last line.
     #[arg(long)]
     pub json: bool,
+}
+
+/// An `offlow run --af-packet-ring` value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AfPacketRing {
+    /// TPACKET_V2 frames (per-frame wake-up; the default).
+    Frames,
+    /// TPACKET_V3 blocks (batched; a lone frame waits for the retire timer).
+    Blocks,
+    /// Frames spilling into blocks (experimental).
+    Adaptive,
+}
+
+impl AfPacketRing {
+    /// The command-line value.
+    pub fn name(self) -> &'static str {
+        match self {
+            AfPacketRing::Frames => "frames",
+            AfPacketRing::Blocks => "blocks",
+            AfPacketRing::Adaptive => "adaptive",
+        }
+    }
 }
 
 impl Default for ForwardArgs {
@@ -172,6 +203,8 @@ impl Default for ForwardArgs {
             ],
             offlow_bin: None,
             offlow_args: Vec::new(),
+            af_packet_rings: Vec::new(),
+            rounds: 1,
             json: false,
         }
     }
@@ -325,6 +358,9 @@ fn check_args(a: &ForwardArgs) -> anyhow::Result<()> {
     }
     if a.workers.iter().any(|&w| w == 0 || w > 64) {
         bail!("--workers values must be between 1 and 64");
+    }
+    if a.rounds == 0 || a.rounds > 100 {
+        bail!("--rounds must be between 1 and 100");
     }
     Ok(())
 }
@@ -581,7 +617,8 @@ enum Plan {
     Loopback,
     Direct,
     Bridge,
-    Offlow(usize),
+    /// Workers, and the AF_PACKET ring asked for (`None`: the default).
+    Offlow(usize, Option<AfPacketRing>),
     OfflowXdp(usize),
     Ovs(&'static str),
 }
@@ -592,8 +629,11 @@ impl Plan {
             Plan::Loopback => "loopback (lo, no switch)".into(),
             Plan::Direct => "direct veth (no switch)".into(),
             Plan::Bridge => "linux bridge".into(),
-            Plan::Offlow(1) => "offlow af_packet, 1 worker".into(),
-            Plan::Offlow(w) => format!("offlow af_packet, {w} workers"),
+            Plan::Offlow(w, ring) => format!(
+                "offlow af_packet{}, {w} worker{}",
+                ring.map_or(String::new(), |r| format!(" {} ring", r.name())),
+                if *w == 1 { "" } else { "s" }
+            ),
             Plan::OfflowXdp(1) => "offlow af_xdp, 1 worker".into(),
             Plan::OfflowXdp(w) => format!("offlow af_xdp, {w} workers"),
             Plan::Ovs(t) => format!("ovs 3.1 netdev, type={t}"),
@@ -605,7 +645,7 @@ impl Plan {
             Plan::Loopback => "loopback",
             Plan::Direct => "direct",
             Plan::Bridge => "bridge",
-            Plan::Offlow(_) => "offlow",
+            Plan::Offlow(..) => "offlow",
             Plan::OfflowXdp(_) => "offlow",
             Plan::Ovs("afxdp") => "ovs-afxdp",
             Plan::Ovs(_) => "ovs-system",
@@ -632,9 +672,13 @@ fn run_row(
             ip(&["-n", sw, "link", "set", "br0", "up"])?;
             measure(&t, frames, args)
         }
-        Plan::Offlow(w) => {
+        Plan::Offlow(w, ring) => {
             let t = Topo::hosts(true, 1)?;
-            let _switch = start_offlow(bin, t.sw()?, *w, false, &args.offlow_args)?;
+            let mut extra = args.offlow_args.clone();
+            if let Some(r) = ring {
+                extra.extend(["--af-packet-ring".to_string(), r.name().to_string()]);
+            }
+            let _switch = start_offlow(bin, t.sw()?, *w, false, &extra)?;
             measure(&t, frames, args)
         }
         // The generator's frames carry complete checksums: AF_XDP's lack of
@@ -666,23 +710,41 @@ pub fn run(args: &ForwardArgs) -> anyhow::Result<ForwardReport> {
             RowKind::Loopback => plans.push(Plan::Loopback),
             RowKind::Direct => plans.push(Plan::Direct),
             RowKind::Bridge => plans.push(Plan::Bridge),
-            RowKind::Offlow => plans.extend(args.workers.iter().map(|&w| Plan::Offlow(w))),
+            RowKind::Offlow => {
+                for &w in &args.workers {
+                    if args.af_packet_rings.is_empty() {
+                        plans.push(Plan::Offlow(w, None));
+                    }
+                    plans.extend(
+                        args.af_packet_rings
+                            .iter()
+                            .map(|&r| Plan::Offlow(w, Some(r))),
+                    );
+                }
+            }
             RowKind::OfflowXdp => plans.extend(args.workers.iter().map(|&w| Plan::OfflowXdp(w))),
             RowKind::OvsSystem => plans.push(Plan::Ovs("system")),
             RowKind::OvsAfxdp => plans.push(Plan::Ovs("afxdp")),
         }
     }
     let mut rows = Vec::new();
-    for p in &plans {
+    // Round after round over the same rows: `--rounds` interleaves them.
+    let rounds = (1..=args.rounds).flat_map(|k| plans.iter().map(move |p| (k, p)));
+    for (round, p) in rounds {
         if interrupted() {
             bail!("interrupted (everything created so far was removed)");
         }
         let workers = match p {
-            Plan::Offlow(w) => Some(*w),
+            Plan::Offlow(w, _) => Some(*w),
             Plan::OfflowXdp(w) => Some(*w),
             _ => None,
         };
-        let mut row = Row::empty(p.name(), p.kind(), workers);
+        let name = if args.rounds > 1 {
+            format!("{} [round {round}]", p.name())
+        } else {
+            p.name()
+        };
+        let mut row = Row::empty(name, p.kind(), workers);
         eprint!("forward: {} ... ", row.name);
         let _ = std::io::stderr().flush();
         match run_row(p, &frames, args, &bin) {

@@ -114,9 +114,11 @@ pub enum IdlePoll {
         /// How long to keep polling after the last frame.
         spin: Duration,
     },
-    /// Never sleep, like Open vSwitch's PMD threads: each worker keeps its
+    /// Do not sleep, like Open vSwitch's PMD threads: each worker keeps its
     /// core at 100% whether frames arrive or not, and takes a frame as soon
-    /// as the port has it.
+    /// as the port has it; while it finds that core shared with other work
+    /// (see [`crate::dataplane::CONTENDED_WAIT`]) it spins and sleeps as
+    /// `Adaptive` does, for [`crate::dataplane::CONTENDED_HOLD`] at a time.
     Busy,
 }
 

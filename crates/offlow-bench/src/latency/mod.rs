@@ -34,8 +34,11 @@
 //! looped back to B by the switch, runs at 10..100 % of the switch's
 //! maximum rate. The maximum is what B received back while its generator
 //! ([`crate::traffic`], 64-byte frames, 100 UDP flows) sent unpaced for
-//! one second through the same switch; the bridge takes no part (its one
-//! FDB cannot loop both hosts' streams back).
+//! one second through the same switch. The background frames carry an
+//! eth_dst of their own ([`BACKGROUND_DST`]), so the Linux bridge, with a
+//! static FDB entry per address and both ports in hairpin mode, loops each
+//! host's stream back to it: its load rows are the baseline of the
+//! offloaded rows under load.
 //!
 //! # Δt_proc on veths
 //! A veth has no cable length and no line rate, so 2·Δt_prop + Δt_trans is
@@ -51,8 +54,10 @@
 //! Thread-safety: the experiment runs on the calling thread; the background
 //! stream's threads are [`crate::traffic::Traffic`]'s.
 
+pub mod goals;
 pub mod output;
 pub mod prober;
+pub mod reflector;
 pub mod rules;
 pub mod stats;
 
@@ -93,7 +98,13 @@ through the Linux bridge baseline on the same veth topology (so Δt_proc is the 
 kernel bridge). Frame sizes are wire sizes (preamble, SFD and FCS included: minus 12 B handed \
 to the kernel). A probe with no reply within the timeout is lost. Offloaded rows: the hosts' \
 veths carry an XDP pass-through program (a veth delivers the tier's XDP_TX frames only to a \
-peer with an XDP program).";
+peer with an XDP program). CPU cost: the busy-poll rows (offlow --busy-poll, the AF_XDP floor) \
+and Open vSwitch afxdp (its PMD thread busy-polls; with system ports Open vSwitch polls them from \
+its main thread, which sleeps) keep one core at 100% for as long as the switch runs, idle or not \
+(here: half of the machine's 2 vCPUs); the other offlow rows poll for 50 µs after their last frame, then sleep in poll(2) \
+(about 1% of a core at idle, 2.6% at 400 frames/s, journal 2026-11-26). The load rows' \
+background stream carries its own eth_dst (the Linux bridge loops it back to host B through a \
+second hairpin port); its rate is a share of each switch's own maximum.";
 
 /// A switch configuration (a row family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -102,6 +113,12 @@ pub enum SwitchKind {
     OfflowAfpacket,
     /// offlow, AF_XDP ports.
     OfflowAfxdp,
+    /// offlow, AF_PACKET ports, `--busy-poll` (its worker never sleeps:
+    /// a core at 100%, like Open vSwitch's PMD threads).
+    OfflowAfpacketBusy,
+    /// offlow, AF_XDP ports, `--busy-poll` (the like-for-like row of
+    /// Open vSwitch `afxdp`, whose PMD thread busy-polls).
+    OfflowAfxdpBusy,
     /// offlow, AF_PACKET ports, `--offload xdp` with the probe promoted.
     OfflowOffload,
     /// Open vSwitch 3.1 netdev datapath, `system` ports.
@@ -110,6 +127,10 @@ pub enum SwitchKind {
     OvsAfxdp,
     /// Linux bridge, hairpin port (also the Δt_proc baseline).
     LinuxBridge,
+    /// A bare AF_XDP reflector with no lookup, busy-polling
+    /// ([`reflector`]): the floor of any AF_XDP switch on veth (sizes and
+    /// load sweeps only).
+    AfxdpFloor,
 }
 
 impl SwitchKind {
@@ -118,15 +139,36 @@ impl SwitchKind {
         match self {
             SwitchKind::OfflowAfpacket => "offlow af_packet",
             SwitchKind::OfflowAfxdp => "offlow af_xdp",
+            SwitchKind::OfflowAfpacketBusy => "offlow af_packet busy-poll",
+            SwitchKind::OfflowAfxdpBusy => "offlow af_xdp busy-poll",
             SwitchKind::OfflowOffload => "offlow offloaded (xdp)",
             SwitchKind::OvsSystem => "ovs 3.1 netdev system",
             SwitchKind::OvsAfxdp => "ovs 3.1 netdev afxdp",
             SwitchKind::LinuxBridge => "linux bridge (hairpin)",
+            SwitchKind::AfxdpFloor => "af_xdp floor (bare busy-poll reflector)",
         }
     }
 
     fn is_bridge(self) -> bool {
         self == SwitchKind::LinuxBridge
+    }
+
+    /// The same-run anchor its goal is read against, and the goal's
+    /// ratio: Open vSwitch on the same port kind (mean Δt_proc and std ≤
+    /// 0.5×), or for the offloaded rows the Linux bridge (mean RTT ≤
+    /// 1.25×). The floor is read against Open vSwitch afxdp too, to show
+    /// how far that goal is reachable at all.
+    pub fn anchor(self) -> Option<(SwitchKind, f64)> {
+        match self {
+            SwitchKind::OfflowAfpacket | SwitchKind::OfflowAfpacketBusy => {
+                Some((SwitchKind::OvsSystem, 0.5))
+            }
+            SwitchKind::OfflowAfxdp | SwitchKind::OfflowAfxdpBusy | SwitchKind::AfxdpFloor => {
+                Some((SwitchKind::OvsAfxdp, 0.5))
+            }
+            SwitchKind::OfflowOffload => Some((SwitchKind::LinuxBridge, 1.25)),
+            SwitchKind::OvsSystem | SwitchKind::OvsAfxdp | SwitchKind::LinuxBridge => None,
+        }
     }
 }
 
@@ -186,7 +228,7 @@ pub struct LatencyArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "offlow-afpacket,offlow-afxdp,offlow-offload,ovs-system,ovs-afxdp,linux-bridge"
+        default_value = "offlow-afpacket,offlow-afxdp,offlow-afpacket-busy,offlow-afxdp-busy,offlow-offload,ovs-system,ovs-afxdp,linux-bridge,afxdp-floor"
     )]
     pub switches: Vec<SwitchKind>,
     /// Frame sizes of the sizes sweep (wire bytes, preamble to FCS).
@@ -240,6 +282,10 @@ pub struct LatencyArgs {
     /// The offlow binary (default: this executable).
     #[arg(long)]
     pub offlow_bin: Option<PathBuf>,
+    /// An extra argument for every `offlow run` of the offlow rows
+    /// (repeatable), e.g. `--offlow-arg=--idle-spin-us=200`.
+    #[arg(long = "offlow-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub offlow_args: Vec<String>,
 }
 
 impl Default for LatencyArgs {
@@ -253,10 +299,13 @@ impl Default for LatencyArgs {
             switches: vec![
                 SwitchKind::OfflowAfpacket,
                 SwitchKind::OfflowAfxdp,
+                SwitchKind::OfflowAfpacketBusy,
+                SwitchKind::OfflowAfxdpBusy,
                 SwitchKind::OfflowOffload,
                 SwitchKind::OvsSystem,
                 SwitchKind::OvsAfxdp,
                 SwitchKind::LinuxBridge,
+                SwitchKind::AfxdpFloor,
             ],
             sizes: vec![72, 254, 454, 654, 854, 1054, 1254, 1526],
             tuples: Tuple::ALL.to_vec(),
@@ -269,6 +318,7 @@ impl Default for LatencyArgs {
             out: PathBuf::from("bench-latency"),
             raw: false,
             offlow_bin: None,
+            offlow_args: Vec::new(),
         }
     }
 }
@@ -390,6 +440,11 @@ impl ConfigResult {
         }
     }
 
+    /// A row of the Δt_proc baseline itself (the bridge, no load).
+    pub fn is_baseline(&self) -> bool {
+        self.switch.is_bridge() && self.config.sweep == Sweep::Sizes
+    }
+
     fn fill(&mut self, records: Vec<ProbeRecord>) {
         self.sent = records.len();
         self.received = records.iter().filter(|r| r.rx_ns.is_some()).count();
@@ -428,6 +483,25 @@ fn configs_for(kind: SwitchKind, a: &LatencyArgs, baseline: bool) -> Vec<Config>
         load_pct: None,
     };
     let mut v = Vec::new();
+    if kind == SwitchKind::AfxdpFloor {
+        // No table to look anything up in: frame sizes and load only.
+        for s in &a.sweeps {
+            match s {
+                Sweep::Sizes => v.extend(
+                    a.sizes
+                        .iter()
+                        .map(|&frame_size| Config { frame_size, ..base }),
+                ),
+                Sweep::Load => v.extend(a.loads.iter().map(|&l| Config {
+                    sweep: Sweep::Load,
+                    load_pct: Some(l),
+                    ..base
+                })),
+                Sweep::Tuples | Sweep::Tables => {}
+            }
+        }
+        return v;
+    }
     if kind.is_bridge() {
         // The bridge has no tables: it runs the sizes sweep (its rows and
         // the baseline), plus the other sweeps' frame size for Δt_proc.
@@ -440,10 +514,22 @@ fn configs_for(kind: SwitchKind, a: &LatencyArgs, baseline: bool) -> Vec<Config>
         {
             sizes.push(a.frame_size);
         }
-        return sizes
-            .into_iter()
-            .map(|frame_size| Config { frame_size, ..base })
-            .collect();
+        v.extend(
+            sizes
+                .into_iter()
+                .map(|frame_size| Config { frame_size, ..base }),
+        );
+        // Its load rows: the baseline of the offloaded rows under load
+        // (the background stream has its own eth_dst, looped back to B by
+        // a second hairpin port, see `Running::start`).
+        if a.sweeps.contains(&Sweep::Load) {
+            v.extend(a.loads.iter().map(|&l| Config {
+                sweep: Sweep::Load,
+                load_pct: Some(l),
+                ..base
+            }));
+        }
+        return v;
     }
     for s in &a.sweeps {
         match s {
@@ -491,6 +577,8 @@ enum Running {
         target: String,
     },
     Bridge,
+    /// Held for its `Drop` (stops the thread, closes the sockets).
+    Reflector(#[allow(dead_code)] reflector::Reflector),
 }
 
 /// A path removed when dropped.
@@ -512,11 +600,27 @@ fn ofctl(args: &[&str]) -> anyhow::Result<()> {
 }
 
 impl Running {
-    fn start(kind: SwitchKind, sw: &str, bin: &Path) -> anyhow::Result<Running> {
+    fn start(
+        kind: SwitchKind,
+        sw: &str,
+        bin: &Path,
+        user_args: &[String],
+    ) -> anyhow::Result<Running> {
         match kind {
-            SwitchKind::OfflowAfpacket | SwitchKind::OfflowAfxdp => {
-                let xdp = kind == SwitchKind::OfflowAfxdp;
-                let (g, port) = start_offlow_logged(bin, sw, 1, xdp, &[], None)?;
+            SwitchKind::OfflowAfpacket
+            | SwitchKind::OfflowAfxdp
+            | SwitchKind::OfflowAfpacketBusy
+            | SwitchKind::OfflowAfxdpBusy => {
+                let xdp = matches!(kind, SwitchKind::OfflowAfxdp | SwitchKind::OfflowAfxdpBusy);
+                let busy = matches!(
+                    kind,
+                    SwitchKind::OfflowAfpacketBusy | SwitchKind::OfflowAfxdpBusy
+                );
+                let mut extra: Vec<&str> = user_args.iter().map(String::as_str).collect();
+                if busy {
+                    extra.push("--busy-poll");
+                }
+                let (g, port) = start_offlow_logged(bin, sw, 1, xdp, &extra, None)?;
                 Ok(Running::Offlow {
                     _guard: g,
                     target: format!("tcp:127.0.0.1:{port}"),
@@ -530,7 +634,8 @@ impl Running {
                 std::fs::write(&cfg.0, OFFLOAD_CONFIG)
                     .with_context(|| format!("writing {}", cfg.0.display()))?;
                 let cfg_s = cfg.0.to_string_lossy().into_owned();
-                let extra = ["--offload", "xdp", "--config", &cfg_s];
+                let mut extra: Vec<&str> = user_args.iter().map(String::as_str).collect();
+                extra.extend(["--offload", "xdp", "--config", &cfg_s]);
                 let (g, port) = start_offlow_logged(bin, sw, 1, false, &extra, Some(&log.0))?;
                 Ok(Running::Offlow {
                     _guard: g,
@@ -559,26 +664,35 @@ impl Running {
                 for p in ["p1", "p2"] {
                     link(&["link", "set", p, "master", "br0"])?;
                 }
-                link(&["link", "set", "p1", "type", "bridge_slave", "hairpin", "on"])?;
+                // Each host's frames go back out of the port they came in
+                // on: the probe's eth_dst is a static entry on p1, the
+                // background stream's on p2, and both ports hairpin.
+                for (p, mac) in [("p1", PROBE.eth_dst), ("p2", BACKGROUND_DST)] {
+                    link(&["link", "set", p, "type", "bridge_slave", "hairpin", "on"])?;
+                    let dst = mac
+                        .iter()
+                        .map(|b| format!("{b:02x}"))
+                        .collect::<Vec<_>>()
+                        .join(":");
+                    run_cmd(
+                        Command::new("bridge")
+                            .args(["-n", sw, "fdb", "add", &dst, "dev", p, "master", "static"]),
+                    )?;
+                }
                 link(&["link", "set", "br0", "up"])?;
-                let dst = PROBE
-                    .eth_dst
-                    .iter()
-                    .map(|b| format!("{b:02x}"))
-                    .collect::<Vec<_>>()
-                    .join(":");
-                run_cmd(Command::new("bridge").args([
-                    "-n", sw, "fdb", "add", &dst, "dev", "p1", "master", "static",
-                ]))?;
                 Ok(Running::Bridge)
             }
+            SwitchKind::AfxdpFloor => Ok(Running::Reflector(reflector::Reflector::start(
+                sw,
+                &["p1", "p2"],
+            )?)),
         }
     }
 
     fn target(&self) -> Option<&str> {
         match self {
             Running::Offlow { target, .. } | Running::Ovs { target, .. } => Some(target),
-            Running::Bridge => None,
+            Running::Bridge | Running::Reflector(_) => None,
         }
     }
 
@@ -665,6 +779,19 @@ fn quiet_host(ns: &str) -> anyhow::Result<()> {
 /// Background frames: 64 bytes with FCS, 100 flows.
 const BACKGROUND_FRAME: usize = 64;
 const BACKGROUND_FLOWS: usize = 100;
+/// The background stream's eth_dst: not the probe's, so the Linux bridge
+/// can send each stream back to its own host (one FDB entry per address).
+/// The OpenFlow switches match the stream on `in_port` only.
+pub const BACKGROUND_DST: [u8; 6] = [0x02, 0, 0, 0, 0, 0x03];
+
+/// The background frames, addressed to [`BACKGROUND_DST`].
+fn background_frames() -> Vec<Vec<u8>> {
+    let mut v = build_frames(BACKGROUND_FLOWS, BACKGROUND_FRAME);
+    for f in &mut v {
+        f[..6].copy_from_slice(&BACKGROUND_DST);
+    }
+    v
+}
 
 /// The background generator's unpaced rate through the switch: frames/s
 /// host B got back over one second.
@@ -711,7 +838,7 @@ fn run_switch(
     } else {
         Vec::new()
     };
-    let running = Running::start(kind, &sw, bin)?;
+    let running = Running::start(kind, &sw, bin, &a.offlow_args)?;
     wait_link_up(&host_a.0, &host_a.1);
     let mut prober = Prober::open(&host_a.0, &host_a.1)?;
     report.ts_source = Some(prober.source);
@@ -720,7 +847,7 @@ fn run_switch(
     } else {
         a.warmup_ms
     });
-    let frames = Arc::new(build_frames(BACKGROUND_FLOWS, BACKGROUND_FRAME));
+    let frames = Arc::new(background_frames());
     let mut installed: Option<(Tuple, usize, bool)> = None;
     let mut max_pps: Option<f64> = None;
     for c in configs {
@@ -794,12 +921,13 @@ fn apply_baseline(report: &mut LatencyReport) {
     let base: HashMap<usize, f64> = report
         .results
         .iter()
-        .filter(|r| r.switch.is_bridge() && r.error.is_none())
+        .filter(|r| r.switch.is_bridge() && r.config.sweep == Sweep::Sizes && r.error.is_none())
         .filter_map(|r| Some((r.config.frame_size, r.rtt?.mean)))
         .collect();
     for r in &mut report.results {
         r.baseline_ns = base.get(&r.config.frame_size).copied();
-        if !r.switch.is_bridge() {
+        // The bridge's load rows: what the load adds to the bridge.
+        if !r.is_baseline() {
             r.proc_ns = match (r.rtt, r.baseline_ns) {
                 (Some(s), Some(b)) => Some(processing_delay_vs_baseline(s.mean, b)),
                 _ => None,
@@ -835,11 +963,6 @@ pub fn run(a: &LatencyArgs) -> anyhow::Result<LatencyReport> {
             .progress_chars("=> "),
     );
     let mut report = LatencyReport::default();
-    if a.sweeps.contains(&Sweep::Load) && kinds.contains(&SwitchKind::LinuxBridge) {
-        report.notes.push(
-            "linux bridge: no load rows (one FDB cannot loop both hosts' streams back)".into(),
-        );
-    }
     for (kind, configs) in &plans {
         if interrupted() {
             break;
@@ -894,7 +1017,8 @@ mod tests {
         let v = configs_for(SwitchKind::OfflowAfpacket, &a, true);
         assert_eq!(v.len(), 8 + 5 + 2 * 8 + 10);
         let b = configs_for(SwitchKind::LinuxBridge, &a, true);
-        assert_eq!(b.len(), 8);
+        assert_eq!(b.len(), 8 + 10);
+        assert_eq!(b.iter().filter(|c| c.sweep == Sweep::Load).count(), 10);
         let only_tables = LatencyArgs {
             sweeps: vec![Sweep::Tables],
             ..LatencyArgs::default()

@@ -31,13 +31,16 @@ pub const FONT_CANDIDATES: [&str; 4] = [
 ];
 
 /// Series colours, in switch order (also named in the summary).
-const COLOURS: [(RGBColor, &str); 6] = [
+const COLOURS: [(RGBColor, &str); 9] = [
     (RGBColor(31, 119, 180), "blue"),
     (RGBColor(255, 127, 14), "orange"),
     (RGBColor(44, 160, 44), "green"),
     (RGBColor(214, 39, 40), "red"),
     (RGBColor(148, 103, 189), "purple"),
     (RGBColor(127, 127, 127), "grey"),
+    (RGBColor(23, 190, 207), "cyan"),
+    (RGBColor(188, 189, 34), "olive"),
+    (RGBColor(140, 86, 75), "brown"),
 ];
 
 fn us(ns: f64) -> f64 {
@@ -202,7 +205,7 @@ pub fn markdown(r: &LatencyReport, a: &LatencyArgs) -> String {
                 opt_us(st.map(|s| s.p50)),
                 opt_us(st.map(|s| s.p99)),
                 opt_us(st.map(|s| s.p999)),
-                if x.switch == SwitchKind::LinuxBridge {
+                if x.is_baseline() {
                     "baseline".into()
                 } else {
                     opt_us(x.proc_ns)
@@ -211,6 +214,7 @@ pub fn markdown(r: &LatencyReport, a: &LatencyArgs) -> String {
         }
         out.push('\n');
     }
+    summary_tables(&mut out, r);
     let fallbacks: usize = r.results.iter().map(|x| x.tx_fallbacks).sum();
     if fallbacks > 0 {
         let _ = writeln!(
@@ -223,6 +227,128 @@ pub fn markdown(r: &LatencyReport, a: &LatencyArgs) -> String {
         let _ = writeln!(out, "- {n}");
     }
     out
+}
+
+/// The report's reference figures (Open vSwitch 1.10 and the NEC PF5240
+/// hardware switch, on the report's own testbed), printed beside ours.
+pub const REFERENCE: &str = "Reference, the Stuttgart report (its testbed, not this machine): \
+Open vSwitch 1.10 Δt_proc 123 µs mean, 43 µs std; NEC PF5240 (hardware) 3.8 µs mean.";
+
+fn opt_ratio(v: Option<f64>) -> String {
+    v.map(|x| format!("{x:.2}×")).unwrap_or_else(|| "-".into())
+}
+
+/// Tables (e) and (f): the per-switch summary against the goals, with the
+/// report's reference figures, and the tails; then table-size growth.
+fn summary_tables(out: &mut String, r: &LatencyReport) {
+    let sums = super::goals::summaries(r);
+    if sums.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "#### (e) processing delay per switch and sweep, against the same-run anchor\n\n\
+         Per sweep: the median over its configurations of the mean Δt_proc and of the std, and \
+         of the per-configuration ratio to the anchor (same sweep, same configuration). Goals \
+         (issue 23): mean and std ≤ 0.5× Open vSwitch on the same port kind; offloaded mean RTT \
+         ≤ 1.25× the Linux bridge's. {REFERENCE}\n"
+    );
+    out.push_str(
+        "| switch | sweep | configs | Δt_proc mean µs (median; range) | std µs (median) | anchor | mean ratio (median) | ≤ goal | std ratio (median) | ≤ goal |\n\
+         |---|---|--:|--:|--:|---|--:|--:|--:|--:|\n",
+    );
+    for x in &sums {
+        let range = x
+            .proc_range
+            .map(|(lo, hi)| format!("; {:.1}–{:.1}", us(lo), us(hi)))
+            .unwrap_or_default();
+        let anchor = match x.anchor {
+            Some((k, g)) if k == SwitchKind::LinuxBridge => {
+                format!("{} (mean RTT, ≤ {g}×)", k.name())
+            }
+            Some((k, g)) => format!("{} (≤ {g}×)", k.name()),
+            None => "-".into(),
+        };
+        let met = |(a, b): (usize, usize)| {
+            if b == 0 {
+                "-".into()
+            } else {
+                format!("{a}/{b}")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {}{} | {} | {} | {} | {} | {} | {} |",
+            x.switch.name(),
+            x.sweep.map_or("**all**", |s| s.name()),
+            x.configs,
+            opt_us(x.proc_mean),
+            range,
+            opt_us(x.std),
+            anchor,
+            opt_ratio(x.mean_ratio),
+            met(x.mean_met),
+            opt_ratio(x.std_ratio),
+            met(x.std_met),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "| *Open vSwitch 1.10 (report)* | all | | *123* | *43* | | | | | |\n\
+         | *NEC PF5240 (report)* | all | | *3.8* | | | | | | |\n"
+    );
+    let growth = super::goals::table_growth(r);
+    for (k, t, lo_n, lo, hi_n, hi) in &growth {
+        let _ = writeln!(
+            out,
+            "- flat with table size ({}, {t}): mean RTT {:.1} µs at {lo_n} entries, {:.1} µs at \
+             {hi_n} ({:+.0}%; goal ≤ +10%)",
+            k.name(),
+            us(*lo),
+            us(*hi),
+            (hi / lo - 1.0) * 100.0
+        );
+    }
+    if !growth.is_empty() {
+        out.push('\n');
+    }
+    let tails = super::goals::tails(r);
+    let _ = writeln!(
+        out,
+        "#### (f) tails: p50, p99 and p99.9 per switch and sweep\n\n\
+         Medians over the sweep's configurations; the worst p99.9 and its configuration; the \
+         share of all the sweep's probes slower than 100 µs and 1 ms. A p99.9 of n probes is \
+         the n/1000-th slowest: with a few hundred or a thousand probes, one or two probes per \
+         configuration.\n"
+    );
+    out.push_str(
+        "| switch | sweep | p50 µs | p99 µs | p99.9 µs | worst p99.9 µs (where) | probes | > 100 µs | > 1 ms |\n\
+         |---|---|--:|--:|--:|--:|--:|--:|--:|\n",
+    );
+    let pct = |a: usize, n: usize| {
+        if n == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}%", a as f64 * 100.0 / n as f64)
+        }
+    };
+    for t in &tails {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} ({}) | {} | {} | {} |",
+            t.switch.name(),
+            t.sweep.name(),
+            us(t.p50),
+            us(t.p99),
+            us(t.p999),
+            us(t.worst_p999.0),
+            t.worst_p999.1,
+            t.received,
+            pct(t.over_100us, t.received),
+            pct(t.over_1ms, t.received),
+        );
+    }
+    out.push('\n');
 }
 
 /// Write the CSV files, `summary.md` and the plots into `dir`; the paths
@@ -276,6 +402,9 @@ fn colour_index(k: SwitchKind) -> usize {
         SwitchKind::OfflowOffload => 3,
         SwitchKind::OvsSystem => 4,
         SwitchKind::OvsAfxdp => 5,
+        SwitchKind::OfflowAfpacketBusy => 6,
+        SwitchKind::OfflowAfxdpBusy => 7,
+        SwitchKind::AfxdpFloor => 8,
     }
 }
 

@@ -23,11 +23,19 @@
 //! its ports and inbox for at most [`IDLE_SLEEP`]: the reply to a frame it
 //! forwarded, or the next frame of a burst, is taken without a wake-up
 //! (tens of µs of scheduler latency on a VM). Under load the worker never
-//! reaches the sleep. `IdlePoll::Busy` never sleeps, like Open vSwitch's
+//! reaches the sleep. `IdlePoll::Busy` does not sleep, like Open vSwitch's
 //! PMD threads: each worker keeps a core at 100% busy even with no
 //! traffic; every `BUSY_CHECK_EVERY` (20 ms) it polls its descriptors without
-//! waiting, to notice failed ports. Counters are credited once per idle
-//! period, when the spin ends.
+//! waiting, to notice failed ports, and reads how long it waited for a
+//! core since the last check (`run_delay` in `/proc/thread-self/schedstat`).
+//! Past [`CONTENDED_WAIT`] the core is not its own: to the scheduler a
+//! busy poller is a CPU hog that shares its core with other runnable work
+//! tick by tick, so a frame arriving while it is switched out waits
+//! milliseconds, where a worker woken from `poll(2)` preempts that work
+//! within tens of µs (issue 23's journal, 2026-11-26 09:20). So for
+//! [`CONTENDED_HOLD`] the busy worker behaves like the adaptive one (spin,
+//! then sleep), then polls busily again and looks anew. Counters are
+//! credited once per idle period, when the spin ends.
 //!
 //! Frames for the controller (Output:CONTROLLER) are copied into a bounded
 //! channel to the control thread; when it is full they are counted and
@@ -123,10 +131,18 @@ pub const BATCH: usize = 32;
 pub const MAX_FRAME: usize = 2048;
 /// Longest idle sleep (bounds the latency of stop and counter syncs).
 pub const IDLE_SLEEP: Duration = Duration::from_millis(2);
-/// How often a busy-polling worker (which never sleeps in `poll(2)`)
+/// How often a busy-polling worker (which does not sleep in `poll(2)`)
 /// still polls its descriptors without waiting: to notice failed ports and
-/// reset its inbox's eventfd.
+/// reset its inbox's eventfd; and reads how long it waited for its core.
 const BUSY_CHECK_EVERY: Duration = Duration::from_millis(20);
+/// Time spent waiting for a core within one [`BUSY_CHECK_EVERY`] window
+/// (5% of it) above which a busy-polling worker counts its core as shared.
+pub const CONTENDED_WAIT: Duration = Duration::from_millis(1);
+/// How long a busy-polling worker whose core is shared sleeps between
+/// frames (as `IdlePoll::Adaptive` does) before it tries busy polling
+/// again: long, so that finding out again (being switched out once while
+/// spinning) costs at most one delayed frame per hold.
+pub const CONTENDED_HOLD: Duration = Duration::from_secs(1);
 /// How often a worker publishes its statistics.
 pub const PUBLISH_EVERY: Duration = Duration::from_millis(20);
 /// Packet-ins queued towards the control thread before drops.
@@ -357,6 +373,7 @@ impl Dataplane {
                 no_recv_bytes: vec![0; n_ports],
                 reopened: 0,
                 reopen_failed: 0,
+                busy_yields: 0,
                 sampler: cfg.sample_every.map(Sampler::new),
                 samples: sample_slot,
                 receive: cfg.receive,
@@ -508,6 +525,14 @@ impl Drop for Dataplane {
     }
 }
 
+/// How long the calling thread has waited on a run queue, in ns (the
+/// second field of `/proc/thread-self/schedstat`; `None` without
+/// `CONFIG_SCHED_INFO`).
+fn run_delay_ns() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    text.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn pin_to(core: usize) {
     // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET writes inside
     // it (core is reduced below CPU_SETSIZE); sched_setaffinity reads it.
@@ -559,6 +584,9 @@ struct WorkerThread {
     reopen_warned: Vec<bool>,
     reopened: u64,
     reopen_failed: u64,
+    /// Busy polling: times the worker found its core shared and slept
+    /// between frames for [`CONTENDED_HOLD`] (logged at exit).
+    busy_yields: u64,
     /// Per port: configured `no_recv` or `port_down` (frames read and
     /// dropped, so the socket does not fill up).
     no_recv: Vec<bool>,
@@ -588,6 +616,10 @@ impl WorkerThread {
         let mut flushed = true;
         let mut last_publish = Instant::now();
         let mut last_busy_check = Instant::now();
+        // Busy polling: the last run-queue wait read, and until when the
+        // core counts as shared.
+        let mut last_run_delay: Option<u64> = None;
+        let mut contended_until: Option<Instant> = None;
         while !self.stop.load(Ordering::Acquire) {
             // Between batches: one atomic load unless a port was re-opened
             // by the control side (rare; then sockets are opened here).
@@ -657,10 +689,26 @@ impl WorkerThread {
                     }
                     match self.receive.idle {
                         IdlePoll::Adaptive { .. } => self.sleep(&mut pollfds, IDLE_SLEEP),
+                        IdlePoll::Busy if contended_until.is_some_and(|t| now < t) => {
+                            self.sleep(&mut pollfds, IDLE_SLEEP);
+                        }
                         IdlePoll::Busy => {
                             if now.duration_since(last_busy_check) >= BUSY_CHECK_EVERY {
                                 last_busy_check = now;
                                 self.sleep(&mut pollfds, Duration::ZERO);
+                                let delay = run_delay_ns();
+                                let waited = match (last_run_delay, delay) {
+                                    (Some(a), Some(b)) => b.saturating_sub(a),
+                                    _ => 0,
+                                };
+                                if waited > CONTENDED_WAIT.as_nanos() as u64 {
+                                    contended_until = Some(now + CONTENDED_HOLD);
+                                    self.busy_yields += 1;
+                                    // A fresh baseline when busy polling resumes.
+                                    last_run_delay = None;
+                                } else {
+                                    last_run_delay = delay;
+                                }
                             }
                         }
                     }
@@ -673,6 +721,13 @@ impl WorkerThread {
         }
         self.worker.flush_counters();
         self.publish();
+        if self.busy_yields > 0 {
+            info!(
+                worker = self.sink.me,
+                yields = self.busy_yields,
+                "busy poll: core found shared, slept between frames for a while"
+            );
+        }
     }
 
     /// How long an idle worker keeps polling before it sleeps (busy
@@ -1139,6 +1194,7 @@ mod tests {
             reopen_warned: vec![false; n],
             reopened: 0,
             reopen_failed: 0,
+            busy_yields: 0,
             sampler: None,
             samples: SampleSlot::default(),
             no_recv: vec![false; n],

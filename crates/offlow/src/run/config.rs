@@ -43,7 +43,7 @@
 //! pin_up = ["tcp,tp_dst=22"]       # such flows never go down
 //!
 //! [dataplane]                # how the packet workers receive
-//! busy_poll = false          # true: workers never sleep (a core each at 100%, lowest delay)
+//! busy_poll = false          # true: workers busy-poll (a core each at 100%, lowest delay) while the core is theirs
 //! idle_spin_us = 50          # an idle worker polls this long after its last frame, then sleeps
 //! af_packet_ring = "frames"  # or "blocks" (TPACKET_V3; a lone frame waits up to 1 ms), or
 //!                            # "adaptive" (frames spilling into blocks under load; one worker)
@@ -169,9 +169,11 @@ pub(crate) struct RunArgs {
     /// Entries the offload tier holds (with `--offload xdp`).
     #[arg(long, value_name = "N")]
     pub offload_room: Option<usize>,
-    /// Workers never sleep: each polls its ports in a loop, like Open
+    /// Workers do not sleep: each polls its ports in a loop, like Open
     /// vSwitch's PMD threads, for the lowest delay. Costs one core per
-    /// worker at 100% even with no traffic.
+    /// worker at 100% even with no traffic. A worker that finds its core
+    /// shared (it waited over 1 ms for it within 20 ms) sleeps between
+    /// frames for a second, then polls busily again.
     #[arg(long)]
     pub busy_poll: bool,
     /// How long an idle worker keeps polling after its last frame before
