@@ -11,10 +11,9 @@
 
 mod common;
 
-use common::{dst_match, frame4};
+use common::{dst_match, frame4, FrameSink};
 use offlow_datapath::{
-    execute, execute_prepared, Control, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo,
-    Prepared, Worker, WorkerConfig,
+    execute, execute_prepared, Control, ExecStats, PacketBuf, Prepared, Worker, WorkerConfig,
 };
 use offlow_flow::{extract, Field, ParseStats};
 use offlow_pipeline::group::{
@@ -29,25 +28,8 @@ const SELECT: u8 = 1;
 const INDIRECT: u8 = 2;
 const FF: u8 = 3;
 
-#[derive(Default)]
-struct Sink {
-    sent: Vec<(u32, Vec<u8>)>,
-}
-
-impl OutputSink for Sink {
-    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
-        self.sent.push((port, frame.to_vec()));
-    }
-    fn controller(&mut self, frame: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {
-        self.sent.push((u32::MAX, frame.to_vec()));
-    }
-    fn port_count(&self) -> usize {
-        0
-    }
-    fn port_info(&self, _index: usize) -> Option<PortInfo> {
-        None
-    }
-}
+/// Where each copy went and what it held.
+type Sink = FrameSink;
 
 /// A UDP frame 10.0.0.1 → 10.0.0.`dst`, source port `sport`.
 fn frame(dst: u8, sport: u16) -> Vec<u8> {

@@ -10,8 +10,8 @@
 
 mod common;
 
-use common::{dst_match, frame4, frame6, parse, verify_checksums};
-use offlow_datapath::{Control, OutputMeta, OutputSink, PacketBuf, PortInfo, Worker, WorkerConfig};
+use common::{dst_match, frame4, frame6, parse, verify_checksums, FrameSink};
+use offlow_datapath::{Control, PacketBuf, Worker, WorkerConfig};
 use offlow_flow::Field;
 use offlow_openflow::meter::{meter_command, meter_flags, meter_id};
 use offlow_openflow::{MeterBand, MeterBandKind, MeterMod, MeterModFailedCode};
@@ -21,25 +21,8 @@ const IN_PORT: u32 = 7;
 const OUT: u32 = 2;
 const MS: u64 = 1_000_000;
 
-#[derive(Default)]
-struct Sink {
-    sent: Vec<(u32, Vec<u8>)>,
-}
-
-impl OutputSink for Sink {
-    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
-        self.sent.push((port, frame.to_vec()));
-    }
-    fn controller(&mut self, frame: &[u8], _: u16, _: PacketInOrigin, _: OutputMeta) {
-        self.sent.push((u32::MAX, frame.to_vec()));
-    }
-    fn port_count(&self) -> usize {
-        0
-    }
-    fn port_info(&self, _index: usize) -> Option<PortInfo> {
-        None
-    }
-}
+/// Where each copy went and what it held.
+type Sink = FrameSink;
 
 /// A UDP frame to 10.0.0.`dst` with TOS byte `tos`, padded to `len` bytes.
 fn frame(dst: u8, tos: u8, len: usize) -> Vec<u8> {

@@ -598,6 +598,23 @@ fn rule_packets(d: &Daemon) -> Option<u64> {
 }
 
 /// `(rx, tx)` packets of OpenFlow port `port`.
+/// The rule's n_packets once it holds still: the tier's counters are read
+/// every 100 ms (and before each statistics reply), so frames served in
+/// the kernel reach the rule a little after they were forwarded.
+fn settled_rule_packets(d: &Daemon) -> u64 {
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut n_packets = rule_packets(d).expect("the rule");
+    loop {
+        std::thread::sleep(Duration::from_millis(250));
+        let n = rule_packets(d).expect("the rule");
+        if n == n_packets || Instant::now() > deadline {
+            return n;
+        }
+        n_packets = n;
+    }
+}
+
 fn port_packets(d: &Daemon, port: u32) -> (u64, u64) {
     let out = d.ofctl(&["dump-ports", &port.to_string()]);
     (
@@ -806,19 +823,7 @@ fn offloaded_frames_are_counted_exactly() {
     d.ofctl(&["mod-flows", &format!("{MATCH},actions=output:3")]);
     std::thread::sleep(Duration::from_millis(1500));
     let gen = generator.finish();
-    // Counters are read every 100 ms (and before each statistics reply):
-    // wait until the rule's count holds still.
-    std::thread::sleep(Duration::from_millis(300));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut n_packets = rule_packets(&d).expect("the rule");
-    loop {
-        std::thread::sleep(Duration::from_millis(250));
-        let n = rule_packets(&d).expect("the rule");
-        if n == n_packets || Instant::now() > deadline {
-            break;
-        }
-        n_packets = n;
-    }
+    let n_packets = settled_rule_packets(&d);
     let (rx1, _) = port_packets(&d, 1);
     let rx1_dropped = first_number_after(&d.ofctl(&["dump-ports", "1"]), "drop=");
     let (_, tx2) = port_packets(&d, 2);
@@ -978,18 +983,7 @@ fn offloaded_groups_count_exactly_and_fail_over() {
     // A link poll (1 s) and some traffic after it.
     std::thread::sleep(Duration::from_millis(2000));
     let gen = generator.finish();
-    // Wait until the rule's count holds still (counters read every 100 ms).
-    std::thread::sleep(Duration::from_millis(300));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut n_packets = rule_packets(&d).expect("the rule");
-    loop {
-        std::thread::sleep(Duration::from_millis(250));
-        let n = rule_packets(&d).expect("the rule");
-        if n == n_packets || Instant::now() > deadline {
-            break;
-        }
-        n_packets = n;
-    }
+    let n_packets = settled_rule_packets(&d);
     let stats = d.ofctl(&["dump-group-stats", "group_id=1"]);
     let (got2, _) = rx2.finish();
     let (got3, _) = rx3.finish();

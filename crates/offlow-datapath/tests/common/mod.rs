@@ -160,6 +160,35 @@ impl OutputSink for RecSink {
     }
 }
 
+/// A sink that records each output's port and frame, outputs to the
+/// controller as port `u32::MAX` (for tests that only ask where copies
+/// went and what they held).
+#[derive(Default)]
+pub(crate) struct FrameSink {
+    pub sent: Vec<(u32, Vec<u8>)>,
+}
+
+impl OutputSink for FrameSink {
+    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
+        self.sent.push((port, frame.to_vec()));
+    }
+    fn controller(
+        &mut self,
+        frame: &[u8],
+        _max_len: u16,
+        _origin: offlow_pipeline::PacketInOrigin,
+        _meta: OutputMeta,
+    ) {
+        self.sent.push((u32::MAX, frame.to_vec()));
+    }
+    fn port_count(&self) -> usize {
+        0
+    }
+    fn port_info(&self, _index: usize) -> Option<PortInfo> {
+        None
+    }
+}
+
 /// A match over the property tests' small frame domain: eth_src
 /// 02:00:00:00:00:`src`, ipv4_dst 10.0.0.`dst`, udp_dst 50 + `dport`
 /// (adding the eth_type / ip_proto prerequisites those fields need).

@@ -55,20 +55,7 @@ pub fn parse_group(s: &str) -> Result<GroupMod, SyntaxError> {
 /// Parse an `ovs-ofctl add-groups` file: one group per line; blank lines
 /// and `#` comments skipped. `file` names the source in errors.
 pub fn parse_group_file(text: &str, file: &str) -> Result<Vec<(usize, GroupMod)>, FileError> {
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let t = line.trim();
-        if t.is_empty() || t.starts_with('#') {
-            continue;
-        }
-        let g = parse_group(t).map_err(|error| FileError {
-            file: file.to_string(),
-            line: i + 1,
-            error,
-        })?;
-        out.push((i + 1, g));
-    }
-    Ok(out)
+    parse_lines(text, file, parse_group)
 }
 
 /// Where each `bucket=` starts (at a token boundary).

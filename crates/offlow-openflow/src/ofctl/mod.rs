@@ -178,14 +178,24 @@ pub fn parse_packet(s: &str) -> Result<FlowSpec, SyntaxError> {
 /// Parse an `ovs-ofctl add-flows` file: one flow per line; blank lines and
 /// lines starting with `#` are skipped. `file` names the source in errors.
 pub fn parse_flow_file(text: &str, file: &str) -> Result<Vec<(usize, FlowSpec)>, FileError> {
+    parse_lines(text, file, parse_flow)
+}
+
+/// Parse each line of `text` with `parse`, skipping blank lines and `#`
+/// comments; the first error names `file` and its line.
+fn parse_lines<T>(
+    text: &str,
+    file: &str,
+    parse: impl Fn(&str) -> Result<T, SyntaxError>,
+) -> Result<Vec<(usize, T)>, FileError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') {
             continue;
         }
-        match parse_flow(t) {
-            Ok(f) => out.push((i + 1, f)),
+        match parse(t) {
+            Ok(v) => out.push((i + 1, v)),
             Err(error) => {
                 return Err(FileError {
                     file: file.to_string(),

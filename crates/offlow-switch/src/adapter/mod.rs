@@ -448,10 +448,25 @@ impl DatapathSwitch {
     ) -> Result<(), OfError> {
         let now = self.clock_ns();
         let effect = self.control.group_mod(gm, now).map_err(|e| e.of_error())?;
+        if let Some(t) = &mut self.offload {
+            t.note_groups_changed();
+        }
+        self.note_table_effect(&effect, offlow_pipeline::RemovedReason::GroupDelete);
+        Ok(())
+    }
+
+    /// After a GROUP_MOD or METER_MOD applied to the writer's copy: publish
+    /// at the next commit, let the offload tier re-decide what the flows
+    /// it removed touched, and report those flows (with `reason`) to
+    /// controllers that asked.
+    fn note_table_effect(
+        &mut self,
+        effect: &offlow_pipeline::FlowModEffect,
+        reason: offlow_pipeline::RemovedReason,
+    ) {
         self.dirty = true;
         if let Some(t) = &mut self.offload {
-            t.note_effect(&effect, self.control.pipeline());
-            t.note_groups_changed();
+            t.note_effect(effect, self.control.pipeline());
         }
         self.removed.extend(
             effect
@@ -459,11 +474,10 @@ impl DatapathSwitch {
                 .iter()
                 .map(|e| RemovedFlow {
                     entry: e.clone(),
-                    reason: offlow_pipeline::RemovedReason::GroupDelete,
+                    reason,
                 })
                 .filter(RemovedFlow::send_flow_rem),
         );
-        Ok(())
     }
 
     /// Publish flow-mods applied since the last commit (after each batch of
@@ -836,20 +850,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
             .control
             .meter_mod(mm, now)
             .map_err(OfError::MeterModFailed)?;
-        self.dirty = true;
-        if let Some(t) = &mut self.offload {
-            t.note_effect(&effect, self.control.pipeline());
-        }
-        self.removed.extend(
-            effect
-                .removed
-                .iter()
-                .map(|e| RemovedFlow {
-                    entry: e.clone(),
-                    reason: offlow_pipeline::RemovedReason::MeterDelete,
-                })
-                .filter(RemovedFlow::send_flow_rem),
-        );
+        self.note_table_effect(&effect, offlow_pipeline::RemovedReason::MeterDelete);
         Ok(())
     }
 
