@@ -50,7 +50,13 @@
  * without the flag. The value is worked out before any write and written
  * by the stage that owns the L4 header, so the served-or-untouched
  * invariant holds; the cost falls only on partial frames (the check on
- * others is a few adds on the key's fields). A partial segment longer
+ * others is a few adds on the key's fields). Measured with
+ * examples/prog_cost.rs (BPF_PROG_TEST_RUN, 2M runs, 2026-11-26, 6.18):
+ * a hit with a full checksum 37-38 ns as before (+0-1 ns), a partial one
+ * +14 ns for a 20-byte segment and +68 ns for 1480 bytes; `offlow bench
+ * offload` (valid UDP checksums) unchanged within noise. The verifier's
+ * work grows from ~14k to ~139k instructions (verified_insns; limit 1M),
+ * mostly l4_sum's paths. A partial segment longer
  * than l4_sum reaches (CSUM_MAX_SEG, more than one page holds) goes up
  * untouched, counted as `up_csum_long`; every finished one bumps
  * `csum_finished`.
