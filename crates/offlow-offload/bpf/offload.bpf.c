@@ -28,6 +28,39 @@
  *   period after the last reference to it was removed (src/xdp/mod.rs), so
  *   a slot's record is stable for any frame that can read it.
  *
+ * Partial checksums: a Linux sender with transmit checksum offload (a veth
+ * peer, by default) leaves a TCP/UDP checksum CHECKSUM_PARTIAL: the field
+ * holds only the folded pseudo-header sum, for the NIC to finish. The
+ * userspace path learns that from the kernel (TP_STATUS_CSUM_NOTREADY)
+ * and finishes it on receipt (offlow_io::csum::finish_partial); this
+ * program sees only the bytes, and a frame it redirects or sends back
+ * loses the skb state, so a frame served as received would reach its
+ * receiver with a checksum the receiver drops. The program therefore
+ * recognises a partial checksum by its value (the field equals the folded
+ * pseudo-header sum: partial_csum() argues why a full checksum equal to
+ * it by chance is harmless) and finishes it in the kernel: the sum over
+ * the whole segment as it stands, field included, complemented (the
+ * field already holds the pseudo-header's share), with bpf_csum_diff over
+ * chunks of 512 and 64 bytes and the last < 64 bytes read here (l4_sum);
+ * the entry's incremental updates then apply to the finished checksum,
+ * exactly as the executor updates the checksum the AF_PACKET path
+ * finished. Chosen over handing such frames to userspace because that
+ * would not be enough: an AF_XDP port's socket cannot tell a partial
+ * checksum either, and a frame steered to a worker's CPU reaches it
+ * without the flag. The value is worked out before any write and written
+ * by the stage that owns the L4 header, so the served-or-untouched
+ * invariant holds; the cost falls only on partial frames (the check on
+ * others is a few adds on the key's fields). Measured with
+ * examples/prog_cost.rs (BPF_PROG_TEST_RUN, 2M runs, 2026-11-26, 6.18):
+ * a hit with a full checksum 37-38 ns as before (+0-1 ns), a partial one
+ * +14 ns for a 20-byte segment and +68 ns for 1480 bytes; `offlow bench
+ * offload` (valid UDP checksums) unchanged within noise. The verifier's
+ * work grows from ~14k to ~38k instructions (verified_insns; limit 1M;
+ * blur() keeps l4_sum's paths from multiplying). A partial segment longer
+ * than l4_sum reaches (CSUM_MAX_SEG, more than one page holds) goes up
+ * untouched, counted as `up_csum_long`; every finished one bumps
+ * `csum_finished`.
+ *
  * Per-frame cost: the only hash lookup on the forwarding path is `flows`
  * (an exact match has no cheaper form); the port maps are arrays
  * (`rx_ports` by ifindex, `tx_ports` by a dense port index), and the
@@ -35,7 +68,8 @@
  *
  * Kernel: bounded loops (5.3), bpf_redirect_map with a
  * fallback action in the flags (5.6 for XSKMAP/DEVMAP lookups in the
- * helper); tested on 6.18.
+ * helper), a global function taking the XDP context (5.6 or so: l4_sum),
+ * bpf_csum_diff in XDP (4.x); tested on 6.18.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -91,6 +125,10 @@ enum stat {
 	ST_UP_XSK,            /* went up to the port's AF_XDP socket */
 	ST_UP_PASS,           /* went up to the kernel stack */
 	ST_UP_XSK_ABSENT,     /* AF_XDP port, no socket on that queue: stack */
+	ST_CSUM_FINISHED,     /* a served frame's partial checksum finished
+			       * (besides its hit_* outcome) */
+	ST_UP_CSUM_LONG,      /* partial checksum, segment too long to finish
+			       * here: up, untouched */
 	NSTATS,
 };
 
@@ -319,6 +357,16 @@ static __always_inline void count(__u32 st, __u32 target)
 	}
 }
 
+/* Bump a counter that is not the frame's outcome (the debug record keeps
+ * the outcome). */
+static __always_inline void bump(__u32 st)
+{
+	__u64 *c = bpf_map_lookup_elem(&stats, &st);
+
+	if (c)
+		*c += 1;
+}
+
 /* The miss verdict of the port: its AF_XDP socket for this receive queue,
  * or the kernel stack. */
 static __always_inline int up(struct xdp_md *ctx, const struct port_info *pi)
@@ -398,6 +446,7 @@ struct parsed {
 	struct flow_key key;
 	__u32 l3; /* 14 or 18 */
 	__u32 len;
+	__u32 seg; /* L4 bytes by the IPv4 total length */
 };
 
 /* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
@@ -493,7 +542,199 @@ static __always_inline int parse(struct xdp_md *ctx, struct parsed *p)
 	__builtin_memcpy(p->key.eth_src, h + 6, 6);
 	p->l3 = l3;
 	p->len = len;
+	p->seg = seg;
 	return 0;
+}
+
+/* Partial transport checksums (the header says why they are finished
+ * here). bpf_csum_diff sums at most 512 bytes a call (its scratch buffer up
+ * to 6.11); whole chunks of 512, then of 64, go through it, the last < 64
+ * bytes are read here. CSUM_MAX_SEG is what the loops reach: 8 * 512 +
+ * 7 * 64 + 15 * 4 + 3 bytes, more than a frame in one page (what native
+ * XDP hands a program without frags) can hold. */
+#define CSUM_CHUNK 512
+#define CSUM_CHUNKS 8
+#define CSUM_SMALL 64
+#define CSUM_MAX_SEG (CSUM_CHUNKS * CSUM_CHUNK + CSUM_CHUNK - 1)
+/* partial_csum()'s answers besides a checksum (0..0xffff). */
+#define CSUM_NOT_PARTIAL (-1)
+#define CSUM_TOO_LONG (-2)
+
+/* `off` (<= seg), as the verifier will see it: a value in 0..8191 rather
+ * than the constant it tracked along one path. Each loop of l4_sum exits
+ * at one of up to 16 constant offsets; blurred, those exits are one state
+ * for what follows instead of multiplying its paths (the whole program's
+ * verified_insns: ~139k without this, ~38k with it). seg - (seg - off) is
+ * off, and off <= seg <= CSUM_MAX_SEG < 8192, so the mask is a no-op; the
+ * empty asm keeps clang from simplifying it all back to off. */
+static __always_inline __u32 blur(__u32 seg, __u32 off)
+{
+	__u32 rem = seg - off;
+
+	asm volatile("" : "+r"(rem));
+	return (seg - rem) & 0x1fff;
+}
+
+/* The folded one's-complement sum, as big-endian words, of the `seg` bytes
+ * at `l4off` (an L4 segment: 34 or 38); -1 if that is more than
+ * CSUM_MAX_SEG bytes or (cannot happen after parse()) not inside the
+ * frame. A global function, so the verifier checks it once on its own
+ * rather than once per path of the caller; its paths multiply (one per
+ * number of chunks of each size), the caller's do not. */
+__attribute__((noinline)) int l4_sum(struct xdp_md *ctx, __u32 l4off, __u32 seg)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	/* bpf_csum_diff's running sum: 16-bit words as the host loads them. */
+	__u32 mem = 0;
+	/* Words read here, big-endian. */
+	__u32 be = 0;
+	__u32 off = 0;
+
+	if (l4off > ETH_HLEN + TAG_LEN + IPV4_HLEN || seg > CSUM_MAX_SEG)
+		return -1;
+	/* The verifier checks a global function's arguments as unknown, and
+	 * clang may test one copy of an argument and use another: a mask on
+	 * the copy used bounds it for the verifier (a no-op after the test
+	 * above; the empty asm keeps clang from dropping it as one). */
+	asm volatile("" : "+r"(l4off));
+	asm volatile("" : "+r"(seg));
+	l4off &= 63;
+	seg &= 0x1fff;
+	__u8 *l4 = data + l4off;
+
+	for (int i = 0; i < CSUM_CHUNKS; i++) {
+		if (seg - off < CSUM_CHUNK)
+			break;
+		__u8 *c = l4 + off;
+
+		if ((void *)(c + CSUM_CHUNK) > data_end)
+			return -1;
+		mem = bpf_csum_diff(0, 0, (__be32 *)c, CSUM_CHUNK, mem);
+		off += CSUM_CHUNK;
+	}
+	/* seg - off < 512 here (seg <= CSUM_MAX_SEG). */
+	off = blur(seg, off);
+	for (int i = 0; i < CSUM_CHUNK / CSUM_SMALL - 1; i++) {
+		if (seg - off < CSUM_SMALL)
+			break;
+		__u8 *c = l4 + off;
+
+		if ((void *)(c + CSUM_SMALL) > data_end)
+			return -1;
+		mem = bpf_csum_diff(0, 0, (__be32 *)c, CSUM_SMALL, mem);
+		off += CSUM_SMALL;
+	}
+	/* seg - off < 64: words of 4, then 0-3 bytes. 15 * 2 + 2 words of at
+	 * most 0xffff cannot overflow `be`. */
+	off = blur(seg, off);
+	for (int i = 0; i < CSUM_SMALL / 4 - 1; i++) {
+		if (seg - off < 4)
+			break;
+		__u8 *c = l4 + off;
+
+		if ((void *)(c + 4) > data_end)
+			return -1;
+		be += rd16(c) + rd16(c + 2);
+		off += 4;
+	}
+	off = blur(seg, off);
+	__u32 rem = seg - off;
+	__u8 *c = l4 + off;
+
+	if (rem >= 2) {
+		if ((void *)(c + 2) > data_end)
+			return -1;
+		be += rd16(c);
+		c += 2;
+		rem -= 2;
+	}
+	if (rem) {
+		if ((void *)(c + 1) > data_end)
+			return -1;
+		/* RFC 1071: an odd last byte is padded with a zero byte. */
+		be += (__u32)c[0] << 8;
+	}
+	/* A one's-complement sum of byte-swapped words is the byte-swapped
+	 * sum (RFC 1071 §2(B)): bpf_ntohs turns the host-order sum into the
+	 * big-endian one, whichever the host is. Whether the helper folds
+	 * (6.12 on) or not, fold() finishes it. */
+	return fold(be + bpf_ntohs(fold(mem)));
+}
+
+/* Whether the TCP/UDP checksum of the frame `p` describes is partial and,
+ * if it is, the finished value to write (0..0xffff); CSUM_NOT_PARTIAL, or
+ * CSUM_TOO_LONG for a partial checksum whose segment l4_sum() does not
+ * reach. Reads only.
+ *
+ * Partial means: the field equals the folded pseudo-header sum (source,
+ * destination, protocol, L4 length by the IPv4 header), which is what a
+ * Linux sender with CHECKSUM_PARTIAL leaves there (tcp_v4_send_check,
+ * udp4_hwcsum: `check = ~csum_tcpudp_magic(saddr, daddr, len, proto, 0)`).
+ * A complete checksum can equal it by chance (1 in 65536 frames), and is
+ * then "finished" too, harmlessly: finishing writes ~fold(S + field),
+ * where S is the sum over the segment with the field zeroed, and the
+ * correct checksum is ~fold(S + pseudo) = ~fold(S + field) when field ==
+ * fold(pseudo). So a frame whose field equals the pseudo-header sum leaves
+ * with the correct checksum whether it was partial or complete (and a
+ * complete one keeps its value). The one frame this misjudges is a
+ * *corrupted* complete one whose stale checksum happens to equal its
+ * pseudo-header sum: it would leave with a checksum that covers the
+ * corruption. On a veth nothing corrupts a frame in flight; on a NIC the
+ * Ethernet FCS catches it first; what passes both is then 1 in 65536 of
+ * that.
+ *
+ * UDP's 0 means "no checksum" (RFC 768) and is never partial (a folded
+ * pseudo-header sum is never 0: the protocol term is non-zero). The
+ * result is what offlow_io::csum::finish_partial writes on the AF_PACKET
+ * path: both are ~fold() of the same sum, and fold() of a non-zero sum is
+ * 1..0xffff either way, so the two agree to the bit; UDP sends a computed
+ * 0 as 0xffff. */
+static __always_inline int partial_csum(struct xdp_md *ctx, const struct parsed *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3;
+	__u8 proto = p->key.ip_proto;
+	int udp = proto == IPPROTO_UDP_;
+
+	if (proto != IPPROTO_TCP_ && !udp)
+		return CSUM_NOT_PARTIAL;
+	if (l3 != ETH_HLEN && l3 != ETH_HLEN + TAG_LEN)
+		return CSUM_NOT_PARTIAL;
+	__u8 *ip = data + l3;
+
+	__u8 *l4 = ip + IPV4_HLEN;
+	__u16 field;
+
+	/* parse() checked the whole TCP or UDP header is there. */
+	if (udp) {
+		if ((void *)(l4 + UDP_HLEN) > data_end)
+			return CSUM_NOT_PARTIAL;
+		field = rd16(l4 + 6);
+		if (field == 0)
+			return CSUM_NOT_PARTIAL;
+	} else {
+		if ((void *)(l4 + TCP_HLEN) > data_end)
+			return CSUM_NOT_PARTIAL;
+		field = rd16(l4 + 16);
+	}
+	__u32 src = p->key.ipv4_src, dst = p->key.ipv4_dst;
+	__u32 pseudo = (src >> 16) + (src & 0xffff) + (dst >> 16) + (dst & 0xffff) + proto + p->seg;
+
+	if (field != fold(pseudo))
+		return CSUM_NOT_PARTIAL;
+	int s = l4_sum(ctx, l3 + IPV4_HLEN, p->seg);
+
+	if (s < 0)
+		return CSUM_TOO_LONG;
+	/* The field holds the pseudo-header sum, so the sum over the segment
+	 * as it stands is the whole checksum sum. */
+	__u16 c = ~(__u16)s;
+
+	if (udp && c == 0)
+		c = 0xffff;
+	return c;
 }
 
 /* Count a frame the entry serves (bytes as received). */
@@ -624,10 +865,14 @@ static __always_inline void set_port(__u8 *at, __u16 new, __u8 *l4csum, int udp)
 	wr16(at, new);
 }
 
-/* The L3/L4 stages, on the frame with its IPv4 header at `l3`. Returns 0,
+/* The L3/L4 stages, on the frame with its IPv4 header at `l3`; `finished`
+ * is partial_csum()'s answer, written before the incremental updates (as
+ * the AF_PACKET path finishes a checksum on receipt, before the actions)
+ * when it is a checksum. Returns 0,
  * or -1 if the frame is shorter than the parse said (cannot happen: the
  * VLAN stage moves the headers by exactly one tag). */
-static __always_inline int l3_stages(struct xdp_md *ctx, const struct flow_prog *pr, int l3)
+static __always_inline int l3_stages(struct xdp_md *ctx, const struct flow_prog *pr, int l3,
+				     int finished)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -677,6 +922,8 @@ static __always_inline int l3_stages(struct xdp_md *ctx, const struct flow_prog 
 		l4csum = l4 + 6;
 		udp = 1;
 	}
+	if (finished >= 0 && l4csum)
+		wr16(l4csum, finished);
 	if (pr->flags & F_IPV4_SRC)
 		set_addr(ip, 12, pr->ipv4_src, l4csum, udp);
 	if (pr->flags & F_IPV4_DST)
@@ -775,6 +1022,19 @@ int offlow_offload(struct xdp_md *ctx)
 		}
 	}
 
+	/* A partial checksum is finished on the way out. Its value is worked
+	 * out now, before any write, so a frame that goes up (here or at the
+	 * VLAN stage) goes up untouched; a dropped frame needs none. */
+	int finished = CSUM_NOT_PARTIAL;
+
+	if (pr->verdict != V_DROP) {
+		finished = partial_csum(ctx, &p);
+		if (finished == CSUM_TOO_LONG) {
+			count(ST_UP_CSUM_LONG, 0);
+			return up(ctx, pi);
+		}
+	}
+
 	if (pr->verdict == V_CPU) {
 		/* Unmodified, to a worker that runs the whole action list. */
 		__u32 cpu1 = pick_cpu(&p.key, pr->cpu_mask);
@@ -788,6 +1048,21 @@ int offlow_offload(struct xdp_md *ctx)
 		if (rc != XDP_REDIRECT) {
 			count(ST_UP_CPU_REDIRECT, cpu1 - 1);
 			return up(ctx, pi);
+		}
+		/* The worker gets the frame as an skb without the sender's
+		 * CHECKSUM_PARTIAL: finish it here (redirect_map only chose
+		 * the target; the frame is still ours to write). */
+		if (finished >= 0) {
+			void *data = (void *)(long)ctx->data;
+			void *data_end = (void *)(long)ctx->data_end;
+			__u32 at = p.l3 + IPV4_HLEN + (p.key.ip_proto == IPPROTO_UDP_ ? 6 : 16);
+
+			if (at > ETH_HLEN + TAG_LEN + IPV4_HLEN + 16 || data + at + 2 > data_end) {
+				count(ST_DROP_INTERNAL, 0);
+				return XDP_DROP;
+			}
+			wr16(data + at, finished);
+			bump(ST_CSUM_FINISHED);
 		}
 		served(pr, p.len);
 		count(ST_HIT_CPU, cpu1 - 1);
@@ -808,10 +1083,12 @@ int offlow_offload(struct xdp_md *ctx)
 	}
 	/* From here the frame is the entry's: count it as served. */
 	served(pr, p.len);
-	if (l3 < 0 || l3_stages(ctx, pr, l3)) {
+	if (l3 < 0 || l3_stages(ctx, pr, l3, finished)) {
 		count(ST_DROP_INTERNAL, 0);
 		return XDP_DROP;
 	}
+	if (finished >= 0)
+		bump(ST_CSUM_FINISHED);
 
 	if (pr->verdict == V_IN_PORT) {
 		count(ST_HIT_IN_PORT, pi->ofport);

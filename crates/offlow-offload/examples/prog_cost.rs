@@ -14,6 +14,11 @@
 //! is the program's own work per frame. Entries that rewrite the frame are
 //! left out: a repeated test run does not restore the frame between runs,
 //! so every run after the first would be a miss on the rewritten frame.
+//! The TCP rows time the partial-checksum check: a full checksum (the
+//! check only), and a segment (20-byte header plus 0 / 1460 bytes) whose
+//! full checksum equals its pseudo-header sum, so the program takes it for
+//! partial and sums the whole segment on every run, writing back the same
+//! value (the frame stays as it was; see `partial_csum` in offload.bpf.c).
 //! `OFFLOW_RECORD=1` also runs each frame once with the outcome record on
 //! and prints which counters moved.
 
@@ -23,6 +28,7 @@ use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort
 use offlow_offload::{compile, OffloadBackend, OffloadKey};
 use offlow_pipeline::{Action, PortNo};
 use offlow_testkit::FrameBuilder;
+use offlow_wire::checksum;
 
 const REPEAT: u32 = 2_000_000;
 
@@ -52,6 +58,43 @@ fn main() -> anyhow::Result<()> {
     }
     offlow_io::netns::in_netns(Some(&ns.0), run)??;
     Ok(())
+}
+
+/// A TCP segment 10.0.0.1:`sport` -> 10.0.0.2:80 with `payload` bytes,
+/// checksum valid.
+fn tcp(sport: u16, payload: usize) -> Vec<u8> {
+    let data: Vec<u8> = (0..payload).map(|i| (i * 7 + 3) as u8).collect();
+    FrameBuilder::default()
+        .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+        .tcp(sport, 80)
+        .payload(&data)
+        .build()
+}
+
+/// `f` (untagged IPv4/TCP) with its urgent pointer chosen so that its
+/// valid checksum equals its folded pseudo-header sum: the program cannot
+/// tell it from a partial one and finishes it, to the same value.
+fn looks_partial(mut f: Vec<u8>) -> Vec<u8> {
+    let seg_len = f.len() - 34;
+    let pseudo = checksum::fold(checksum::pseudo_ipv4(
+        [10, 0, 0, 1],
+        [10, 0, 0, 2],
+        6,
+        seg_len as u16,
+    ));
+    // With the checksum and urgent fields 0, the sum t of the rest: the
+    // urgent pointer u must make ~fold(t + u) == pseudo.
+    f[50..54].fill(0);
+    let t = checksum::fold(checksum::sum(&f[34..], u32::from(pseudo)));
+    let u = checksum::fold(u32::from(!pseudo) + u32::from(!t));
+    f[52..54].copy_from_slice(&u.to_be_bytes());
+    f[50..52].copy_from_slice(&pseudo.to_be_bytes());
+    assert_eq!(
+        checksum::fold(checksum::sum(&f[34..], u32::from(pseudo))),
+        0xffff,
+        "the checksum is valid"
+    );
+    f
 }
 
 fn run() -> anyhow::Result<()> {
@@ -87,15 +130,30 @@ fn run() -> anyhow::Result<()> {
     };
     entry(&mut b, 1, &[])?;
     entry(&mut b, 2, &[Action::output(PortNo(2))])?;
+    for sport in [3, 4, 5] {
+        let key = OffloadKey::parse(&tcp(sport, 0), 1).ok_or(anyhow::anyhow!("not in class"))?;
+        b.install(&key, &compile(&key, &[Action::output(PortNo(2))])?)?;
+    }
     let arp = FrameBuilder::default()
         .arp(1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], [0; 6], [10, 0, 0, 2])
         .build();
-    let rows: [(&str, Vec<u8>, u32); 5] = [
+    let rows: [(&str, Vec<u8>, u32); 8] = [
         ("not a port (harness floor)", udp(9), lo),
         ("outside the class (ARP)", arp, va),
         ("miss: no entry", udp(9), va),
         ("hit: drop", udp(1), va),
         ("hit: output", udp(2), va),
+        ("hit: output, TCP full csum", tcp(3, 0), va),
+        (
+            "hit: output, TCP partial, 0 B",
+            looks_partial(tcp(4, 0)),
+            va,
+        ),
+        (
+            "hit: output, TCP partial, 1460 B",
+            looks_partial(tcp(5, 1460)),
+            va,
+        ),
     ];
     println!("offload XDP program, mean ns per frame over {REPEAT} test runs (kernel-timed)");
     for round in 0..3 {

@@ -23,7 +23,15 @@
 //! - [`xdp::XdpBackend`]: the backend in the kernel, an XDP program on the
 //!   switch's ports that serves entries before frames reach the AF_XDP or
 //!   AF_PACKET sockets, with exact per-CPU counters and a grace period after
-//!   every change ([`xdp`]).
+//!   every change ([`xdp`]). It finishes *partial* TCP/UDP checksums (a
+//!   Linux sender with transmit checksum offload, e.g. a veth peer, leaves
+//!   the pseudo-header sum in the field for the NIC) before serving a
+//!   frame, as the userspace path finishes them on receipt: XDP does not
+//!   see the sender's CHECKSUM_PARTIAL, so the program recognises the
+//!   field's value, sums the segment in the kernel and then applies the
+//!   entry's incremental updates (`bpf/offload.bpf.c` explains the choice
+//!   and why a full checksum that looks partial is harmless); a segment
+//!   too long to sum there goes up untouched (`up_csum_long`).
 //!
 //! # Invariants
 //! - Never a silent partial offload: an entry the backend cannot serve

@@ -276,6 +276,63 @@ fn a_udp_checksum_computing_to_zero_is_sent_as_ffff() {
     });
 }
 
+/// Partial checksums at the edges the differential test's random frames
+/// almost never reach (1 in 65536 each): a *full* TCP checksum that
+/// equals the pseudo-header sum (the program takes it for partial and
+/// must leave it as it is), and a partial UDP checksum that finishes to 0
+/// (sent as 0xffff, as `offlow_io::csum::finish_partial` does).
+#[test]
+fn partial_checksum_edges() {
+    use offlow_wire::checksum::{fold, pseudo_ipv4, sum};
+    let Some(ns) = common::Netns::new("oflxdp-csum") else {
+        return;
+    };
+    ns.run(|| {
+        let mut b = common::detached(4);
+        let out2 = [Action::output(PortNo(2))];
+        // A valid TCP checksum equal to the folded pseudo-header sum,
+        // by the choice of the urgent pointer (bytes 52-53).
+        let mut f = tcp(33);
+        let pseudo = fold(pseudo_ipv4([10, 0, 0, 1], [10, 0, 0, 2], 6, 53));
+        f[50..54].fill(0);
+        let t = fold(sum(&f[34..], u32::from(pseudo)));
+        let urg = fold(u32::from(!pseudo) + u32::from(!t));
+        f[50..52].copy_from_slice(&pseudo.to_be_bytes());
+        f[52..54].copy_from_slice(&urg.to_be_bytes());
+        assert_eq!(fold(sum(&f[34..], u32::from(pseudo))), 0xffff, "valid");
+        let key = OffloadKey::parse(&f, 1).unwrap();
+        b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
+        let finished = b.stats().unwrap().get("csum_finished");
+        let (ret, out, stat, _) = run(&b, &f, 1);
+        assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
+        assert_eq!(out, f, "a full checksum that looks partial is kept");
+        assert_eq!(b.stats().unwrap().get("csum_finished"), finished + 1);
+
+        // A partial UDP checksum whose finished value computes to 0.
+        let udp = |w: u16| {
+            FrameBuilder::eth(B, A)
+                .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+                .udp(1000, 53)
+                .payload(&[(w >> 8) as u8, w as u8, 7, 7, 7])
+                .l4_checksum(offlow_testkit::Checksum::Partial)
+                .build()
+        };
+        let (f, want) = (0..=u16::MAX)
+            .find_map(|w| {
+                let f = udp(w);
+                let mut g = f.clone();
+                assert!(offlow_io::csum::finish_partial(&mut g));
+                (g[40..42] == [0xff, 0xff]).then_some((f, g))
+            })
+            .expect("some payload makes the sum 0");
+        let key = OffloadKey::parse(&f, 1).unwrap();
+        b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
+        let (ret, out, stat, _) = run(&b, &f, 1);
+        assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
+        assert_eq!(out, want, "finished as the AF_PACKET path finishes it");
+    });
+}
+
 /// Replacements while frames run on another thread: every frame is served
 /// completely by one of the programs (never a mix of two, never another
 /// entry's), or, between a removal and the next install, goes up

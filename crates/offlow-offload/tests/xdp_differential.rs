@@ -5,17 +5,23 @@
 //! entry's action list. They must agree on the verdict (the program's
 //! debug record names the port of a redirect) and on every output byte; a
 //! miss returns the frame unchanged with the port's miss verdict, and a
-//! frame outside the class never hits. Privileged: skipped with a notice
-//! when not root.
+//! frame outside the class never hits. Some TCP/UDP frames carry a
+//! *partial* checksum (the folded pseudo-header sum a Linux sender with
+//! checksum offload leaves for the NIC): the reference finishes it as the
+//! AF_PACKET receive path does (`offlow_io::csum::finish_partial`) before
+//! the executor runs, and the program must send out the same bytes.
+//! Privileged: skipped with a notice when not root.
 
 mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
 use offlow_flow::Field;
+use offlow_io::csum;
 use offlow_offload::xdp::{action, XdpBackend};
 use offlow_offload::{compile, EntryCounters, OffloadBackend, OffloadKey};
 use offlow_pipeline::{Action, PacketInOrigin, PortNo};
 use offlow_testkit::{Checksum, FrameBuilder};
+use offlow_wire::checksum;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
@@ -80,6 +86,9 @@ struct Spec {
     cut: usize,
     /// An IPv4 total length too short for the transport header.
     short_total: bool,
+    /// A TCP/UDP checksum left partial (Checksum::Partial): what a veth
+    /// peer with transmit checksum offload sends.
+    partial: bool,
 }
 
 impl Spec {
@@ -104,9 +113,14 @@ impl Spec {
         if self.options {
             b = b.ip_options(&[1, 1, 1, 0]);
         }
+        let csum = if self.partial {
+            Checksum::Partial
+        } else {
+            Checksum::Valid
+        };
         b = match self.l4 {
-            L4::Tcp => b.tcp(self.sport, self.dport),
-            L4::Udp => b.udp(self.sport, self.dport),
+            L4::Tcp => b.tcp(self.sport, self.dport).l4_checksum(csum),
+            L4::Udp => b.udp(self.sport, self.dport).l4_checksum(csum),
             L4::UdpNoCsum => b.udp(self.sport, self.dport).l4_checksum(Checksum::Zero),
             L4::Vxlan => b.udp(self.sport, 4789),
             L4::Icmp => b.icmpv4((self.sport >> 8) as u8, self.sport as u8, 7),
@@ -198,8 +212,20 @@ fn spec() -> impl Strategy<Value = Spec> {
             prop_oneof![12 => Just(0u8), 4 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)],
             rare(4),
         ),
-        (l4, port16(), port16(), 0usize..40, any::<bool>()),
-        (prop_oneof![16 => Just(0usize), 1 => 1usize..30], rare(3)),
+        (
+            l4,
+            port16(),
+            port16(),
+            // Long segments too: the program sums a partial checksum's
+            // segment in chunks of 512, 64, 4 and the last bytes.
+            prop_oneof![6 => 0usize..40, 1 => 0usize..1500],
+            any::<bool>(),
+        ),
+        (
+            prop_oneof![16 => Just(0usize), 1 => 1usize..30],
+            rare(3),
+            prop::bool::weighted(0.3),
+        ),
     )
         .prop_map(
             |(
@@ -207,7 +233,7 @@ fn spec() -> impl Strategy<Value = Spec> {
                 (ip_src, ip_dst, tos, ttl),
                 (frag, options),
                 (l4, sport, dport, payload, pad60),
-                (cut, short_total),
+                (cut, short_total, partial),
             )| Spec {
                 dst,
                 src,
@@ -226,6 +252,7 @@ fn spec() -> impl Strategy<Value = Spec> {
                 pad60,
                 cut,
                 short_total,
+                partial,
             },
         )
 }
@@ -384,7 +411,42 @@ enum Expect {
     Redirect(u32, Vec<u8>),
 }
 
+/// Whether `frame` (of the offloadable class) carries a partial TCP/UDP
+/// checksum as the program judges it: the field equals the folded
+/// pseudo-header sum of the IPv4 header's addresses, protocol and L4
+/// length (UDP's 0, "none", excepted).
+fn looks_partial(frame: &[u8]) -> bool {
+    let l3 = match u16::from_be_bytes([frame[12], frame[13]]) {
+        0x0800 => 14,
+        _ => 18,
+    };
+    let ip = &frame[l3..];
+    let proto = ip[9];
+    let field = match proto {
+        6 => 16,
+        17 => 6,
+        _ => return false,
+    };
+    let seg = u16::from_be_bytes([ip[2], ip[3]]) - 20;
+    let c = u16::from_be_bytes([ip[20 + field], ip[21 + field]]);
+    let pseudo = checksum::pseudo_ipv4(
+        [ip[12], ip[13], ip[14], ip[15]],
+        [ip[16], ip[17], ip[18], ip[19]],
+        proto,
+        seg,
+    );
+    !(proto == 17 && c == 0) && c == checksum::fold(pseudo)
+}
+
+/// What the switch does with `frame` served by `actions` in software: an
+/// AF_PACKET port finishes a partial checksum on receipt
+/// (`csum::finish_partial`, the kernel flags it), then the executor runs.
 fn oracle(frame: &[u8], in_port: u32, actions: &[Action]) -> Expect {
+    let mut frame = frame.to_vec();
+    if looks_partial(&frame) {
+        assert!(csum::finish_partial(&mut frame), "a class frame finishes");
+    }
+    let frame = frame.as_slice();
     let parsed = offlow_flow::extract(frame, in_port, &mut Default::default());
     let mut lay = parsed.layout;
     let mut buf = PacketBuf::from_frame(frame, 0);
@@ -441,6 +503,8 @@ struct Seen {
     outside_class: u32,
     refused: u32,
     ttl_up: u32,
+    /// Hits on a frame with a partial checksum (finished by the program).
+    partial_hits: u32,
 }
 
 fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCaseError> {
@@ -479,6 +543,7 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
         (Some((_, actions)), true) => oracle(&frame, c.in_port, actions),
         _ => Expect::Up,
     };
+    let partial = key.is_some() && looks_partial(&frame);
     let ifindex = common::ifindex_of(b, c.in_port);
     let (ret, out) = b
         .test_run(&frame, ifindex, 0)
@@ -521,12 +586,14 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
             prop_assert_eq!((ret, stat), (action::TX, "hit_in_port"));
             prop_assert_eq!(&out, f);
             seen.hits += 1;
+            seen.partial_hits += u32::from(partial);
             true
         }
         Expect::Redirect(p, f) => {
             prop_assert_eq!((ret, stat, target), (action::REDIRECT, "hit_port", *p));
             prop_assert_eq!(&out, f);
             seen.hits += 1;
+            seen.partial_hits += u32::from(partial);
             true
         }
     };
@@ -578,8 +645,16 @@ fn xdp_program_agrees_with_the_executor() {
             seen.misses > 0 && seen.outside_class > 0 && seen.refused > 0,
             "{seen:?}"
         );
+        assert!(seen.partial_hits > cases / 50, "{seen:?}");
         assert!(b.is_empty());
         let stats = b.stats().unwrap();
+        // Every partial frame served with an output was finished (a Drop
+        // verdict needs no checksum), and none was too long.
+        assert!(
+            stats.get("csum_finished") >= u64::from(seen.partial_hits),
+            "{stats:?}"
+        );
+        assert_eq!(stats.get("up_csum_long"), 0);
         assert_eq!(stats.get("miss_stale"), 0);
         assert_eq!(stats.get("drop_internal") + stats.get("drop_no_port"), 0);
     });

@@ -17,10 +17,10 @@
 //!   segment, the inside host's those of every reverse-translated one, and
 //!   neither may count a checksum error (`TcpInCsumErrors`: TCP would
 //!   retransmit a dropped segment and hide a wrong update from the byte
-//!   comparison). In software the hosts keep transmit checksum offload on,
-//!   as `ports.rs` does (the switch finishes their partial checksums before
-//!   translating); with the XDP tier it is off ([`XDP_OFFLOADS`] says
-//!   why). The outbound half is paced over about a second, so the
+//!   comparison). The hosts keep transmit checksum offload on, as
+//!   `ports.rs` does: the switch finishes their partial checksums before
+//!   translating, in software and in the XDP tier ([`XDP_OFFLOADS`]).
+//!   The outbound half is paced over about a second, so the
 //!   connection's flows are hot long enough to be promoted.
 //! - **The peer the outside sees** is the NAT address and a pool port
 //!   (the server's accepted socket), never 10.0.0.1.
@@ -64,7 +64,7 @@ use offlow_io::netns::in_netns;
 mod common;
 
 use common::controller::{venv, wait_listening, Proc, Scratch, PROGRAM_WAIT};
-use common::{first_number_after, flow_lines, free_ports, ip, ofctl_at, sh, Net};
+use common::{csum_errors, first_number_after, flow_lines, free_ports, ip, ofctl_at, sh, Net};
 
 /// One test at a time: the offloaded one needs its transfer to run at a
 /// steady rate on a shared machine.
@@ -76,16 +76,15 @@ static SERIAL: Mutex<()> = Mutex::new(());
 const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
 /// With the XDP tier: GRO on, since a veth takes frames that XDP redirects
-/// into it only while its peer runs NAPI; and transmit checksum offload
-/// off. An XDP program cannot tell a partial checksum (a veth peer's
-/// CHECKSUM_PARTIAL, which does not travel with the frame into XDP) from a
-/// full one: the tier forwards it unfinished (updated as if it were full,
-/// when it translates), the receiver drops the segment
-/// (`TcpInCsumErrors`), and TCP stalls until the entry is demoted. That
-/// is a limit of offlow's offload tier on veths, not of the app (plain
-/// `output` flows show it too); `ports.rs` turns checksum offload off for
-/// AF_XDP ports for the same reason. With it on, this test fails.
-const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "gro", "on", "tx", "off"];
+/// into it only while its peer runs NAPI; transmit checksum offload stays
+/// on, as in software. The hosts' segments then reach the XDP program with
+/// a partial checksum (a veth peer's CHECKSUM_PARTIAL does not travel with
+/// the frame into XDP; the field holds the pseudo-header sum): the program
+/// recognises it and finishes it before translating, so the receivers
+/// count no checksum error (`bpf/offload.bpf.c` of offlow-offload says
+/// how). Before it did, this test failed with tx on (`TcpInCsumErrors`,
+/// the transfer stalled until the entry was demoted).
+const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "gro", "on"];
 
 /// What the tests are called in skip notices and CI failures.
 const WHAT: &str = "the NAT tests";
@@ -475,28 +474,6 @@ fn start_switch(
     let mut p = Proc::spawn("offlow run", cmd, &scratch.file("offlow.log"));
     wait_listening(&mut p, listen_port);
     p
-}
-
-/// `InCsumErrors` of `proto` (`Tcp:` or `Udp:`) in namespace `ns`
-/// (`/proc/net/snmp`): segments its stack dropped for a bad checksum.
-fn csum_errors(ns: &str, proto: &str) -> u64 {
-    let out = sh("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]);
-    assert!(out.status.success(), "/proc/net/snmp in {ns}");
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut rows = text.lines().filter(|l| l.starts_with(proto));
-    let (names, values) = (
-        rows.next().expect("the names row"),
-        rows.next().expect("the values row"),
-    );
-    let at = names
-        .split_whitespace()
-        .position(|n| n == "InCsumErrors")
-        .expect("InCsumErrors");
-    values
-        .split_whitespace()
-        .nth(at)
-        .and_then(|v| v.parse().ok())
-        .expect("InCsumErrors value")
 }
 
 // ---------------------------------------------------------------------

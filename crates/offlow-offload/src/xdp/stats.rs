@@ -2,10 +2,13 @@
 //! `bpf/offload.bpf.c`, in the same order): every frame the program sees
 //! bumps exactly one of the first group (what the parser and lookup
 //! decided) and, when it goes up, one of `up_xsk` / `up_pass` /
-//! `up_xsk_absent` (where it went).
+//! `up_xsk_absent` (where it went). Besides its outcome, a served frame
+//! whose TCP/UDP checksum was partial bumps `csum_finished`;
+//! `up_csum_long` is the outcome of a partial one too long to finish in
+//! the kernel (it goes up untouched).
 
 /// Counter names, indexed as in the C enum.
-pub const STAT_NAMES: [&str; 17] = [
+pub const STAT_NAMES: [&str; 19] = [
     "hit_drop",
     "hit_port",
     "hit_in_port",
@@ -23,6 +26,8 @@ pub const STAT_NAMES: [&str; 17] = [
     "up_xsk",
     "up_pass",
     "up_xsk_absent",
+    "csum_finished",
+    "up_csum_long",
 ];
 
 /// The program's counters, summed over CPUs.

@@ -472,6 +472,12 @@ impl Drop for Net {
 /// Send `bytes` over TCP from host 0 to host 1; true when every byte
 /// arrived intact. Every blocking call has a timeout.
 pub(crate) fn tcp_transfer(net: &Net, bytes: usize) -> bool {
+    tcp_transfer_paced(net, bytes, None)
+}
+
+/// [`tcp_transfer`], with `pause` after every 64 KiB written (a transfer
+/// spread over time, so that its flows are seen hot while it lasts).
+pub(crate) fn tcp_transfer_paced(net: &Net, bytes: usize, pause: Option<Duration>) -> bool {
     let l = in_netns(Some(&net.h[1]), || TcpListener::bind("10.0.0.2:7001"))
         .expect("enter host b")
         .expect("bind 10.0.0.2:7001");
@@ -504,7 +510,12 @@ pub(crate) fn tcp_transfer(net: &Net, bytes: usize) -> bool {
     .expect("enter host a")
     .and_then(|mut s| {
         s.set_write_timeout(Some(Duration::from_secs(10)))?;
-        s.write_all(&data)?;
+        for chunk in data.chunks(64 << 10) {
+            s.write_all(chunk)?;
+            if let Some(p) = pause {
+                std::thread::sleep(p);
+            }
+        }
         s.shutdown(std::net::Shutdown::Write)
     });
     let got = rx.join().expect("receiver thread");
@@ -570,6 +581,28 @@ pub(crate) fn udp(net: &Net, n: usize, sources: u16, burst: usize) -> usize {
         }
     }
     counter.join().expect("counter thread")
+}
+
+/// `InCsumErrors` of `proto` (`Tcp:` or `Udp:`) in namespace `ns`
+/// (`/proc/net/snmp`): segments its stack dropped for a bad checksum.
+pub(crate) fn csum_errors(ns: &str, proto: &str) -> u64 {
+    let out = sh("ip", &["netns", "exec", ns, "cat", "/proc/net/snmp"]);
+    assert!(out.status.success(), "/proc/net/snmp in {ns}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows = text.lines().filter(|l| l.starts_with(proto));
+    let (names, values) = (
+        rows.next().expect("the names row"),
+        rows.next().expect("the values row"),
+    );
+    let at = names
+        .split_whitespace()
+        .position(|n| n == "InCsumErrors")
+        .expect("InCsumErrors");
+    values
+        .split_whitespace()
+        .nth(at)
+        .and_then(|v| v.parse().ok())
+        .expect("InCsumErrors value")
 }
 
 // ---------------------------------------------------------------------
