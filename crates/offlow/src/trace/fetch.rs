@@ -38,6 +38,9 @@ pub(crate) struct SwitchDump {
     /// Its groups (from `OFPMP_GROUP_DESC`; none from a switch that
     /// answers the request with an error).
     pub groups: Vec<offlow_openflow::GroupDesc>,
+    /// Its meters (from `OFPMP_METER_CONFIG` for `OFPM_ALL`; none from a
+    /// switch that answers with an error).
+    pub meters: Vec<offlow_openflow::MeterConfig>,
 }
 
 /// A blocking OpenFlow 1.3 session.
@@ -228,12 +231,34 @@ pub(crate) fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDum
             break;
         }
     }
+    let xid = s.send(Body::MultipartRequest(MultipartRequest {
+        flags: 0,
+        body: MultipartRequestBody::MeterConfig(offlow_openflow::meter::meter_id::ALL),
+    }))?;
+    let mut meters = Vec::new();
+    loop {
+        let m = s.reply(xid)?;
+        let r = match m.body {
+            Body::MultipartReply(r) => r,
+            // A switch without meters may refuse the request.
+            Body::Error(_) => break,
+            other => bail!("expected a MULTIPART_REPLY, got {other:?}"),
+        };
+        match r.body {
+            MultipartReplyBody::MeterConfig(v) => meters.extend(v),
+            other => bail!("expected meter configurations, got {other:?}"),
+        }
+        if r.flags & OFPMPF_MORE == 0 {
+            break;
+        }
+    }
     Ok(SwitchDump {
         n_tables,
         flows,
         replies,
         ports,
         groups,
+        meters,
     })
 }
 

@@ -645,6 +645,18 @@ fn load_switch(
     let n = table_count.unwrap_or(u16::from(dump.n_tables).max(1));
     check_tables(n)?;
     let mut p = Pipeline::new(n);
+    for m in &dump.meters {
+        let mm = offlow_openflow::MeterMod {
+            command: offlow_openflow::meter::meter_command::ADD,
+            flags: m.flags,
+            meter_id: m.meter_id,
+            bands: m.bands.clone(),
+        };
+        let (op, _) = p
+            .prepare_meter_mod(&mm, 0)
+            .map_err(|e| anyhow!("switch meter {}: cannot rebuild: {e:?}", m.meter_id))?;
+        p.apply(&op);
+    }
     // A group may forward to another: add in passes, each adding the
     // groups whose targets exist, until none is left or none can be.
     let mut pending: Vec<offlow_pipeline::group::GroupMod> = Vec::new();
