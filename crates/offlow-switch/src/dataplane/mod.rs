@@ -134,7 +134,7 @@ pub const IDLE_SLEEP: Duration = Duration::from_millis(2);
 /// How often a busy-polling worker (which does not sleep in `poll(2)`)
 /// still polls its descriptors without waiting: to notice failed ports and
 /// reset its inbox's eventfd; and reads how long it waited for its core.
-const BUSY_CHECK_EVERY: Duration = Duration::from_millis(20);
+pub const BUSY_CHECK_EVERY: Duration = Duration::from_millis(20);
 /// Time spent waiting for a core within one [`BUSY_CHECK_EVERY`] window
 /// (5% of it) above which a busy-polling worker counts its core as shared.
 pub const CONTENDED_WAIT: Duration = Duration::from_millis(1);
