@@ -157,21 +157,7 @@ fn groups_with_ovs_ofctl_and_traffic() {
         assert!(features.contains(t), "{t} in {features}");
     }
     // `offlow trace --switch` rebuilds the switch's groups too.
-    let trace = std::process::Command::new(env!("CARGO_BIN_EXE_offlow"))
-        .args([
-            "trace",
-            "--switch",
-            &sw.target(),
-            "in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2",
-        ])
-        .output()
-        .expect("offlow trace");
-    let text = String::from_utf8_lossy(&trace.stdout);
-    assert!(
-        trace.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&trace.stderr)
-    );
+    let text = sw.trace("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2");
     assert!(
         text.contains("output to port 2") && text.contains("output to port 3"),
         "{text}"

@@ -124,21 +124,7 @@ fn a_drop_meter_limits_udp_to_its_rate() {
     let features = d.ofctl(&["meter-features"]);
     assert!(features.contains("max_meter:65536"), "{features}");
     // `offlow trace --switch` rebuilds the switch's meters too.
-    let trace = std::process::Command::new(env!("CARGO_BIN_EXE_offlow"))
-        .args([
-            "trace",
-            "--switch",
-            &d.target(),
-            "in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2",
-        ])
-        .output()
-        .expect("offlow trace");
-    let text = String::from_utf8_lossy(&trace.stdout);
-    assert!(
-        trace.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&trace.stderr)
-    );
+    let text = d.trace("in_port=1,udp,nw_src=10.0.0.1,nw_dst=10.0.0.2");
     assert!(
         text.contains("meter:1") && text.contains("output to port 2"),
         "{text}"

@@ -93,15 +93,49 @@ impl Session {
 
     /// Wait for the reply to `xid`, failing on an error reply.
     fn reply(&mut self, xid: u32) -> anyhow::Result<Message> {
+        let m = self.reply_or_error(xid)?;
+        if let Body::Error(e) = &m.body {
+            bail!("the switch answered with an error: {e:?}");
+        }
+        Ok(m)
+    }
+
+    /// Wait for the reply to `xid`, an error reply included.
+    fn reply_or_error(&mut self, xid: u32) -> anyhow::Result<Message> {
         loop {
             let m = self.recv()?;
-            if m.xid != xid {
-                continue;
+            if m.xid == xid {
+                return Ok(m);
             }
-            if let Body::Error(e) = &m.body {
-                bail!("the switch answered with an error: {e:?}");
+        }
+    }
+
+    /// Send a multipart request and hand each part's body to `take` until
+    /// the last (§7.3.5: parts with OFPMPF_REPLY_MORE are followed by
+    /// more); returns the number of parts. With `optional`, an error reply
+    /// means the switch has none of these (zero parts) rather than a
+    /// failure.
+    fn multipart(
+        &mut self,
+        body: MultipartRequestBody,
+        optional: bool,
+        mut take: impl FnMut(MultipartReplyBody) -> anyhow::Result<()>,
+    ) -> anyhow::Result<usize> {
+        let xid = self.send(Body::MultipartRequest(MultipartRequest { flags: 0, body }))?;
+        let mut parts = 0;
+        loop {
+            let m = self.reply_or_error(xid)?;
+            let r = match m.body {
+                Body::MultipartReply(r) => r,
+                Body::Error(_) if optional && parts == 0 => return Ok(0),
+                Body::Error(e) => bail!("the switch answered with an error: {e:?}"),
+                other => bail!("expected a MULTIPART_REPLY, got {other:?}"),
+            };
+            parts += 1;
+            take(r.body)?;
+            if r.flags & OFPMPF_MORE == 0 {
+                return Ok(parts);
             }
-            return Ok(m);
         }
     }
 }
@@ -154,47 +188,26 @@ pub(crate) fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDum
         Body::FeaturesReply(f) => f.n_tables,
         other => bail!("expected FEATURES_REPLY, got {other:?}"),
     };
-    let req = MultipartRequest {
-        flags: 0,
-        body: MultipartRequestBody::Flow(FlowStatsRequest {
-            table_id: TABLE_ALL,
-            out_port: PortNo::ANY.0,
-            out_group: GROUP_ANY,
-            cookie: 0,
-            cookie_mask: 0,
-            matcher: OxmMatch::any(),
-        }),
-    };
-    let xid = s.send(Body::MultipartRequest(req))?;
+    let flow_request = MultipartRequestBody::Flow(FlowStatsRequest {
+        table_id: TABLE_ALL,
+        out_port: PortNo::ANY.0,
+        out_group: GROUP_ANY,
+        cookie: 0,
+        cookie_mask: 0,
+        matcher: OxmMatch::any(),
+    });
     let mut flows = Vec::new();
-    let mut replies = 0usize;
-    loop {
-        let m = s.reply(xid)?;
-        replies += 1;
-        let Body::MultipartReply(r) = m.body else {
-            bail!("expected a MULTIPART_REPLY, got {:?}", m.body);
-        };
-        match r.body {
-            MultipartReplyBody::Flow(v) => flows.extend(v),
-            other => bail!("expected flow stats, got {other:?}"),
+    let replies = s.multipart(flow_request, false, |b| match b {
+        MultipartReplyBody::Flow(v) => {
+            flows.extend(v);
+            Ok(())
         }
-        // §7.3.5: parts with OFPMPF_REPLY_MORE set are followed by more.
-        if r.flags & OFPMPF_MORE == 0 {
-            break;
-        }
-    }
-    let xid = s.send(Body::MultipartRequest(MultipartRequest {
-        flags: 0,
-        body: MultipartRequestBody::PortDesc,
-    }))?;
+        other => bail!("expected flow stats, got {other:?}"),
+    })?;
     let mut ports = Vec::new();
-    loop {
-        let m = s.reply(xid)?;
-        let Body::MultipartReply(r) = m.body else {
-            bail!("expected a MULTIPART_REPLY, got {:?}", m.body);
-        };
-        match r.body {
-            MultipartReplyBody::PortDesc(v) => ports.extend(
+    s.multipart(MultipartRequestBody::PortDesc, false, |b| match b {
+        MultipartReplyBody::PortDesc(v) => {
+            ports.extend(
                 v.iter()
                     // LOCAL is not a FLOOD/ALL target (§4.5: standard ports).
                     .filter(|p| PortNo(p.port_no).is_physical())
@@ -203,55 +216,29 @@ pub(crate) fn fetch(target: &str, timeout: Duration) -> anyhow::Result<SwitchDum
                         no_fwd: p.config & OFPPC_NO_FWD != 0,
                         no_flood: p.config & OFPPC_NO_FLOOD != 0 || p.state & OFPPS_BLOCKED != 0,
                     }),
-            ),
-            other => bail!("expected port descriptions, got {other:?}"),
+            );
+            Ok(())
         }
-        if r.flags & OFPMPF_MORE == 0 {
-            break;
-        }
-    }
-    let xid = s.send(Body::MultipartRequest(MultipartRequest {
-        flags: 0,
-        body: MultipartRequestBody::GroupDesc,
-    }))?;
+        other => bail!("expected port descriptions, got {other:?}"),
+    })?;
+    // A switch without groups or meters may refuse these requests.
     let mut groups = Vec::new();
-    loop {
-        let m = s.reply(xid)?;
-        let r = match m.body {
-            Body::MultipartReply(r) => r,
-            // A switch without groups may refuse the request.
-            Body::Error(_) => break,
-            other => bail!("expected a MULTIPART_REPLY, got {other:?}"),
-        };
-        match r.body {
-            MultipartReplyBody::GroupDesc(v) => groups.extend(v),
-            other => bail!("expected group descriptions, got {other:?}"),
+    s.multipart(MultipartRequestBody::GroupDesc, true, |b| match b {
+        MultipartReplyBody::GroupDesc(v) => {
+            groups.extend(v);
+            Ok(())
         }
-        if r.flags & OFPMPF_MORE == 0 {
-            break;
-        }
-    }
-    let xid = s.send(Body::MultipartRequest(MultipartRequest {
-        flags: 0,
-        body: MultipartRequestBody::MeterConfig(offlow_openflow::meter::meter_id::ALL),
-    }))?;
+        other => bail!("expected group descriptions, got {other:?}"),
+    })?;
     let mut meters = Vec::new();
-    loop {
-        let m = s.reply(xid)?;
-        let r = match m.body {
-            Body::MultipartReply(r) => r,
-            // A switch without meters may refuse the request.
-            Body::Error(_) => break,
-            other => bail!("expected a MULTIPART_REPLY, got {other:?}"),
-        };
-        match r.body {
-            MultipartReplyBody::MeterConfig(v) => meters.extend(v),
-            other => bail!("expected meter configurations, got {other:?}"),
+    let all = offlow_openflow::meter::meter_id::ALL;
+    s.multipart(MultipartRequestBody::MeterConfig(all), true, |b| match b {
+        MultipartReplyBody::MeterConfig(v) => {
+            meters.extend(v);
+            Ok(())
         }
-        if r.flags & OFPMPF_MORE == 0 {
-            break;
-        }
-    }
+        other => bail!("expected meter configurations, got {other:?}"),
+    })?;
     Ok(SwitchDump {
         n_tables,
         flows,

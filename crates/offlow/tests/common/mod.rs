@@ -271,6 +271,22 @@ impl Daemon {
     pub(crate) fn ofctl(&self, args: &[&str]) -> String {
         ofctl_at(OFCTL_TIMEOUT, self.port, args)
     }
+
+    /// `offlow trace --switch TARGET FLOW` against it, required to
+    /// succeed; its report (text).
+    pub(crate) fn trace(&self, flow: &str) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_offlow"))
+            .args(["trace", "--switch", &self.target(), flow])
+            .output()
+            .expect("offlow trace");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "offlow trace {flow}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    }
 }
 
 // ---------------------------------------------------------------------
