@@ -60,21 +60,7 @@ pub fn parse_group_file(text: &str, file: &str) -> Result<Vec<(usize, GroupMod)>
 
 /// Where each `bucket=` starts (at a token boundary).
 fn bucket_starts(s: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    let mut from = 0;
-    while let Some(i) = s[from..].find("bucket=") {
-        let at = from + i;
-        let boundary = at == 0
-            || s[..at]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c == ',' || c.is_whitespace());
-        if boundary {
-            out.push(at);
-        }
-        from = at + 1;
-    }
-    out
+    keyword_starts(s, "bucket=").collect()
 }
 
 fn parse_bucket(body: &str) -> Result<Bucket, SyntaxError> {

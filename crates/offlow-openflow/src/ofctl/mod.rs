@@ -243,20 +243,22 @@ fn key_value(tok: &str) -> (&str, Option<&str>) {
 
 /// Where `actions=` starts (at a token boundary), if anywhere.
 fn find_actions(s: &str) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = s[from..].find("actions=") {
-        let at = from + i;
-        let boundary = at == 0
-            || s[..at]
-                .chars()
-                .next_back()
-                .is_some_and(|c| c == ',' || c.is_whitespace());
-        if boundary {
-            return Some(at);
-        }
-        from = at + 1;
-    }
-    None
+    keyword_starts(s, "actions=").next()
+}
+
+/// Where `keyword` starts in `s` at a token boundary (the start, or after
+/// a comma or blank), in order: a keyword inside another token's value
+/// (`xactions=`) does not count.
+fn keyword_starts<'a>(s: &'a str, keyword: &'a str) -> impl Iterator<Item = usize> + 'a {
+    s.match_indices(keyword)
+        .map(|(at, _)| at)
+        .filter(move |&at| {
+            at == 0
+                || s[..at]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| c == ',' || c.is_whitespace())
+        })
 }
 
 fn parse(s: &str, mode: Mode) -> Result<FlowSpec, SyntaxError> {
