@@ -21,20 +21,6 @@ use common::{can_run, first_number_after, sh, Daemon, Net};
 
 const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 
-/// `offlow run` on the three switch ports of `net` (ports 1, 2, 3).
-fn start(net: &Net) -> Daemon {
-    Daemon::start(&[
-        "--netns",
-        &net.sw,
-        "--port",
-        &net.ports[0],
-        "--port",
-        &net.ports[1],
-        "--port",
-        &net.ports[2],
-    ])
-}
-
 /// Host `i`'s MAC address.
 fn mac(net: &Net, i: usize) -> String {
     let out = sh("ip", &["-n", &net.h[i], "-br", "link", "show", "eth0"]);
@@ -139,7 +125,7 @@ fn groups_with_ovs_ofctl_and_traffic() {
             "-n", &net.h[0], "neigh", "replace", "10.0.0.2", "lladdr", &mac1, "dev", "eth0",
         ],
     );
-    let sw = start(&net);
+    let sw = Daemon::on(&net, &[]);
     let to_h2 = format!("set_field:10.0.0.3->ip_dst,set_field:{mac2}->eth_dst,output:3");
 
     // An `all` group: host 1 as sent, host 2 through its rewriting bucket.

@@ -37,14 +37,7 @@ const HEADERS: usize = 14 + 20 + 8;
 /// metered by meter 1 then out of port 2, everything else between the two
 /// ports unmetered (ARP and the hosts' own chatter).
 fn start(net: &Net) -> Daemon {
-    let d = Daemon::start(&[
-        "--netns",
-        &net.sw,
-        "--port",
-        &net.ports[0],
-        "--port",
-        &net.ports[1],
-    ]);
+    let d = Daemon::on(net, &[]);
     d.ofctl(&["add-flow", "priority=5,in_port=1,actions=output:2"]);
     d.ofctl(&["add-flow", "priority=5,in_port=2,actions=output:1"]);
     d

@@ -261,6 +261,18 @@ impl Daemon {
         (d, log)
     }
 
+    /// `offlow run` in `net`'s switch namespace on every one of its switch
+    /// ports (port i+1 is `net.ports[i]`), with `extra` arguments; as
+    /// [`Daemon::start`].
+    pub(crate) fn on(net: &Net, extra: &[&str]) -> Daemon {
+        let mut args = vec!["--netns", net.sw.as_str()];
+        for p in &net.ports {
+            args.extend(["--port", p.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        Daemon::start(&args)
+    }
+
     /// Its `ovs-ofctl` target.
     pub(crate) fn target(&self) -> String {
         target(self.port)
