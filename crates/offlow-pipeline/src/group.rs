@@ -541,19 +541,29 @@ impl GroupTable {
     /// here); `None` too when no bucket applies (the group drops it).
     /// Allocates nothing (the executor calls it per packet).
     pub fn pick(&self, group: &Group, flow_hash: u64) -> Option<usize> {
-        let live = |p: u32| self.port_live(p);
+        self.choose(group, flow_hash, &|p| self.port_live(p))
+    }
+
+    /// The one bucket a non-`all` group takes under `port_live` (see
+    /// [`pick`](Self::pick)); `None` for `all` or when none applies.
+    fn choose(
+        &self,
+        group: &Group,
+        flow_hash: u64,
+        port_live: &dyn Fn(u32) -> bool,
+    ) -> Option<usize> {
         match group.kind {
             GroupType::All => None,
             GroupType::Indirect => (!group.buckets.is_empty()).then_some(0),
             GroupType::FastFailover => group
                 .buckets
                 .iter()
-                .position(|b| self.bucket_live(b, &live, 0)),
+                .position(|b| self.bucket_live(b, port_live, 0)),
             GroupType::Select => {
                 let total: u64 = group
                     .buckets
                     .iter()
-                    .filter(|b| self.bucket_live(b, &live, 0))
+                    .filter(|b| self.bucket_live(b, port_live, 0))
                     .map(|b| u64::from(b.weight))
                     .sum();
                 if total == 0 {
@@ -561,7 +571,7 @@ impl GroupTable {
                 }
                 let mut pick = spread(flow_hash) % total;
                 for (i, b) in group.buckets.iter().enumerate() {
-                    if !self.bucket_live(b, &live, 0) {
+                    if !self.bucket_live(b, port_live, 0) {
                         continue;
                     }
                     let w = u64::from(b.weight);
@@ -613,36 +623,7 @@ impl GroupTable {
         out.clear();
         match group.kind {
             GroupType::All => out.extend(0..group.buckets.len()),
-            GroupType::Indirect => out.extend((!group.buckets.is_empty()).then_some(0)),
-            GroupType::FastFailover => out.extend(
-                group
-                    .buckets
-                    .iter()
-                    .position(|b| self.bucket_live(b, port_live, 0)),
-            ),
-            GroupType::Select => {
-                let total: u64 = group
-                    .buckets
-                    .iter()
-                    .filter(|b| self.bucket_live(b, port_live, 0))
-                    .map(|b| u64::from(b.weight))
-                    .sum();
-                if total == 0 {
-                    return;
-                }
-                let mut pick = spread(flow_hash) % total;
-                for (i, b) in group.buckets.iter().enumerate() {
-                    if !self.bucket_live(b, port_live, 0) {
-                        continue;
-                    }
-                    let w = u64::from(b.weight);
-                    if pick < w {
-                        out.push(i);
-                        return;
-                    }
-                    pick -= w;
-                }
-            }
+            _ => out.extend(self.choose(group, flow_hash, port_live)),
         }
     }
 }
