@@ -31,6 +31,11 @@
 const volatile __u32 flows = 1;
 const volatile __u16 base_port = 10000;
 const volatile __u8 restore = 0;
+/* With stride > 1 (the generator's thread count, threads pinned to CPUs
+ * 0..stride-1), CPU c sends only ports base_port + k with k % stride == c
+ * % stride: disjoint flow sets per CPU, as RSS would keep a flow on one
+ * queue (exactly disjoint when flows is a multiple of stride). */
+const volatile __u32 stride = 1;
 const volatile __u8 hdr[HDR_LEN];
 
 struct {
@@ -75,7 +80,10 @@ int gen(struct xdp_md *ctx)
 		return XDP_ABORTED;
 
 	__u16 old = bpf_ntohs(udp->source);
-	__u16 new = base_port + (__u16)(*n % flows);
+	__u32 k = *n;
+	if (stride > 1)
+		k = k * stride + bpf_get_smp_processor_id() % stride;
+	__u16 new = base_port + (__u16)(k % flows);
 	*n += 1;
 	if (old != new) {
 		udp->source = bpf_htons(new);

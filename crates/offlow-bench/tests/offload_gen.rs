@@ -55,6 +55,7 @@ fn one_cpu_flat_out(t: &Topo, frame: Vec<u8>) -> GenConfig {
         batch: 64,
         rate_per_thread: 0,
         restore_headers: false,
+        partition_flows: false,
     }
 }
 

@@ -24,7 +24,12 @@
 //! destination MAC nobody has). An N-queue row uses N generator threads on
 //! CPUs 0..N: a veth puts a redirected frame on its peer's queue
 //! `cpu % queues`, so each queue (and each switch worker) gets one CPU's
-//! frames.
+//! frames. In runs with NAT rows the program also writes the frame's
+//! headers back before each send ([`GenConfig::restore_headers`]): the
+//! live-frames pool recycles pages with whatever a receiver wrote into
+//! them, and a NAT rewrites addresses in place (without the restore, only
+//! each call's first batch was translated; every later one carried the
+//! translated headers back in and matched no NAT rule).
 //!
 //! What the kernel needs for this (checked on 6.18): a veth forwards an
 //! XDP-redirected frame (`ndo_xdp_xmit`) only when its peer has NAPI, that
@@ -755,6 +760,9 @@ fn gen_config(t: &Topo, args: &OffloadArgs, frame: &[u8], cpus: Vec<usize>) -> G
         // Every row of a run with NAT rows: the same generator throughout,
         // so the generator-alone row stays their baseline.
         restore_headers: selected_rows(args).iter().any(|k| k.is_nat()),
+        // Per-flow state (conntrack) bounces between CPUs that share a
+        // flow: in NAT runs each thread gets its own flows, as RSS would.
+        partition_flows: selected_rows(args).iter().any(|k| k.is_nat()),
     }
 }
 

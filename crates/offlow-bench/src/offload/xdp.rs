@@ -427,6 +427,10 @@ pub struct GenConfig {
     /// frame before its port is set: needed when the receiver rewrites
     /// frames in place (see `bpf/gen.bpf.c`), a few ns per frame.
     pub restore_headers: bool,
+    /// Give each thread its own share of the flows (thread on CPU c of n
+    /// sends the flows k with k % n == c % n), as RSS keeps a flow on one
+    /// queue; otherwise every thread cycles through all the flows.
+    pub partition_flows: bool,
 }
 
 /// Names of the spare veth pair in the generator's namespace that holds
@@ -449,8 +453,9 @@ const GEN_HDR_LEN: usize = 42;
 
 /// The generator's settings into its `.rodata`; `restore`: the frame whose
 /// headers it writes back into every frame.
-fn gen_rodata(ro: &mut [u8], flows: u32, base_port: u16, restore: Option<&[u8]>) {
+fn gen_rodata(ro: &mut [u8], flows: u32, base_port: u16, restore: Option<&[u8]>, stride: u32) {
     use bpf::gen::types::rodata;
+    put(ro, offset_of!(rodata, stride), &stride.max(1).to_ne_bytes());
     put(ro, offset_of!(rodata, flows), &flows.to_ne_bytes());
     put(ro, offset_of!(rodata, base_port), &base_port.to_ne_bytes());
     if let Some(h) = restore.and_then(|f| f.get(..GEN_HDR_LEN)) {
@@ -545,8 +550,22 @@ impl Generator {
             bail!("generator: flows and CPUs must be non-empty, batch in 1..={MAX_BATCH}");
         }
         let restore = cfg.restore_headers.then_some(cfg.frame.as_slice());
+        let stride = if cfg.partition_flows {
+            // The program takes the CPU number modulo the stride: the
+            // threads must sit on CPUs 0..n for the shares to differ.
+            let expect: Vec<usize> = (0..cfg.cpus.len()).collect();
+            if cfg.cpus != expect {
+                bail!(
+                    "generator: partitioned flows need threads on CPUs 0..n, not {:?}",
+                    cfg.cpus
+                );
+            }
+            u32::try_from(cfg.cpus.len()).context("thread count")?
+        } else {
+            1
+        };
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            gen_rodata(ro, cfg.flows, cfg.base_port, restore)
+            gen_rodata(ro, cfg.flows, cfg.base_port, restore, stride)
         })?;
         let fd = prog(&obj, "gen")?
             .as_fd()
@@ -673,7 +692,13 @@ pub fn gen_frames_once(
         }
         let restore_from = frame.clone();
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            gen_rodata(ro, flows, base_port, restore.then_some(&restore_from[..]))
+            gen_rodata(
+                ro,
+                flows,
+                base_port,
+                restore.then_some(&restore_from[..]),
+                1,
+            )
         })?;
         let p = obj
             .progs_mut()
