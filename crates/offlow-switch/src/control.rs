@@ -235,8 +235,10 @@ fn start_ports(
                 }
             }
             // A capture port is always up; packet-outs to it are dropped
-            // (its file belongs to the worker).
-            PortKind::Pcap { .. } => (
+            // (its file belongs to the worker). A tunnel port is up too
+            // (point to point, no liveness protocol): Open vSwitch shows
+            // its tunnel ports up whatever the far end does.
+            PortKind::Pcap { .. } | PortKind::Tunnel(_) => (
                 None,
                 offlow_io::LinkState {
                     hw_addr: [0; 6],
@@ -245,7 +247,7 @@ fn start_ports(
                 },
             ),
         };
-        let interface = !matches!(p.kind, PortKind::Pcap { .. });
+        let interface = p.kind.is_interface();
         ports.push(SwitchPort::new(p.number, &p.name, interface, tx, link));
         data_ports.push(DataPort {
             ifname: p.name.clone(),
@@ -327,7 +329,7 @@ fn open_xdp_backend(
 ) -> anyhow::Result<(XdpBackend, Vec<Option<ExternalXsk>>)> {
     let ports: Vec<XdpPort> = data_ports
         .iter()
-        .filter(|p| !p.missing && !matches!(p.kind, PortKind::Pcap { .. }))
+        .filter(|p| !p.missing && p.kind.is_interface())
         .map(|p| XdpPort {
             ofport: p.number,
             ifname: p.ifname.clone(),

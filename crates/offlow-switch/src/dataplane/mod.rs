@@ -439,11 +439,11 @@ impl Dataplane {
     /// Ask every worker to re-open the port numbered `number` (its
     /// interface appeared, or was re-created: the old sockets are bound to
     /// the old one). Workers do it between batches, within about an idle
-    /// sleep. False when there is no such port or it is a capture port
-    /// (its files belong to the worker; nothing to re-open).
+    /// sleep. False when there is no such port or it is a capture or
+    /// tunnel port (nothing to re-open).
     pub fn reopen(&self, number: u32) -> bool {
         match self.ports.iter().position(|p| p.number == number) {
-            Some(i) if !matches!(self.ports[i].kind, PortKind::Pcap { .. }) => self.gens.bump(i),
+            Some(i) if self.ports[i].kind.is_interface() => self.gens.bump(i),
             _ => false,
         }
     }
