@@ -256,6 +256,25 @@ fn start_ports(
             missing,
         });
     }
+    // A tunnel without a configured outer source address sends with its
+    // underlay interface's (read just above; a missing or capture
+    // underlay has none, so its tunnel sends from 00:00:00:00:00:00 until
+    // configured: said once here).
+    for d in data_ports.iter_mut() {
+        let PortKind::Tunnel(t) = &mut d.kind else {
+            continue;
+        };
+        if t.local_mac_from_underlay {
+            match ports.iter().find(|p: &&SwitchPort| p.number == t.underlay) {
+                Some(u) if u.link.hw_addr != [0; 6] => t.endpoint.local_mac = u.link.hw_addr,
+                _ => warn!(
+                    port = d.number,
+                    underlay = t.underlay,
+                    "tunnel port: the underlay's Ethernet address is unknown; set local_mac"
+                ),
+            }
+        }
+    }
     // The offload tier's program goes on first: AF_XDP ports register
     // their sockets in its map instead of attaching a program of their own.
     let (backend, external_xsks) = match &cfg.offload {
