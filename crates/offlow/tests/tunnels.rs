@@ -27,6 +27,7 @@
 //! and passes, unless `CI` is set (then it fails). Every namespace is
 //! deleted by a guard, pass or fail; every wait has a deadline.
 
+#[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
 use std::time::{Duration, Instant};
