@@ -275,6 +275,13 @@ fn start_ports(
             }
         }
     }
+    for d in &data_ports {
+        if let (PortKind::Tunnel(t), Some(p)) =
+            (&d.kind, ports.iter_mut().find(|p| p.number == d.number))
+        {
+            p.tunnel = Some((t.endpoint, t.underlay));
+        }
+    }
     // The offload tier's program goes on first: AF_XDP ports register
     // their sockets in its map instead of attaching a program of their own.
     let (backend, external_xsks) = match &cfg.offload {

@@ -273,6 +273,25 @@ fn gre_and_vxlan_ports_decapsulate_encapsulate_and_drop_malformed() {
     assert_eq!(&g[34..42], &gre_header(false, Some(0x55), 0x6558, 0)[..]);
     assert_eq!(&g[42..], &from_host[..], "inner frame intact");
 
+    // A packet-out to the VXLAN port (key=flow, tun_id 0 unless set).
+    let hex: String = inner(14).iter().map(|b| format!("{b:02x}")).collect();
+    d.ofctl(&[
+        "packet-out",
+        &format!("in_port=controller packet={hex} actions=set_field:0x777->tun_id,output:12"),
+    ]);
+    let got = receive(&mut far, Duration::from_millis(300), |f| {
+        f.get(23) == Some(&17) && f.get(50..).is_some_and(is_experiment)
+    });
+    assert_eq!(got.len(), 1, "one VXLAN frame from the packet-out: {got:?}");
+    let v = &got[0];
+    assert_eq!(u16::from_be_bytes([v[36], v[37]]), 4789, "VXLAN port");
+    assert_eq!(
+        &v[42..50],
+        &[0x08, 0, 0, 0, 0, 0x07, 0x77, 0],
+        "I flag, VNI 0x777"
+    );
+    assert_eq!(&v[50..], &inner(14)[..]);
+
     // Malformed frames to the tunnels: dropped and counted.
     let before = d.ofctl(&["dump-ports"]);
     let mut bad_outer = gre_frame(&gre_header(false, Some(7), 0x6558, 0), &inner(8));
