@@ -202,6 +202,23 @@ fn gre_and_vxlan_ports_decapsulate_encapsulate_and_drop_malformed() {
         assert!(desc.contains(name), "{name} in {desc}");
     }
 
+    // What the pipeline does with a packet of the GRE port, with its tunnel
+    // metadata, as `offlow trace` reports it.
+    let t = d.trace("in_port=10,tun_id=7,tun_src=192.168.50.2,tun_dst=192.168.50.1,dl_type=0x88b5");
+    assert!(
+        t.contains("Tunnel metadata: tun_id=0x7 tun_src=192.168.50.2 tun_dst=192.168.50.1"),
+        "{t}"
+    );
+    assert!(
+        t.contains("Flow: in_port=10,") && t.contains("tun_id=0x7"),
+        "{t}"
+    );
+    assert!(t.contains("output to port 2"), "{t}");
+    assert!(
+        !t.contains("tunnel_id 0x7 ->"),
+        "the metadata stays with the packet: {t}"
+    );
+
     let mut far = raw(&net.h[0]);
     let mut host = raw(&net.h[1]);
     // Decapsulation, byte for byte, in each form.
