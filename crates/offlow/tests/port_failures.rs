@@ -217,10 +217,12 @@ fn scenario(t: &Net, port_args: &[String], extra: &[&str], check: fn(&Net, usize
     let block1 = wait_port(&d, t, 0, "down", |b| b.contains("LINK_DOWN"));
     assert!(block1.contains("PORT_DOWN"), "{block1}");
     assert!(ping(t, 1, 2), "hosts 2 and 3 still ping");
-    assert!(
-        d.child.try_wait().expect("daemon status").is_none(),
-        "the switch survives a deleted interface"
-    );
+    if let Some(st) = d.child.try_wait().expect("daemon status") {
+        panic!(
+            "the switch did not survive a deleted interface: {}",
+            d.report(Some(st))
+        );
+    }
 
     // (d) Port 1's interface is created again: traffic through it resumes
     // (from the new host end: the others' ARP caches hold the old MAC,
