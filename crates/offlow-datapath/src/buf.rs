@@ -77,6 +77,11 @@ pub struct PacketBuf<S = Box<[u8]>> {
     reserve: usize,
     head: usize,
     len: usize,
+    /// The packet's `tunnel_id`, when it has one that its bytes do not
+    /// carry: it arrived on a tunnel port (the key of the encapsulation it
+    /// came in), or a set-field gave it one. An output to a `key=flow`
+    /// tunnel sends it as the key. Reset by [`PacketBuf::load`].
+    tunnel_id: Option<u64>,
 }
 
 impl PacketBuf<Box<[u8]>> {
@@ -89,6 +94,7 @@ impl PacketBuf<Box<[u8]>> {
             reserve: headroom,
             head: headroom,
             len: 0,
+            tunnel_id: None,
         }
     }
 
@@ -112,6 +118,7 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf<S> {
             reserve,
             head: reserve,
             len: 0,
+            tunnel_id: None,
         }
     }
 
@@ -127,6 +134,7 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf<S> {
             reserve: head,
             head,
             len,
+            tunnel_id: None,
         })
     }
 
@@ -140,6 +148,7 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf<S> {
                 copy_frame(dst, frame);
                 self.head = head;
                 self.len = frame.len();
+                self.tunnel_id = None;
                 Ok(())
             }
             None => Err(FrameTooLong {
@@ -191,6 +200,31 @@ impl<S: AsRef<[u8]> + AsMut<[u8]>> PacketBuf<S> {
     #[inline]
     pub fn head(&self) -> usize {
         self.head
+    }
+
+    /// The packet's `tunnel_id` beyond its bytes (see the field's docs).
+    #[inline]
+    pub fn tunnel_id(&self) -> Option<u64> {
+        self.tunnel_id
+    }
+
+    /// Set (or clear) the packet's `tunnel_id` beyond its bytes.
+    #[inline]
+    pub fn set_tunnel_id(&mut self, id: Option<u64>) {
+        self.tunnel_id = id;
+    }
+
+    /// Keep only the bytes at `range` of the frame (a decapsulation: the
+    /// outer headers in front and any padding behind are dropped; the
+    /// headroom grows by `range.start`). Returns false, changing nothing,
+    /// when `range` is not inside the frame.
+    pub fn keep(&mut self, range: core::ops::Range<usize>) -> bool {
+        if range.start > range.end || range.end > self.len {
+            return false;
+        }
+        self.head += range.start;
+        self.len = range.end - range.start;
+        true
     }
 
     /// The underlying storage.

@@ -130,6 +130,9 @@ pub struct OutputMeta {
     pub queue: Option<u32>,
     /// No later action can modify the frame (see the module docs).
     pub final_view: bool,
+    /// The packet's `tunnel_id` now (0 without one): the key an output to
+    /// a `key=flow` tunnel port sends.
+    pub tunnel_id: u64,
 }
 
 /// Receives the outputs of [`execute`].
@@ -516,10 +519,16 @@ where
                 let meta = OutputMeta {
                     queue: cx.out.queue,
                     final_view: last_write.is_none_or(|w| i > w),
+                    tunnel_id: buf.tunnel_id().unwrap_or(0),
                 };
                 output(&mut cx, buf.frame(), port, max_len, in_port, meta, out);
             }
-            Action::SetField(field, value) => set_field(&mut cx, buf.frame_mut(), field, value),
+            Action::SetField(field, value) => {
+                if field == Field::TunnelId {
+                    buf.set_tunnel_id(Some(value as u64));
+                }
+                set_field(&mut cx, buf.frame_mut(), field, value)
+            }
             Action::SetNwTtl(ttl) => {
                 set_nw_ttl(&mut cx, buf.frame_mut(), |_| Some(ttl));
             }
@@ -691,6 +700,7 @@ impl GroupRun<'_> {
                 // The copy keeps the default headroom for the bucket's
                 // pushes; a rare path (groups), so a fresh buffer is fine.
                 let mut copy = PacketBuf::from_frame(buf.frame(), 0);
+                copy.set_tunnel_id(buf.tunnel_id());
                 let mut layout = *cx.lay;
                 execute_at_depth(
                     prepared,

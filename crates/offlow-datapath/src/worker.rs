@@ -155,7 +155,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use offlow_flow::{extract_to, FlowKey, Layout, ParseStats};
+use offlow_flow::{extract_to, present, Field, FlowKey, Layout, ParseStats};
 use offlow_pipeline::{FlowModFlags, Outcome, PacketInOrigin, PathStep, Pipeline, Resolution};
 use offlow_sync::ReadHandle;
 
@@ -827,6 +827,13 @@ where
     let mut extended = 0u64;
     for (i, buf) in chunk.iter().enumerate() {
         extract_to(buf.frame(), in_port, &mut keys[i], &mut layouts[i], parse);
+        if let Some(id) = buf.tunnel_id() {
+            // From a tunnel port: the key of the encapsulation it came in
+            // is logical-port metadata, not a header of the frame, so no
+            // pop of the frame's own headers clears it.
+            keys[i].set(Field::TunnelId, u128::from(id));
+            keys[i].clear_presence(present::TUNNEL);
+        }
         let (hash, ext) = flow_hash_ext(&keys[i]);
         hashes[i] = hash;
         extended |= u64::from(ext) << i;
@@ -1013,6 +1020,7 @@ fn execute_decision<S, O>(
             let meta = OutputMeta {
                 queue: None,
                 final_view: true,
+                tunnel_id: buf.tunnel_id().unwrap_or(0),
             };
             sink.output(port, buf.frame(), meta);
             stats.outputs += 1;

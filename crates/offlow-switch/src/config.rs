@@ -92,6 +92,35 @@ pub enum PortKind {
         /// Capture to write.
         output: Option<PathBuf>,
     },
+    /// A tunnel (Open vSwitch's `type=gre` / `type=vxlan` interfaces): a
+    /// logical port whose frames arrive encapsulated on another port (the
+    /// underlay), are decapsulated there and enter the pipeline on this
+    /// port with the key as `tunnel_id`; an output to it is encapsulated
+    /// and sent on the underlay. See [`offlow_wire::tunnel`].
+    Tunnel(TunnelConfig),
+}
+
+impl PortKind {
+    /// Backed by a Linux interface, which may come and go (AF_PACKET or
+    /// AF_XDP); capture and tunnel ports are not.
+    pub fn is_interface(&self) -> bool {
+        matches!(self, PortKind::AfPacket | PortKind::AfXdp)
+    }
+}
+
+/// A tunnel port's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TunnelConfig {
+    /// Encapsulation, addresses, key, checksums and the outer Ethernet
+    /// addresses (static: the next hop's address is configured, not
+    /// resolved).
+    pub endpoint: offlow_wire::tunnel::Endpoint,
+    /// OpenFlow number of the port the encapsulated frames use (an
+    /// interface or capture port of this switch, not a tunnel).
+    pub underlay: u32,
+    /// `endpoint.local_mac` is not configured: use the underlay
+    /// interface's address, read when the switch starts.
+    pub local_mac_from_underlay: bool,
 }
 
 /// How long an idle worker keeps polling its ports after its last frame

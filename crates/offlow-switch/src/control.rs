@@ -235,8 +235,10 @@ fn start_ports(
                 }
             }
             // A capture port is always up; packet-outs to it are dropped
-            // (its file belongs to the worker).
-            PortKind::Pcap { .. } => (
+            // (its file belongs to the worker). A tunnel port is up too
+            // (point to point, no liveness protocol): Open vSwitch shows
+            // its tunnel ports up whatever the far end does.
+            PortKind::Pcap { .. } | PortKind::Tunnel(_) => (
                 None,
                 offlow_io::LinkState {
                     hw_addr: [0; 6],
@@ -245,7 +247,7 @@ fn start_ports(
                 },
             ),
         };
-        let interface = !matches!(p.kind, PortKind::Pcap { .. });
+        let interface = p.kind.is_interface();
         ports.push(SwitchPort::new(p.number, &p.name, interface, tx, link));
         data_ports.push(DataPort {
             ifname: p.name.clone(),
@@ -253,6 +255,32 @@ fn start_ports(
             kind: p.kind.clone(),
             missing,
         });
+    }
+    // A tunnel without a configured outer source address sends with its
+    // underlay interface's (read just above; a missing or capture
+    // underlay has none, so its tunnel sends from 00:00:00:00:00:00 until
+    // configured: said once here).
+    for d in data_ports.iter_mut() {
+        let PortKind::Tunnel(t) = &mut d.kind else {
+            continue;
+        };
+        if t.local_mac_from_underlay {
+            match ports.iter().find(|p: &&SwitchPort| p.number == t.underlay) {
+                Some(u) if u.link.hw_addr != [0; 6] => t.endpoint.local_mac = u.link.hw_addr,
+                _ => warn!(
+                    port = d.number,
+                    underlay = t.underlay,
+                    "tunnel port: the underlay's Ethernet address is unknown; set local_mac"
+                ),
+            }
+        }
+    }
+    for d in &data_ports {
+        if let (PortKind::Tunnel(t), Some(p)) =
+            (&d.kind, ports.iter_mut().find(|p| p.number == d.number))
+        {
+            p.tunnel = Some((t.endpoint, t.underlay));
+        }
     }
     // The offload tier's program goes on first: AF_XDP ports register
     // their sockets in its map instead of attaching a program of their own.
@@ -327,7 +355,7 @@ fn open_xdp_backend(
 ) -> anyhow::Result<(XdpBackend, Vec<Option<ExternalXsk>>)> {
     let ports: Vec<XdpPort> = data_ports
         .iter()
-        .filter(|p| !p.missing && !matches!(p.kind, PortKind::Pcap { .. }))
+        .filter(|p| !p.missing && p.kind.is_interface())
         .map(|p| XdpPort {
             ofport: p.number,
             ifname: p.ifname.clone(),

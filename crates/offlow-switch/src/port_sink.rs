@@ -9,7 +9,11 @@
 //! lent it), which flushes only the pending ports. Outputs to a port
 //! configured `no_fwd` or `port_down` are dropped and counted per port;
 //! outputs to an unknown port are counted (`drop_unknown_port`). FLOOD and
-//! ALL expand over the port infos. Frames for the controller are copied
+//! ALL expand over the port infos. An output to a tunnel port
+//! ([`PortSink::with_tunnels`]) is encapsulated into a scratch buffer
+//! ([`offlow_wire::tunnel::Endpoint::encapsulate`]) and queued on the
+//! tunnel's underlay port; the tunnel port's transmit counters count the
+//! inner frames. Frames for the controller are copied
 //! into a bounded packet-in channel when some connection wants their
 //! reason (`packet_in_wanted`), never waited for. Steering (the
 //! `offlow_workers` action) stages frames per destination worker; the
@@ -30,7 +34,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use offlow_datapath::{OutputMeta, OutputSink, PortInfo};
-use offlow_io::Port;
+use offlow_io::{Port, PortStats};
 use offlow_openflow::packet_in_reason::{
     ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
 };
@@ -101,6 +105,19 @@ pub struct PacketInQueue {
     pub wanted: Arc<AtomicU32>,
 }
 
+/// Where an output to a tunnel port goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TunnelTx {
+    /// The encapsulation (its `local_mac` resolved).
+    pub endpoint: offlow_wire::tunnel::Endpoint,
+    /// Index of the underlay port (like the sink's port infos).
+    pub underlay: usize,
+}
+
+/// Largest encapsulated frame the sink builds (a worker buffer's frame
+/// plus the largest outer headers).
+const TUNNEL_SCRATCH: usize = 4096;
+
 /// Port numbers below this are found by direct index in a [`PortSink`].
 const DIRECT_PORTS: usize = 1024;
 
@@ -141,6 +158,15 @@ pub struct PortSink {
     pub(crate) no_steer: bool,
     /// Frames refused because their destination's staging batch was full.
     pub(crate) drop_steer_inbox_full: u64,
+    /// Per port: `Some` for a tunnel port (outputs are encapsulated).
+    pub(crate) tunnels: Vec<Option<TunnelTx>>,
+    /// Per port: a tunnel port's counters (received: decapsulated by the
+    /// packet thread; sent: encapsulated here); zero for other ports.
+    pub(crate) tunnel_stats: Vec<PortStats>,
+    /// Where encapsulations are built (allocated with the first tunnel).
+    tunnel_scratch: Vec<u8>,
+    /// The outer IPv4 identification of the next encapsulation.
+    tunnel_ident: u16,
 }
 
 impl PortSink {
@@ -184,6 +210,61 @@ impl PortSink {
             staged: vec![SteerBatch::default()],
             no_steer: false,
             drop_steer_inbox_full: 0,
+            tunnels: vec![None; n],
+            tunnel_stats: vec![PortStats::default(); n],
+            tunnel_scratch: Vec::new(),
+            tunnel_ident: 0,
+        }
+    }
+
+    /// Tunnel ports: `tunnels[i]` says where an output to port `i` (by
+    /// index like the infos) is encapsulated to; `None` for other ports.
+    /// Extra entries are ignored, missing ones are `None`.
+    pub fn with_tunnels(mut self, tunnels: &[Option<TunnelTx>]) -> PortSink {
+        for (slot, t) in self.tunnels.iter_mut().zip(tunnels) {
+            *slot = *t;
+        }
+        if self.tunnels.iter().any(Option::is_some) {
+            self.tunnel_scratch = vec![0; TUNNEL_SCRATCH];
+        }
+        self
+    }
+
+    /// The counters of tunnel port index `i` (zero for other ports).
+    pub fn tunnel_stats(&self, i: usize) -> PortStats {
+        self.tunnel_stats.get(i).copied().unwrap_or_default()
+    }
+
+    /// Encapsulate `frame` for the tunnel at port index `i` and queue it
+    /// on the underlay. The identification counts per worker (unique
+    /// enough for DF-set packets, which are never reassembled); the VXLAN
+    /// source port comes from the inner addresses so a flow keeps one.
+    #[cold]
+    fn output_tunnel(&mut self, i: usize, t: TunnelTx, frame: &[u8], meta: OutputMeta) {
+        let stats = &mut self.tunnel_stats[i];
+        self.tunnel_ident = self.tunnel_ident.wrapping_add(1);
+        let entropy = inner_entropy(frame);
+        let sent = t
+            .endpoint
+            .encapsulate(
+                frame,
+                meta.tunnel_id,
+                self.tunnel_ident,
+                entropy,
+                &mut self.tunnel_scratch,
+            )
+            .is_some_and(|n| match self.ports_tx.get_mut(t.underlay) {
+                Some(p) if !self.no_fwd[t.underlay] => {
+                    self.pending[t.underlay] = true;
+                    p.send(&self.tunnel_scratch[..n])
+                }
+                _ => false,
+            });
+        if sent {
+            stats.tx_packets += 1;
+            stats.tx_bytes += frame.len() as u64;
+        } else {
+            stats.tx_dropped += 1;
         }
     }
 
@@ -297,6 +378,24 @@ impl PortSink {
     }
 }
 
+/// A 16-bit hash of a frame's Ethernet addresses and, for IPv4, its
+/// addresses and ports (bytes 0..12 and 26..38 when present): what VXLAN's
+/// outer source port is made of (RFC 7348 §5: "a hash of fields from the
+/// inner packet"), the same for every frame of a flow.
+fn inner_entropy(frame: &[u8]) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    let ipv4 = frame.get(12..14) == Some(&[0x08, 0x00]);
+    let tail = if ipv4 {
+        frame.get(26..38).unwrap_or(&[])
+    } else {
+        &[]
+    };
+    for &b in frame.iter().take(12).chain(tail) {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (h ^ (h >> 16)) as u16
+}
+
 impl PortSink {
     /// The index of port `port` in `infos`: direct for small numbers, a
     /// scan otherwise (and when the direct slot does not name it).
@@ -314,11 +413,13 @@ impl PortSink {
 
 impl OutputSink for PortSink {
     #[inline]
-    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
+    fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta) {
         match self.index_of(port) {
             Some(i) if self.no_fwd[i] => self.no_fwd_drops[i] += 1,
             Some(i) => {
-                if let Some(p) = self.ports_tx.get_mut(i) {
+                if let Some(t) = self.tunnels[i] {
+                    self.output_tunnel(i, t, frame, meta);
+                } else if let Some(p) = self.ports_tx.get_mut(i) {
                     p.send(frame);
                     self.pending[i] = true;
                 }
@@ -411,6 +512,7 @@ mod tests {
     const META: OutputMeta = OutputMeta {
         queue: None,
         final_view: true,
+        tunnel_id: 0,
     };
 
     fn sink(me: usize, n_workers: usize) -> PortSink {
@@ -445,6 +547,64 @@ mod tests {
         // No packet-in queue: nobody wants one, nothing is copied.
         OutputSink::controller(&mut s, b"pi", 64, PacketInOrigin::UNKNOWN, META);
         assert_eq!((s.drop_packet_in_unwanted, s.packet_ins), (1, 0));
+    }
+
+    #[test]
+    fn outputs_to_a_tunnel_are_encapsulated_onto_its_underlay() {
+        use offlow_io::MemPort;
+        use offlow_wire::tunnel::{classify, Classified, Endpoint, KeyMode, Kind};
+        let ours = Endpoint {
+            key: KeyMode::Flow,
+            ..Endpoint::new(
+                Kind::Gre,
+                [192, 168, 50, 1],
+                [192, 168, 50, 2],
+                [2, 0, 0, 0, 0, 1],
+                [2, 0, 0, 0, 0, 2],
+            )
+        };
+        let (underlay, peer) = MemPort::pair("u", 8);
+        let ports: Vec<Box<dyn Port>> = vec![
+            Box::new(underlay),
+            Box::new(DiscardPort::new("gre0", 4, 64)),
+        ];
+        let mut s = PortSink::new(vec![info(1), info(10)], ports, None).with_tunnels(&[
+            None,
+            Some(TunnelTx {
+                endpoint: ours,
+                underlay: 0,
+            }),
+        ]);
+        let inner: Vec<u8> = (0..60u8).collect();
+        let meta = OutputMeta {
+            tunnel_id: 0x4242,
+            ..META
+        };
+        s.output(10, &inner, meta);
+        assert_eq!(s.pending, vec![true, false], "queued on the underlay");
+        s.flush().unwrap();
+        let sent = peer.take();
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].len(), inner.len() + ours.overhead());
+        assert_eq!(&sent[0][0..6], &[2, 0, 0, 0, 0, 2], "to the next hop");
+        // The far end takes it back: the same inner bytes, the key.
+        let far = Endpoint {
+            local_ip: ours.remote_ip,
+            remote_ip: ours.local_ip,
+            ..ours
+        };
+        match classify(&sent[0], &[far]) {
+            Classified::Tunnel(d) => {
+                assert_eq!(&sent[0][d.inner], &inner[..]);
+                assert_eq!(d.tunnel_id, 0x4242);
+            }
+            other => panic!("{other:?}"),
+        }
+        let st = s.tunnel_stats(1);
+        assert_eq!((st.tx_packets, st.tx_bytes, st.tx_dropped), (1, 60, 0));
+        // Too long to encapsulate into the scratch buffer: dropped, counted.
+        s.output(10, &vec![0u8; TUNNEL_SCRATCH], meta);
+        assert_eq!(s.tunnel_stats(1).tx_dropped, 1);
     }
 
     #[test]

@@ -51,6 +51,7 @@ pub mod mpls;
 pub mod pbb;
 pub mod sctp;
 pub mod tcp;
+pub mod tunnel;
 pub mod udp;
 pub mod vlan;
 pub mod vxlan;

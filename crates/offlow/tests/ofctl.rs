@@ -20,8 +20,7 @@ use offlow_openflow::{Body, ErrorMsg, FlowMod, Message, OfError, Oxm, OxmMatch};
 mod common;
 
 use common::{
-    can_run, first_number_after, flow_lines, ofctl, ofctl_output, spawn_offlow, Daemon, Peer,
-    OFCTL_TIMEOUT,
+    can_run, first_number_after, flow_lines, ofctl, ofctl_output, Daemon, Peer, OFCTL_TIMEOUT,
 };
 
 /// Whether `ovs-ofctl` can be used; without it, skip (or fail under CI:
@@ -255,10 +254,7 @@ fn active_connection_reconnects() {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = l.local_addr().expect("addr").port();
     let ctl = format!("tcp:127.0.0.1:{port}");
-    let mut d = Daemon {
-        child: spawn_offlow(&["run", "--controller", &ctl, "--dpid", "7"]),
-        port: 0,
-    };
+    let mut d = Daemon::spawn(&["run", "--controller", &ctl, "--dpid", "7"], 0);
     for round in 0..2 {
         l.set_nonblocking(false).expect("blocking");
         let (s, _) = accept_within(&l, Duration::from_secs(10));

@@ -135,9 +135,31 @@ struct ControlSink<'a> {
 }
 
 impl OutputSink for ControlSink<'_> {
-    fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
+    fn output(&mut self, port: u32, frame: &[u8], meta: OutputMeta) {
         match self.ports.iter_mut().find(|p| p.number == port) {
             Some(p) if p.config & (OFPPC_NO_FWD | OFPPC_PORT_DOWN) != 0 => self.drop_no_fwd += 1,
+            Some(p) if p.tunnel.is_some() => {
+                let Some((endpoint, underlay)) = p.tunnel else {
+                    return;
+                };
+                // A packet-out is rare: a fresh buffer is fine. The
+                // identification restarts per message (DF is set; nothing
+                // reassembles these).
+                let mut out = vec![0u8; frame.len() + endpoint.overhead()];
+                let sent = endpoint
+                    .encapsulate(frame, meta.tunnel_id, 0, 0, &mut out)
+                    .is_some_and(|n| {
+                        self.ports
+                            .iter()
+                            .find(|u| u.number == underlay)
+                            .and_then(|u| u.tx.as_ref())
+                            .is_some_and(|tx| tx.send(&out[..n]))
+                    });
+                match self.ports.iter_mut().find(|p| p.number == port) {
+                    Some(p) if sent => p.tx_packets += 1,
+                    _ => self.drop_unknown_port += 1,
+                }
+            }
             Some(p) => match &p.tx {
                 Some(tx) if tx.send(frame) => p.tx_packets += 1,
                 _ => self.drop_unknown_port += 1,

@@ -33,6 +33,10 @@ pub struct SwitchPort {
     /// An unexpected failure to open it was logged (reset when the
     /// interface is found missing, so the next failure is logged again).
     pub(super) open_failed: bool,
+    /// A tunnel port: its encapsulation (local address resolved) and its
+    /// underlay's port number; packet-outs to it are encapsulated and
+    /// sent on the underlay's transmit socket.
+    pub tunnel: Option<(offlow_wire::tunnel::Endpoint, u32)>,
 }
 
 /// The `OFPPC_*` bits PORT_MOD may set (OpenFlow 1.3.5 §7.2.1).
@@ -65,6 +69,7 @@ impl SwitchPort {
             tx_packets: 0,
             config: 0,
             open_failed: false,
+            tunnel: None,
         }
     }
 

@@ -118,6 +118,7 @@ use tracing::{info, warn};
 
 mod ports;
 mod stats;
+mod tunnels;
 
 use ports::{external_share, fanout_id, open_port, xdp_program, AbsentPort, Generations, XdpShare};
 pub use ports::{DataPort, ExternalXsk};
@@ -269,6 +270,7 @@ impl Dataplane {
         let base = (std::process::id() as u16).wrapping_mul(31);
         let fanout_base = (n_workers > 1).then_some(base);
         let n_ports = cfg.ports.len();
+        let tunnel_tx = tunnels::tunnel_outputs(cfg.ports)?;
         let gens = Arc::new(Generations::new(n_ports));
         // One program per AF_XDP port, shared by every worker's sockets
         // (kept in `gens` for re-opens at generation 0).
@@ -346,7 +348,8 @@ impl Dataplane {
                         wanted: cfg.packet_in_wanted.clone(),
                     }),
                 )
-                .with_steering(i, n_workers),
+                .with_steering(i, n_workers)
+                .with_tunnels(&tunnel_tx),
                 inboxes: inboxes.clone(),
                 incoming: SteerBatch::default(),
                 steered_out: 0,
@@ -377,6 +380,8 @@ impl Dataplane {
                 sampler: cfg.sample_every.map(Sampler::new),
                 samples: sample_slot,
                 receive: cfg.receive,
+                decap: tunnels::Decapsulator::new(&tunnel_tx),
+                segments: Vec::new(),
             };
             let spawned = std::thread::Builder::new()
                 .name(format!("offlow-worker-{i}"))
@@ -439,11 +444,11 @@ impl Dataplane {
     /// Ask every worker to re-open the port numbered `number` (its
     /// interface appeared, or was re-created: the old sockets are bound to
     /// the old one). Workers do it between batches, within about an idle
-    /// sleep. False when there is no such port or it is a capture port
-    /// (its files belong to the worker; nothing to re-open).
+    /// sleep. False when there is no such port or it is a capture or
+    /// tunnel port (nothing to re-open).
     pub fn reopen(&self, number: u32) -> bool {
         match self.ports.iter().position(|p| p.number == number) {
-            Some(i) if !matches!(self.ports[i].kind, PortKind::Pcap { .. }) => self.gens.bump(i),
+            Some(i) if self.ports[i].kind.is_interface() => self.gens.bump(i),
             _ => false,
         }
     }
@@ -600,6 +605,10 @@ struct WorkerThread {
     samples: SampleSlot,
     /// The ring of AF_PACKET ports it (re-)opens, and its idle policy.
     receive: Receive,
+    /// Tunnel ports: which received frames are decapsulated for them.
+    decap: tunnels::Decapsulator,
+    /// Runs of a sorted underlay batch, by port index (reused).
+    segments: Vec<(usize, std::ops::Range<usize>)>,
 }
 
 impl WorkerThread {
@@ -652,20 +661,21 @@ impl WorkerThread {
                 if self.drop_if_no_recv(i, &bufs[..n]) {
                     continue;
                 }
-                let in_port = self.sink.infos[i].port;
-                if let Some(s) = &mut self.sampler {
-                    for b in &bufs[..n] {
-                        s.offer(b.frame(), in_port);
+                if self.decap.is_underlay(i) {
+                    let mut segments = std::mem::take(&mut self.segments);
+                    self.decap.sort_batch(
+                        i,
+                        &mut bufs[..n],
+                        &mut self.sink.tunnel_stats,
+                        &mut segments,
+                    );
+                    for (port, range) in segments.iter().cloned() {
+                        self.process_received(port, &mut bufs[range]);
                     }
+                    self.segments = segments;
+                } else {
+                    self.process_received(i, &mut bufs[..n]);
                 }
-                self.sink.in_port = in_port;
-                // Lend the ports to the sink for the batch's outputs.
-                self.sink.ports_tx = std::mem::take(&mut self.ports);
-                self.worker.process(&mut bufs[..n], in_port, &mut self.sink);
-                self.ports = std::mem::take(&mut self.sink.ports_tx);
-                // After every batch: a round over several ports (or FLOOD)
-                // would otherwise queue more than a transmit batch holds.
-                self.flush_pending();
             }
             self.deliver_steered();
             if self.take_inbox() {
@@ -728,6 +738,25 @@ impl WorkerThread {
                 "busy poll: core found shared, slept between frames for a while"
             );
         }
+    }
+
+    /// Run `bufs`, received on (or decapsulated for) port index `i`,
+    /// through the worker, and transmit what it sent.
+    fn process_received(&mut self, i: usize, bufs: &mut [PacketBuf]) {
+        let in_port = self.sink.infos[i].port;
+        if let Some(s) = &mut self.sampler {
+            for b in bufs.iter() {
+                s.offer(b.frame(), in_port);
+            }
+        }
+        self.sink.in_port = in_port;
+        // Lend the ports to the sink for the batch's outputs.
+        self.sink.ports_tx = std::mem::take(&mut self.ports);
+        self.worker.process(bufs, in_port, &mut self.sink);
+        self.ports = std::mem::take(&mut self.sink.ports_tx);
+        // After every batch: a round over several ports (or FLOOD)
+        // would otherwise queue more than a transmit batch holds.
+        self.flush_pending();
     }
 
     /// How long an idle worker keeps polling before it sleeps (busy
@@ -1124,6 +1153,7 @@ impl WorkerThread {
             total.rx_bytes = total.rx_bytes.saturating_sub(dropped_bytes);
             total.rx_dropped += dropped;
             total.tx_dropped += self.sink.no_fwd_drops.get(i).copied().unwrap_or(0);
+            total.add(&self.sink.tunnel_stats(i));
             *d = total;
         }
         s.drop_oversize = self.drop_oversize;
@@ -1141,6 +1171,8 @@ impl WorkerThread {
         s.steered_out = self.steered_out;
         s.steered_in = self.steered_in;
         s.drop_steer_inbox_full = self.sink.drop_steer_inbox_full;
+        s.drop_tunnel_malformed = self.decap.malformed;
+        s.drop_tunnel_unknown_key = self.decap.unknown_key;
     }
 }
 
@@ -1201,6 +1233,8 @@ mod tests {
             no_recv_drops: vec![0; n],
             no_recv_bytes: vec![0; n],
             receive: Receive::default(),
+            decap: tunnels::Decapsulator::default(),
+            segments: Vec::new(),
         }
     }
 
@@ -1249,6 +1283,7 @@ mod tests {
             OutputMeta {
                 queue: None,
                 final_view: true,
+                tunnel_id: 0,
             },
         );
         assert_eq!(t.sink.no_fwd_drops, vec![0, 1]);

@@ -322,6 +322,10 @@ pub(super) fn open_port(
                 "AF_XDP port open");
             Box::new(port)
         }
+        // Its frames arrive on its underlay and are decapsulated there;
+        // outputs to it are encapsulated by the sink and sent on the
+        // underlay: the slot itself only stands for the port.
+        PortKind::Tunnel(_) => Box::new(AbsentPort::new(&p.ifname)),
         // The configuration allows capture ports with one worker only:
         // this is it.
         PortKind::Pcap { input, output } => Box::new(

@@ -52,6 +52,12 @@ pub struct DataplaneStats {
     /// Frames to steer away dropped because the destination's inbox
     /// was full.
     pub drop_steer_inbox_full: u64,
+    /// Frames addressed to a tunnel port whose outer or tunnel header was
+    /// malformed (dropped; also in the tunnel port's `rx_errors`).
+    pub drop_tunnel_malformed: u64,
+    /// Frames addressed to the tunnels' addresses with a key no tunnel
+    /// port takes (dropped).
+    pub drop_tunnel_unknown_key: u64,
 }
 
 impl DataplaneStats {
@@ -85,6 +91,8 @@ impl DataplaneStats {
         self.steered_out += o.steered_out;
         self.steered_in += o.steered_in;
         self.drop_steer_inbox_full += o.drop_steer_inbox_full;
+        self.drop_tunnel_malformed += o.drop_tunnel_malformed;
+        self.drop_tunnel_unknown_key += o.drop_tunnel_unknown_key;
     }
 }
 

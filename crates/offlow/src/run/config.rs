@@ -28,6 +28,17 @@
 //! number = 1                 # its OpenFlow port number (default: position)
 //! kind = "af_packet"         # or "af_xdp", or "pcap" with input = "in.pcap" and/or output = "out.pcap"
 //!
+//! [[port]]                   # a tunnel port (Open vSwitch's type=gre / type=vxlan; see `run::tunnel`)
+//! name = "gre0"
+//! number = 10
+//! kind = "gre"               # or "vxlan" (dst_port = 4789)
+//! local_ip = "192.168.50.1"
+//! remote_ip = "192.168.50.2"
+//! underlay = 1               # the port its encapsulated frames use
+//! remote_mac = "02:00:00:00:00:02"   # the next hop (static; local_mac defaults to the underlay's)
+//! key = "flow"               # or a number; absent: no key
+//! csum = false               # GRE checksums on output
+//!
 //! [[steer]]                  # OFiS "forward to a subset of CPUs"
 //! match = "udp,tp_dst=53"    # ovs-ofctl match syntax
 //! workers = [1]              # only these packet workers process such packets
@@ -140,7 +151,10 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub tables: Option<u16>,
     /// Data port (repeatable): a Linux interface, `IFNAME` or
-    /// `IFNAME=NUMBER` (default number: its position, from 1).
+    /// `IFNAME=NUMBER` (default number: its position, from 1); `af_xdp:IFNAME`;
+    /// `pcap:IN[:OUT]`; or a tunnel port, `NAME[=NUMBER],type=gre|vxlan,
+    /// local_ip=A,remote_ip=B,underlay=PORT,remote_mac=MAC[,key=N|flow]
+    /// [,csum=true][,local_mac=MAC][,dst_port=P][,ttl=T][,tos=T]`.
     #[arg(long = "port", value_name = "IFNAME[=NUMBER]")]
     pub ports: Vec<String>,
     /// Open the ports inside this network namespace (`ip netns` name).
@@ -247,6 +261,21 @@ fn check_port_number(n: u32) -> anyhow::Result<u32> {
 }
 
 fn parse_port_flag(s: &str, position: usize) -> anyhow::Result<PortConfig> {
+    if s.contains(',') {
+        let (name, number, tunnel) = super::tunnel::parse_flag(s)?;
+        let number = match number {
+            Some(n) => n
+                .parse::<u32>()
+                .map_err(|e| anyhow::anyhow!("`{n}`: {e}"))?,
+            None => position as u32,
+        };
+        check_ifname(name)?;
+        return Ok(PortConfig {
+            name: name.to_string(),
+            number: check_port_number(number)?,
+            kind: PortKind::Tunnel(tunnel),
+        });
+    }
     if let Some(rest) = s.strip_prefix("af_xdp:") {
         let mut p = parse_port_flag(rest, position)?;
         if p.kind != PortKind::AfPacket {
@@ -312,6 +341,24 @@ fn check_ports(ports: &[PortConfig]) -> anyhow::Result<()> {
         }
         if ports[..i].iter().any(|q| q.name == p.name) {
             bail!("port {} listed twice", p.name);
+        }
+    }
+    // Every port is listed: a tunnel's underlay must be one, not a tunnel.
+    for p in ports {
+        if let PortKind::Tunnel(t) = &p.kind {
+            match ports.iter().find(|u| u.number == t.underlay) {
+                None => bail!(
+                    "tunnel port {}: underlay={} is not a port number of this switch",
+                    p.name,
+                    t.underlay
+                ),
+                Some(u) if matches!(u.kind, PortKind::Tunnel(_)) => bail!(
+                    "tunnel port {}: underlay {} is itself a tunnel",
+                    p.name,
+                    u.name
+                ),
+                Some(_) => {}
+            }
         }
     }
     Ok(())
@@ -522,14 +569,17 @@ impl Default for RunConfig {
     }
 }
 
+/// (Unknown keys land in `tunnel` and are refused with the port's line.)
 #[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
 struct FilePort {
     name: toml::Spanned<String>,
     number: Option<toml::Spanned<u32>>,
     kind: Option<toml::Spanned<String>>,
     input: Option<toml::Spanned<String>>,
     output: Option<toml::Spanned<String>>,
+    /// A tunnel's options (`kind = "gre"` or `"vxlan"`; see `run::tunnel`).
+    #[serde(flatten)]
+    tunnel: std::collections::BTreeMap<String, toml::Value>,
 }
 
 /// The file's shape. Values that need checking beyond their type keep their
@@ -651,6 +701,23 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
                 PortKind::AfPacket
             }
             Some(("af_xdp", _)) => PortKind::AfXdp,
+            Some((k, span)) if super::tunnel::kind_of(k).is_some() => {
+                let kind = super::tunnel::kind_of(k).unwrap_or(offlow_wire::tunnel::Kind::Gre);
+                let values: Vec<(&str, String)> = p
+                    .tunnel
+                    .iter()
+                    .map(|(key, v)| {
+                        let text = match v {
+                            toml::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        };
+                        (key.as_str(), text)
+                    })
+                    .collect();
+                let t = super::tunnel::parse(kind, values.iter().map(|(k, v)| (*k, v.as_str())))
+                    .map_err(|e| at("port", span, e))?;
+                PortKind::Tunnel(t)
+            }
             Some(("pcap", span)) => {
                 let path = |f: &Option<toml::Spanned<String>>| {
                     f.as_ref().map(|f| PathBuf::from(f.get_ref()))
@@ -670,12 +737,24 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
                     "port.kind",
                     span,
                     anyhow::anyhow!(
-                        "`{other}`: the supported kinds are `af_packet`, `af_xdp` and `pcap`"
+                        "`{other}`: the supported kinds are `af_packet`, `af_xdp`, `pcap`, \
+                         `gre` and `vxlan`"
                     ),
                 ));
             }
         };
-        if kind == PortKind::AfPacket || kind == PortKind::AfXdp {
+        if let (Some((key, _)), false) =
+            (p.tunnel.iter().next(), matches!(kind, PortKind::Tunnel(_)))
+        {
+            return Err(at(
+                "port",
+                p.name.span(),
+                anyhow::anyhow!(
+                    "`{key}`: unknown port key (tunnel options need kind = \"gre\" or \"vxlan\")"
+                ),
+            ));
+        }
+        if kind.is_interface() || matches!(kind, PortKind::Tunnel(_)) {
             check_ifname(p.name.get_ref()).map_err(|e| at("port.name", p.name.span(), e))?;
         }
         ports.push(PortConfig {
@@ -984,6 +1063,50 @@ mod tests {
         for bad in ["ptcp:", "ptcp:x", "ptcp:1:notanip", "tcp:1"] {
             assert!(parse_passive(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn file_tunnel_ports_and_their_errors() {
+        let text = "[[port]]\nname = \"veth1\"\n\n[[port]]\nname = \"gre0\"\nnumber = 10\n\
+                    kind = \"gre\"\nlocal_ip = \"192.168.50.1\"\nremote_ip = \"192.168.50.2\"\n\
+                    underlay = 1\nremote_mac = \"02:00:00:00:00:02\"\nkey = 7\ncsum = true\n";
+        let c = parse_file(Path::new("sw.toml"), text).unwrap();
+        let PortKind::Tunnel(t) = &c.ports[1].kind else {
+            panic!("{:?}", c.ports[1])
+        };
+        assert_eq!(t.endpoint.key, offlow_wire::tunnel::KeyMode::Fixed(7));
+        assert!(t.endpoint.csum);
+        // A bad option names the port's line.
+        let bad = text.replace("key = 7", "key = \"seven\"");
+        let e = parse_file(Path::new("sw.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 7") && e.contains("seven"), "{e}");
+        // An underlay that is not a port.
+        let bad = text.replace("underlay = 1", "underlay = 3");
+        let e = parse_file(Path::new("sw.toml"), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("underlay=3"), "{e}");
+        // A tunnel option on an ordinary port.
+        let e = parse_file(
+            Path::new("sw.toml"),
+            "[[port]]\nname = \"v\"\nremote_ip = \"1.1.1.1\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("line 2") && e.contains("remote_ip"), "{e}");
+    }
+
+    #[test]
+    fn tunnel_port_flag() {
+        let p = parse_port_flag(
+            "gre0=10,type=gre,local_ip=1.1.1.1,remote_ip=1.1.1.2,underlay=1,remote_mac=2:0:0:0:0:2",
+            4,
+        )
+        .unwrap();
+        assert_eq!((p.name.as_str(), p.number), ("gre0", 10));
+        assert!(matches!(p.kind, PortKind::Tunnel(_)));
     }
 
     #[test]

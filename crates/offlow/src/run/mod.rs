@@ -8,6 +8,7 @@
 //! `offlow_switch` for the packet threads.
 
 pub(crate) mod config;
+mod tunnel;
 
 pub(crate) use config::RunArgs;
 

@@ -181,6 +181,9 @@ pub(crate) struct TraceReport {
     pub frame_len: usize,
     /// Described fields the frame does not carry (prerequisites missing).
     pub warnings: Vec<String>,
+    /// The packet came decapsulated from a tunnel port: its tunnel
+    /// metadata (`tun_id`, and the outer addresses if given).
+    pub tunnel: Option<TunnelMeta>,
     /// Tables visited, in order.
     pub tables: Vec<TableStep>,
     /// The action set at the end of the pipeline, in execution order.
@@ -222,9 +225,44 @@ pub(crate) fn main(args: &TraceArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A packet's tunnel metadata: what a tunnel port gives the packets it
+/// decapsulates (Open vSwitch's `tun_id`, `tun_src`, `tun_dst`).
+#[derive(Debug, Serialize, Default, Clone, PartialEq, Eq)]
+pub(crate) struct TunnelMeta {
+    /// The key of the encapsulation (GRE key, VXLAN VNI).
+    pub tun_id: u64,
+    /// Outer source address (the far end), if given.
+    pub tun_src: Option<std::net::Ipv4Addr>,
+    /// Outer destination address (this end), if given.
+    pub tun_dst: Option<std::net::Ipv4Addr>,
+}
+
+/// Take `tun_src=A` and `tun_dst=B` out of a packet description (they are
+/// not OpenFlow 1.3 match fields, only metadata of a decapsulated packet).
+fn take_tunnel_addresses(flow: &str) -> anyhow::Result<(String, TunnelMeta)> {
+    let mut meta = TunnelMeta::default();
+    let mut rest = Vec::new();
+    for tok in flow.split(',') {
+        let t = tok.trim();
+        let parse = |v: &str| -> anyhow::Result<std::net::Ipv4Addr> {
+            v.parse()
+                .map_err(|_| anyhow!("FLOW `{t}`: not an IPv4 address"))
+        };
+        if let Some(v) = t.strip_prefix("tun_src=") {
+            meta.tun_src = Some(parse(v)?);
+        } else if let Some(v) = t.strip_prefix("tun_dst=") {
+            meta.tun_dst = Some(parse(v)?);
+        } else {
+            rest.push(tok);
+        }
+    }
+    Ok((rest.join(","), meta))
+}
+
 /// Build the pipeline and trace the packet.
 pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
-    let packet = parse_packet(&args.flow).map_err(|e| anyhow!("FLOW {e}"))?;
+    let (flow, mut tunnel) = take_tunnel_addresses(&args.flow)?;
+    let packet = parse_packet(&flow).map_err(|e| anyhow!("FLOW {e}"))?;
     let plain_ports = |v: &[u32]| -> Vec<PortInfo> {
         v.iter()
             .map(|&port| PortInfo {
@@ -258,7 +296,18 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
     let in_port = packet.matcher.value.get(Field::InPort) as u32;
     let mut pstats = ParseStats::default();
     let parsed = extract(&frame, in_port, &mut pstats);
-    let key = parsed.key;
+    let mut key = parsed.key;
+    // A `tun_id` the frame does not carry (it is no GRE or VXLAN frame) is
+    // the metadata of a packet a tunnel port decapsulated, as the switch
+    // gives it (the packet's tunnel_id beyond its bytes).
+    let (tun_id, tun_mask) = packet.matcher.field(Field::TunnelId);
+    let from_tunnel = tun_mask != 0 && key.get(Field::TunnelId) != tun_id;
+    if from_tunnel || tunnel.tun_src.is_some() || tunnel.tun_dst.is_some() {
+        tunnel.tun_id = tun_id as u64;
+        key.set(Field::TunnelId, tun_id);
+        key.clear_presence(offlow_flow::present::TUNNEL);
+    }
+    let tunnel = (from_tunnel || tunnel != TunnelMeta::default()).then_some(tunnel);
     let mut warnings = Vec::new();
     for f in Field::ALL {
         let (v, m) = packet.matcher.field(f);
@@ -346,6 +395,7 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         }
     }
     let mut buf = PacketBuf::from_frame(&frame, 64);
+    buf.set_tunnel_id(tunnel.as_ref().map(|t| t.tun_id));
     let mut layout = parsed.layout;
     let mut sink = TraceSink {
         ports,
@@ -382,7 +432,7 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
             changed: if o.port.is_none() && o.frame.len() < o.total_len {
                 Vec::new()
             } else {
-                changes(&frame, &key, &o.frame, in_port)
+                changes(&frame, &key, &o.frame, in_port, o.tunnel_id)
             },
             packet_in: o.origin.map(|origin| PacketInReport {
                 reason: if origin.table_miss {
@@ -439,6 +489,7 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         packet: packet_string(&key),
         frame_len: frame.len(),
         warnings,
+        tunnel,
         tables,
         action_set: set_list.iter().map(format_action).collect(),
         actions: res.actions.iter().map(format_action).collect(),
@@ -469,9 +520,19 @@ fn packet_string(key: &FlowKey) -> String {
 }
 
 /// Fields (and the IP TTL) whose value in `after` differs from `before`.
-fn changes(before: &[u8], key: &FlowKey, after: &[u8], in_port: u32) -> Vec<Change> {
+fn changes(
+    before: &[u8],
+    key: &FlowKey,
+    after: &[u8],
+    in_port: u32,
+    tunnel_id: u64,
+) -> Vec<Change> {
     let mut st = ParseStats::default();
-    let p = extract(after, in_port, &mut st);
+    let mut p = extract(after, in_port, &mut st);
+    if tunnel_id != 0 {
+        // Metadata, not bytes: what the packet carries to the output.
+        p.key.set(Field::TunnelId, u128::from(tunnel_id));
+    }
     let mut out = Vec::new();
     let et = Some(key.get(Field::EthType) as u16);
     let proto = Some(key.get(Field::IpProto) as u8);
@@ -533,6 +594,8 @@ struct Emitted {
     queue: Option<u32>,
     /// For a packet-in: the flow entry that sent it.
     origin: Option<offlow_pipeline::PacketInOrigin>,
+    /// The packet's tunnel_id beyond its bytes at the output.
+    tunnel_id: u64,
 }
 
 /// Records the executor's outputs; FLOOD/ALL expand to `ports`.
@@ -549,6 +612,7 @@ impl OutputSink for TraceSink {
             total_len: frame.len(),
             queue: meta.queue,
             origin: None,
+            tunnel_id: meta.tunnel_id,
         });
     }
 
@@ -566,6 +630,7 @@ impl OutputSink for TraceSink {
             total_len: frame.len(),
             queue: meta.queue,
             origin: Some(origin),
+            tunnel_id: meta.tunnel_id,
         });
     }
 
@@ -739,6 +804,16 @@ pub(crate) fn render(r: &TraceReport) -> String {
         r.n_rules, r.n_tables, r.source
     );
     let _ = writeln!(s, "Frame: {} bytes", r.frame_len);
+    if let Some(t) = &r.tunnel {
+        let addr = |a: Option<std::net::Ipv4Addr>| a.map_or("?".to_string(), |a| a.to_string());
+        let _ = writeln!(
+            s,
+            "Tunnel metadata: tun_id={:#x} tun_src={} tun_dst={} (decapsulated by a tunnel port)",
+            t.tun_id,
+            addr(t.tun_src),
+            addr(t.tun_dst)
+        );
+    }
     for w in &r.warnings {
         let _ = writeln!(s, "warning: {w}");
     }

@@ -10,7 +10,8 @@
 //! - processes: [`run_bounded`] (a command with a time limit, its pipes
 //!   drained), [`Daemon`] (`offlow run --listen ptcp:PORT:127.0.0.1 ...`,
 //!   started and waited for until it accepts), [`free_port`],
-//!   [`free_ports`], [`wait_accepting`].
+//!   [`free_ports`], [`wait_accepting`]. A failed [`Daemon::ofctl`] says
+//!   whether the switch still runs, or how it died, and its last log lines.
 //! - `ovs-ofctl`: [`ofctl_output`], [`ofctl_checked`], [`ofctl`],
 //!   [`ofctl_at`]: always `-O OpenFlow13 --no-names --timeout=SECS`; and
 //!   [`Peer`], a raw OpenFlow connection the test drives message by message.
@@ -176,60 +177,282 @@ pub(crate) fn target(port: u16) -> String {
 
 /// Wait until 127.0.0.1:`port` accepts a connection (bounded by
 /// [`START_WAIT`]); `what` names the listener in failures. With `child`,
-/// fail at once when it exits first.
-pub(crate) fn wait_accepting(port: u16, what: &str, mut child: Option<&mut Child>) {
+/// the listening socket must be the child's own (see [`listens_on`]), and
+/// a child that exits first fails at once.
+pub(crate) fn wait_accepting(port: u16, what: &str, child: Option<&mut Child>) {
+    if let Err(st) = wait_listening(port, what, child) {
+        panic!("{what} exited early: {st}");
+    }
+}
+
+/// [`wait_accepting`], but a child that exits before it listens is
+/// returned as `Err(status)` instead of failing.
+///
+/// Why the ownership check: the port comes from [`free_port`], which
+/// releases it before the child binds it, and until the child does,
+/// anything on the machine may listen there for a moment (another test's
+/// [`free_ports`] probe or switch, in this process or a concurrent test
+/// run). A bare `connect` that such a listener accepts made a slow-starting
+/// switch look ready, and the test's next request, made before the switch
+/// had bound its port, was refused (port_failures, under load: "connection
+/// refused" right after the start, the switch itself fine).
+pub(crate) fn wait_listening(
+    port: u16,
+    what: &str,
+    mut child: Option<&mut Child>,
+) -> Result<(), std::process::ExitStatus> {
     let deadline = Instant::now() + START_WAIT;
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+    loop {
         if let Some(Ok(Some(st))) = child.as_mut().map(|c| c.try_wait()) {
-            panic!("{what} exited early: {st}");
+            return Err(st);
+        }
+        let ours = child.as_ref().is_none_or(|c| listens_on(c.id(), port));
+        if ours && TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
         }
         assert!(Instant::now() < deadline, "{what} did not listen on {port}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
-/// Start the built `offlow` binary with `args`: `RUST_LOG=warn`, no
-/// stdin, stdout discarded, stderr shown with the test's output.
-pub(crate) fn spawn_offlow(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_offlow"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start offlow")
+/// Whether process `pid` holds a socket listening on 127.0.0.1:`port`
+/// (in this thread's network namespace): the socket's inode, from
+/// `/proc/thread-self/net/tcp`, is among the process's descriptors.
+pub(crate) fn listens_on(pid: u32, port: u16) -> bool {
+    let local = format!("0100007F:{port:04X}");
+    let tcp = std::fs::read_to_string("/proc/thread-self/net/tcp").unwrap_or_default();
+    // Columns: sl local rem st tx:rx tr:when retrnsmt uid timeout inode.
+    let inodes: Vec<String> = tcp
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() > 9 && f[1] == local && f[3] == "0A").then(|| format!("socket:[{}]", f[9]))
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+    })
 }
 
-/// A running `offlow` process, killed and reaped on drop.
+/// Lines of a [`Daemon`]'s log kept for failure messages.
+const LOG_TAIL_LINES: usize = 40;
+
+/// How many ports [`Daemon::start`] tries when the one it picked is taken.
+const START_ATTEMPTS: usize = 3;
+
+/// The last lines of a daemon's stderr, filled by a copying thread.
+#[derive(Default)]
+struct LogTail {
+    lines: std::sync::Mutex<std::collections::VecDeque<String>>,
+    /// The copying thread reached the end of the log.
+    done: std::sync::atomic::AtomicBool,
+}
+
+fn lock_tail(t: &LogTail) -> std::sync::MutexGuard<'_, std::collections::VecDeque<String>> {
+    // A copying thread cannot panic while holding it; a poisoned tail
+    // is still the best record there is.
+    t.lines.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running `offlow` process, killed and reaped on drop. Its stderr
+/// (`RUST_LOG=warn`) is copied line by line to the test's stderr as it
+/// comes, and the last [`LOG_TAIL_LINES`] lines are kept so a failure can
+/// quote them ([`Daemon::health`]): in a parallel test run the copied
+/// lines interleave with other switches' and cannot be told apart.
 pub(crate) struct Daemon {
     pub child: Child,
     /// Its passive OpenFlow listener on 127.0.0.1 (0 if it has none).
     pub port: u16,
+    /// The last lines of its stderr (empty for [`Daemon::start_logged`],
+    /// whose caller reads the whole log).
+    log_tail: std::sync::Arc<LogTail>,
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        // A switch that died on its own (a crash: SIGSEGV, SIGBUS, SIGABRT)
+        // is worth a line even when the test did not notice; the signals a
+        // test sends on purpose (and our SIGKILL below) are not.
+        if let Some(st) = exit_of(&self.child) {
+            use std::os::unix::process::ExitStatusExt;
+            if st
+                .signal()
+                .is_some_and(|s| ![libc::SIGTERM, libc::SIGINT, libc::SIGKILL].contains(&s))
+            {
+                eprintln!("NOTE: {}", self.report(Some(st)));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 }
 
+/// How a child that has exited ended, from `waitid(WNOWAIT)` (the child
+/// stays a zombie, so `Child::wait` still reaps it later): `None` while it
+/// runs. Takes `&Child`, so it works where only a shared borrow exists;
+/// call it before the child is reaped (after, the pid is no longer ours
+/// and this says `None`).
+fn exit_of(child: &Child) -> Option<std::process::ExitStatus> {
+    use std::os::unix::process::ExitStatusExt;
+    // SAFETY: a zeroed siginfo_t is a valid out-parameter for waitid.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: waitid on our own child's pid, writing into `info` (live,
+    // of the right type); WNOWAIT leaves the child unreaped.
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            child.id() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        )
+    };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: waitid succeeded, so `info` holds a CLD_* event of the child
+    // (si_pid 0: it has not exited).
+    let (pid, status) = unsafe { (info.si_pid(), info.si_status()) };
+    if pid == 0 {
+        return None;
+    }
+    // Back to a wait(2) status word, which ExitStatus describes.
+    Some(std::process::ExitStatus::from_raw(match info.si_code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_DUMPED => status | 0x80,
+        _ => status,
+    }))
+}
+
 impl Daemon {
+    /// Start the built `offlow` binary with `args` (`RUST_LOG=warn`, no
+    /// stdin, stdout discarded, stderr copied and its tail kept); `port`:
+    /// its passive listener (0 if none). Does not wait for it.
+    pub(crate) fn spawn(args: &[&str], port: u16) -> Daemon {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_offlow"))
+            .args(args)
+            .env("RUST_LOG", "warn")
+            // An error exit stays a few lines (anyhow would add a backtrace
+            // under RUST_BACKTRACE=1), so the kept tail holds its cause.
+            .env("RUST_LIB_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start offlow");
+        let log_tail = std::sync::Arc::new(LogTail::default());
+        let stderr = child.stderr.take().expect("piped stderr");
+        let tail = log_tail.clone();
+        let pid = child.id();
+        // Ends at EOF: when the switch (and every child holding its
+        // stderr) is gone.
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                // Written straight to our stderr (not captured by the test
+                // harness), as the inherited descriptor was.
+                let _ = writeln!(std::io::stderr(), "[offlow {pid}] {line}");
+                let mut t = lock_tail(&tail);
+                if t.len() == LOG_TAIL_LINES {
+                    t.pop_front();
+                }
+                t.push_back(line);
+            }
+            tail.done.store(true, Ordering::Release);
+        });
+        Daemon {
+            child,
+            port,
+            log_tail,
+        }
+    }
+
     /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` on a free
     /// port and wait until it accepts connections.
+    ///
+    /// The port is free when picked but not reserved (see
+    /// [`wait_listening`]): a switch that finds it taken by the time it
+    /// binds is started again on another, up to [`START_ATTEMPTS`] times.
     pub(crate) fn start(extra: &[&str]) -> Daemon {
-        let port = free_port();
-        let listen = format!("ptcp:{port}:127.0.0.1");
-        let mut args = vec!["run", "--listen", &listen];
-        args.extend_from_slice(extra);
-        // The guard exists before the wait, so a timeout still kills it.
-        let mut d = Daemon {
-            child: spawn_offlow(&args),
-            port,
+        for attempt in 1..=START_ATTEMPTS {
+            let port = free_port();
+            let listen = format!("ptcp:{port}:127.0.0.1");
+            let mut args = vec!["run", "--listen", &listen];
+            args.extend_from_slice(extra);
+            // The guard exists before the wait, so a timeout still kills it.
+            let mut d = Daemon::spawn(&args, port);
+            match wait_listening(port, "offlow run", Some(&mut d.child)) {
+                Ok(()) => return d,
+                Err(_) if attempt < START_ATTEMPTS && d.log_contains("Address already in use") => {
+                    eprintln!("NOTE: port {port} was taken before offlow bound it; trying another");
+                }
+                Err(st) => panic!("offlow run exited early: {}", d.report(Some(st))),
+            }
+        }
+        unreachable!("the last attempt returns or panics")
+    }
+
+    /// Whether a line of its log (the kept tail) contains `text`, once
+    /// the log is complete (bounded wait: the copying thread reads to the
+    /// end after the process exits).
+    fn log_contains(&self, text: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while !self.log_tail.done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        lock_tail(&self.log_tail).iter().any(|l| l.contains(text))
+    }
+
+    /// A sentence on the switch's state for failure messages: whether it
+    /// still runs or how it ended (exit status, or the signal that killed
+    /// it), and the last lines of its log. A switch that stops accepting
+    /// connections has usually died: this says how, instead of leaving
+    /// only "connection refused". Call it before reaping the child (see
+    /// [`Daemon::report`]).
+    pub(crate) fn health(&self) -> String {
+        self.report(None)
+    }
+
+    /// [`Daemon::health`], given the exit `status` if the caller already
+    /// collected it.
+    pub(crate) fn report(&self, status: Option<std::process::ExitStatus>) -> String {
+        // A process that just lost its listener is a moment from exiting
+        // (its descriptors close before it becomes a zombie): wait a
+        // little for the status.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let pid = self.child.id();
+        let state = loop {
+            if let Some(st) = status.or_else(|| exit_of(&self.child)) {
+                break format!("offlow (pid {pid}) ended: {st}");
+            }
+            if Instant::now() >= deadline {
+                break format!("offlow (pid {pid}) is still running");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         };
-        wait_accepting(port, "offlow run", Some(&mut d.child));
-        d
+        // The copying thread reads to the end once the process is gone.
+        let deadline = Instant::now() + Duration::from_millis(500);
+        while status.is_some()
+            && !self.log_tail.done.load(Ordering::Acquire)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let tail = lock_tail(&self.log_tail);
+        if tail.is_empty() {
+            format!("{state}; its log (RUST_LOG=warn) is empty")
+        } else {
+            let lines: Vec<&str> = tail.iter().map(String::as_str).collect();
+            format!("{state}; the last lines of its log:\n{}", lines.join("\n"))
+        }
     }
 
     /// Start `offlow run --listen ptcp:PORT:127.0.0.1 EXTRA...` with
@@ -250,7 +473,11 @@ impl Daemon {
             .spawn()
             .expect("start offlow");
         // The guard kills the switch if anything below fails.
-        let mut d = Daemon { child, port };
+        let mut d = Daemon {
+            child,
+            port,
+            log_tail: Default::default(),
+        };
         let mut stderr = d.child.stderr.take().expect("piped stderr");
         let log = std::thread::spawn(move || {
             let mut s = String::new();
@@ -280,8 +507,19 @@ impl Daemon {
 
     /// `ovs-ofctl COMMAND TARGET ARGS...` against it (see [`ofctl_at`]),
     /// required to succeed; its stdout.
+    /// A failure says whether the switch is still running (see
+    /// [`Daemon::health`]).
     pub(crate) fn ofctl(&self, args: &[&str]) -> String {
-        ofctl_at(OFCTL_TIMEOUT, self.port, args)
+        let (o, a) = ofctl_at_output(OFCTL_TIMEOUT, self.port, args);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "ovs-ofctl {a:?} failed: {}\nstdout: {out}\nstderr: {}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr),
+            self.health()
+        );
+        out
     }
 
     /// `offlow trace --switch TARGET FLOW` against it, required to
@@ -339,14 +577,34 @@ pub(crate) fn ofctl(args: &[&str]) -> String {
 /// runs `--strict del-flows tcp:127.0.0.1:PORT table=1`.
 pub(crate) fn ofctl_at(timeout: Duration, port: u16, args: &[&str]) -> String {
     let target = target(port);
+    ofctl_checked(timeout, &with_target(&target, args))
+}
+
+/// `args` with `target` inserted after the command (see [`ofctl_at`]).
+fn with_target<'a>(target: &'a str, args: &[&'a str]) -> Vec<&'a str> {
     let command = args
         .iter()
         .position(|a| !a.starts_with('-'))
         .expect("an ovs-ofctl command");
     let mut a: Vec<&str> = args[..=command].to_vec();
-    a.push(&target);
+    a.push(target);
     a.extend_from_slice(&args[command + 1..]);
-    ofctl_checked(timeout, &a)
+    a
+}
+
+/// [`ofctl_output`] against 127.0.0.1:`port` (see [`ofctl_at`]), not
+/// required to succeed; also the full argument list, for messages.
+pub(crate) fn ofctl_at_output(
+    timeout: Duration,
+    port: u16,
+    args: &[&str],
+) -> (Output, Vec<String>) {
+    let target = target(port);
+    let a = with_target(&target, args);
+    (
+        ofctl_output(timeout, &a),
+        a.iter().map(|s| s.to_string()).collect(),
+    )
 }
 
 // ---------------------------------------------------------------------
