@@ -10,9 +10,14 @@
  * towards its peer. The IPv4 header is not touched, so its checksum stays
  * valid. frames_sent counts the frames handed to XDP_TX per CPU.
  *
- * With restore set, the program first writes the frame's Ethernet, IPv4
- * and UDP headers back from hdr (the first HDR_LEN bytes of the frame the
- * bench started from). A receiver that rewrites frames in place (a NAT:
+ * The port rewritten is that of the IPv4/UDP header at l3_off: 14 for a
+ * plain frame, or past a tunnel's outer headers (the gateway rows send
+ * GRE-in-IPv4 and vary the inner flow; the outer headers, without a GRE
+ * checksum, stay as they are).
+ *
+ * With restore set, the program first writes the frame's headers back
+ * from hdr (its first l3_off + 28 bytes: every header up to and including
+ * the UDP one, of the frame the bench started from). A receiver that rewrites frames in place (a NAT:
  * addresses, ports, MACs, TTL) writes into the pool's pages, and the pool
  * hands those pages back to the next batch as they are: without the
  * restore, every batch after a page's first would carry the translated
@@ -26,17 +31,23 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
-#define HDR_LEN (sizeof(struct ethhdr) + sizeof(struct iphdr) + sizeof(struct udphdr))
+#define L4_HDRS (sizeof(struct iphdr) + sizeof(struct udphdr))
+/* Room for Ethernet, IPv4, GRE with key and checksum, then the inner
+ * Ethernet, IPv4 and UDP headers. */
+#define HDR_MAX 96
 
 const volatile __u32 flows = 1;
 const volatile __u16 base_port = 10000;
 const volatile __u8 restore = 0;
+/* Offset of the IPv4 header whose UDP source port is set; the two bytes
+ * before it are its EtherType. */
+const volatile __u32 l3_off = sizeof(struct ethhdr);
 /* With stride > 1 (the generator's thread count, threads pinned to CPUs
  * 0..stride-1), CPU c sends only ports base_port + k with k % stride == c
  * % stride: disjoint flow sets per CPU, as RSS would keep a flow on one
  * queue (exactly disjoint when flows is a multiple of stride). */
 const volatile __u32 stride = 1;
-const volatile __u8 hdr[HDR_LEN];
+const volatile __u8 hdr[HDR_MAX];
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -61,8 +72,13 @@ int gen(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = (void *)(eth + 1);
+	/* l3_off is read-only data: the verifier knows its value, so the
+	 * bounds below are constants. */
+	__u32 off = l3_off;
+	if (off < sizeof(__u16) || off > HDR_MAX - L4_HDRS)
+		return XDP_ABORTED;
+	__be16 *ethertype = data + off - sizeof(__u16);
+	struct iphdr *ip = data + off;
 	struct udphdr *udp = (void *)(ip + 1);
 	__u32 key = 0;
 	__u64 *n = bpf_map_lookup_elem(&frames_sent, &key);
@@ -71,11 +87,13 @@ int gen(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	if (restore) {
 		__u8 *p = data;
+		__u32 len = off + L4_HDRS;
 #pragma unroll
-		for (int i = 0; i < (int)HDR_LEN; i++)
-			p[i] = hdr[i];
+		for (int i = 0; i < HDR_MAX; i++)
+			if (i < len)
+				p[i] = hdr[i];
 	}
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 ||
+	if (*ethertype != bpf_htons(ETH_P_IP) || ip->ihl != 5 ||
 	    ip->protocol != IPPROTO_UDP)
 		return XDP_ABORTED;
 

@@ -16,6 +16,12 @@
  * - pass_other: other frames go up to the receiver's stack (the latency
  *   probes) instead of being dropped.
  *
+ * The gateway rows set expect_vid (0: off) instead: one 802.1Q tag is
+ * parsed before the IPv4 header, experiment frames tagged with this VLAN
+ * ID are counted as translated (untagged or otherwise tagged frames are still
+ * experiment frames, not translated ones), and frames are sampled as
+ * above.
+ *
  * bpf_xdp_load_bytes needs Linux 5.18.
  */
 #include <linux/bpf.h>
@@ -33,6 +39,12 @@
 const volatile __u16 dst_port = 9;
 const volatile __u32 expect_saddr = 0;
 const volatile __u8 pass_other = 0;
+const volatile __u16 expect_vid = 0;
+
+struct vlan_tag {
+	__be16 tci;
+	__be16 encap_proto;
+};
 
 struct counts {
 	__u64 frames;
@@ -102,14 +114,30 @@ int sink(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
-	struct iphdr *ip = (void *)(eth + 1);
-	struct udphdr *udp = (void *)(ip + 1);
+	__be16 proto = 0;
+	void *l3 = eth + 1;
+	int tagged = 0;
 	__u32 key = 0;
 	struct counts *c = bpf_map_lookup_elem(&rx_counts, &key);
 
 	if (!c)
 		return XDP_DROP;
-	if ((void *)(udp + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	if (l3 <= end)
+		proto = eth->h_proto;
+	if (expect_vid && proto == bpf_htons(ETH_P_8021Q)) {
+		struct vlan_tag *tag = l3;
+
+		if ((void *)(tag + 1) > end)
+			proto = 0;
+		else {
+			tagged = (bpf_ntohs(tag->tci) & 0x0fff) == expect_vid;
+			proto = tag->encap_proto;
+			l3 = tag + 1;
+		}
+	}
+	struct iphdr *ip = l3;
+	struct udphdr *udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > end || proto != bpf_htons(ETH_P_IP) ||
 	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
 	    udp->dest != bpf_htons(dst_port)) {
 		c->other += 1;
@@ -119,8 +147,8 @@ int sink(struct xdp_md *ctx)
 	__u32 frame_len = (__u32)(end - data);
 	c->frames += 1;
 	c->bytes += frame_len;
-	if (expect_saddr) {
-		if (ip->saddr == expect_saddr)
+	if (expect_saddr || expect_vid) {
+		if (expect_saddr ? ip->saddr == expect_saddr : tagged)
 			c->translated += 1;
 		if (n % SAMPLE_EVERY == 0)
 			take_sample(ctx, n, frame_len);

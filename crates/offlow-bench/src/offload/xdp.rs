@@ -159,8 +159,9 @@ pub struct SinkCounts {
     pub bytes: u64,
     /// Any other frame.
     pub other: u64,
-    /// Experiment frames whose IPv4 source was [`SinkOptions::expect_src`]
-    /// (0 when that is not set).
+    /// Experiment frames whose IPv4 source was [`SinkOptions::expect_src`],
+    /// or, for a sink from [`Sink::attach_tagged`], that carried its VLAN
+    /// tag (0 when neither is set).
     pub translated: u64,
 }
 
@@ -199,7 +200,33 @@ impl Sink {
 
     /// [`Sink::attach`] with every option.
     pub fn attach_with(ns: &str, ifname: &str, opts: SinkOptions) -> anyhow::Result<Sink> {
+        Sink::attach_opts(ns, ifname, opts, 0)
+    }
+
+    /// A sink for 802.1Q-tagged traffic (the gateway rows): an experiment
+    /// frame may carry one tag before its IPv4 header; those tagged with
+    /// VLAN `vid` (1..=4094) count as [`SinkCounts::translated`], and
+    /// frames are sampled ([`Sink::samples`]) as with
+    /// [`SinkOptions::expect_src`].
+    pub fn attach_tagged(ns: &str, ifname: &str, dst_port: u16, vid: u16) -> anyhow::Result<Sink> {
+        if !(1..=4094).contains(&vid) {
+            bail!("VLAN ID {vid} outside 1..=4094");
+        }
+        let opts = SinkOptions {
+            dst_port,
+            expect_src: None,
+            pass_other: false,
+        };
+        Sink::attach_opts(ns, ifname, opts, vid)
+    }
+
+    fn attach_opts(ns: &str, ifname: &str, opts: SinkOptions, vid: u16) -> anyhow::Result<Sink> {
         let obj = load(object_bytes!("sink"), "sink", |ro| {
+            put(
+                ro,
+                offset_of!(bpf::sink::types::rodata, expect_vid),
+                &vid.to_ne_bytes(),
+            );
             use bpf::sink::types::rodata;
             put(
                 ro,
@@ -448,17 +475,68 @@ pub struct Generator {
     errors: Arc<AtomicU64>,
 }
 
-/// Ethernet + IPv4 + UDP header bytes the generator can restore.
-const GEN_HDR_LEN: usize = 42;
+/// Header bytes the generator can restore (`HDR_MAX` of `bpf/gen.bpf.c`).
+const GEN_HDR_MAX: usize = 96;
 
-/// The generator's settings into its `.rodata`; `restore`: the frame whose
-/// headers it writes back into every frame.
-fn gen_rodata(ro: &mut [u8], flows: u32, base_port: u16, restore: Option<&[u8]>, stride: u32) {
+/// IPv4 protocol number of GRE.
+const IPPROTO_GRE: u8 = 47;
+/// GRE protocol type of transparent Ethernet bridging (RFC 1701).
+const GRE_PROTO_TEB: u16 = 0x6558;
+
+/// Where the IPv4 header whose UDP source port the generator sets starts
+/// in `frame`: 14 in an untagged IPv4 UDP frame, or, in a GRE-in-IPv4
+/// frame carrying Ethernet (RFC 2784/2890: optional checksum, key and
+/// sequence words), that of the inner frame. `None` when neither holds
+/// or the headers do not fit the generator's restore buffer.
+pub fn port_l3_offset(frame: &[u8]) -> Option<usize> {
+    const ETH: usize = 14;
+    let be16 = |i: usize| Some(u16::from_be_bytes([*frame.get(i)?, *frame.get(i + 1)?]));
+    if be16(12)? != 0x0800 {
+        return None;
+    }
+    let ihl = usize::from(frame.get(ETH)? & 0x0f) * 4;
+    let off = match *frame.get(ETH + 9)? {
+        17 => ETH,
+        IPPROTO_GRE => {
+            let gre = ETH + ihl;
+            let flags = be16(gre)?;
+            if be16(gre + 2)? != GRE_PROTO_TEB || flags & 0x0fff != 0 {
+                return None;
+            }
+            // C, K and S each add a 4-byte word after the base header.
+            let words = [0x8000u16, 0x2000, 0x1000]
+                .iter()
+                .filter(|&&f| flags & f != 0)
+                .count();
+            let inner = gre + 4 + 4 * words;
+            (be16(inner + 12)? == 0x0800).then_some(inner + ETH)?
+        }
+        _ => return None,
+    };
+    let l4 = off + usize::from(frame.get(off)? & 0x0f) * 4;
+    (*frame.get(off + 9)? == 17 && l4 + 8 <= GEN_HDR_MAX.min(frame.len())).then_some(off)
+}
+
+/// [`port_l3_offset`] of the generator's frame, or why it cannot send it.
+fn gen_l3_offset(frame: &[u8]) -> anyhow::Result<usize> {
+    port_l3_offset(frame).context(
+        "the generator's frame is neither IPv4 UDP nor GRE-in-IPv4 carrying it \
+         (headers within 96 bytes)",
+    )
+}
+
+/// The generator's settings into its `.rodata` for `frame`, whose port's
+/// IPv4 header is at `off` ([`gen_l3_offset`]); with `restore`, the
+/// frame's headers it writes back into every frame.
+fn gen_rodata(ro: &mut [u8], frame: &[u8], off: usize, cfg: (u32, u16, bool, u32)) {
     use bpf::gen::types::rodata;
+    let (flows, base_port, restore, stride) = cfg;
     put(ro, offset_of!(rodata, stride), &stride.max(1).to_ne_bytes());
     put(ro, offset_of!(rodata, flows), &flows.to_ne_bytes());
     put(ro, offset_of!(rodata, base_port), &base_port.to_ne_bytes());
-    if let Some(h) = restore.and_then(|f| f.get(..GEN_HDR_LEN)) {
+    // off <= 96 (port_l3_offset): fits 32 bits.
+    put(ro, offset_of!(rodata, l3_off), &(off as u32).to_ne_bytes());
+    if let (true, Some(h)) = (restore, frame.get(..off + 28)) {
         put(ro, offset_of!(rodata, restore), &[1]);
         put(ro, offset_of!(rodata, hdr), h);
     }
@@ -549,7 +627,6 @@ impl Generator {
         if cfg.flows == 0 || cfg.cpus.is_empty() || !(1..=MAX_BATCH).contains(&cfg.batch) {
             bail!("generator: flows and CPUs must be non-empty, batch in 1..={MAX_BATCH}");
         }
-        let restore = cfg.restore_headers.then_some(cfg.frame.as_slice());
         let stride = if cfg.partition_flows {
             // The program takes the CPU number modulo the stride: the
             // threads must sit on CPUs 0..n for the shares to differ.
@@ -564,8 +641,10 @@ impl Generator {
         } else {
             1
         };
+        let off = gen_l3_offset(&cfg.frame)?;
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            gen_rodata(ro, cfg.flows, cfg.base_port, restore, stride)
+            let settings = (cfg.flows, cfg.base_port, cfg.restore_headers, stride);
+            gen_rodata(ro, &cfg.frame, off, settings)
         })?;
         let fd = prog(&obj, "gen")?
             .as_fd()
@@ -690,15 +769,9 @@ pub fn gen_frames_once(
         if !crate::classify::pin_to_cpu(cpu) {
             bail!("cannot pin to CPU {cpu}");
         }
-        let restore_from = frame.clone();
+        let off = gen_l3_offset(&frame)?;
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            gen_rodata(
-                ro,
-                flows,
-                base_port,
-                restore.then_some(&restore_from[..]),
-                1,
-            )
+            gen_rodata(ro, &frame, off, (flows, base_port, restore, 1))
         })?;
         let p = obj
             .progs_mut()
