@@ -475,6 +475,74 @@ impl Ovs {
         flows: &[&str],
         controller: Option<&str>,
     ) -> anyhow::Result<Ovs> {
+        let ovs = Ovs::launch(sw)?;
+        let db_arg = ovs.db_arg();
+        let mut vsctl = ovs.cmd("ovs-vsctl");
+        vsctl.args([&db_arg, "--timeout=30"]).args([
+            "add-br",
+            "br0",
+            "--",
+            "set",
+            "bridge",
+            "br0",
+            "datapath_type=netdev",
+            "protocols=OpenFlow13",
+            "fail-mode=secure",
+        ]);
+        for (i, p) in ["p1", "p2"].iter().enumerate() {
+            vsctl.args(["--", "add-port", "br0", p, "--", "set", "interface", p]);
+            vsctl.arg(format!("ofport_request={}", i + 1));
+            vsctl.arg(format!("type={port_type}"));
+        }
+        run_cmd(&mut vsctl).context("creating the OVS bridge")?;
+        ovs.check_interfaces()?;
+        if let Some(c) = controller {
+            ovs.vsctl(&["set-controller", "br0", c])?;
+        }
+        for f in flows {
+            ovs.add_flow("br0", f)?;
+        }
+        Ok(ovs)
+    }
+
+    /// `ovs-vsctl ARGS` against this instance's database (30 s timeout).
+    pub(crate) fn vsctl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let db_arg = self.db_arg();
+        run_cmd(
+            self.cmd("ovs-vsctl")
+                .args([&db_arg, "--timeout=30"])
+                .args(args),
+        )
+    }
+
+    /// `ovs-ofctl -O OpenFlow13 add-flow` on `bridge`'s management socket.
+    pub(crate) fn add_flow(&self, bridge: &str, flow: &str) -> anyhow::Result<()> {
+        let mgmt = format!("unix:{}", self.dir.join(format!("{bridge}.mgmt")).display());
+        run_cmd(
+            self.cmd("ovs-ofctl")
+                .args(["-O", "OpenFlow13", "add-flow", &mgmt, flow]),
+        )
+        .map(drop)
+    }
+
+    /// `ovs-appctl ARGS` to ovs-vswitchd.
+    pub(crate) fn appctl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let target = self.dir.join("vswitchd.ctl");
+        run_cmd(self.cmd("ovs-appctl").arg("-t").arg(target).args(args))
+    }
+
+    /// An error naming the first interface OVS could not open (its
+    /// Interface row's `error` column).
+    pub(crate) fn check_interfaces(&self) -> anyhow::Result<()> {
+        let errs = self.vsctl(&["--bare", "--columns=error", "list", "interface"])?;
+        if !errs.trim().is_empty() {
+            bail!("OVS port error: {}", errs.trim());
+        }
+        Ok(())
+    }
+
+    /// ovsdb-server and ovs-vswitchd (in `sw`), no bridge yet.
+    pub(crate) fn launch(sw: &str) -> anyhow::Result<Ovs> {
         let dir = std::env::temp_dir().join(format!("offlow-fwd-ovs-{}", unique_tag()));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut ovs = Ovs {
@@ -544,51 +612,6 @@ impl Ovs {
             child: vsd,
             what: "ovs-vswitchd",
         });
-        let mut vsctl = ovs.cmd("ovs-vsctl");
-        vsctl.args([&db_arg, "--timeout=30"]).args([
-            "add-br",
-            "br0",
-            "--",
-            "set",
-            "bridge",
-            "br0",
-            "datapath_type=netdev",
-            "protocols=OpenFlow13",
-            "fail-mode=secure",
-        ]);
-        for (i, p) in ["p1", "p2"].iter().enumerate() {
-            vsctl.args(["--", "add-port", "br0", p, "--", "set", "interface", p]);
-            vsctl.arg(format!("ofport_request={}", i + 1));
-            vsctl.arg(format!("type={port_type}"));
-        }
-        run_cmd(&mut vsctl).context("creating the OVS bridge")?;
-        // A port OVS could not open shows an error in its Interface row.
-        let errs = run_cmd(ovs.cmd("ovs-vsctl").args([
-            &db_arg,
-            "--bare",
-            "--columns=error",
-            "list",
-            "interface",
-        ]))?;
-        if !errs.trim().is_empty() {
-            bail!("OVS port error: {}", errs.trim());
-        }
-        let mgmt = format!("unix:{}", d.join("br0.mgmt").display());
-        if let Some(c) = controller {
-            run_cmd(ovs.cmd("ovs-vsctl").args([
-                &db_arg,
-                "--timeout=30",
-                "set-controller",
-                "br0",
-                c,
-            ]))?;
-        }
-        for f in flows {
-            run_cmd(
-                ovs.cmd("ovs-ofctl")
-                    .args(["-O", "OpenFlow13", "add-flow", &mgmt, f]),
-            )?;
-        }
         Ok(ovs)
     }
 }
