@@ -119,7 +119,10 @@
 //! (`--nat`, or the `nat-*` kinds of `--rows`) lives in [`nat`]: the same
 //! generator and sink, a routed frame, nftables vs offlow in software vs
 //! offloaded, each row's throughput followed by its latency at
-//! `--nat-loads` percent of that maximum. A further group adds its
+//! `--nat-loads` percent of that maximum. Its L2-in-L3 gateway group
+//! (`--gateway`, or the `gw-*` kinds) lives in [`gateway`]: GRE-in-IPv4
+//! into the underlay port, decapsulated and VLAN-tagged, offlow in software
+//! vs offloaded vs Open vSwitch's userspace tunnelling. A further group adds its
 //! [`RowKind`] values, a `Plan` variant dispatched to its own module by
 //! `run_row`, and its own section in the report, the same way.
 //!
@@ -135,6 +138,7 @@
 //! descriptor with the measuring thread, which owns everything else.
 
 mod bpf;
+pub mod gateway;
 pub mod nat;
 pub mod ping;
 pub mod xdp;
@@ -212,6 +216,15 @@ pub enum RowKind {
     /// Issue 25 (c): source NAT by offlow's offload tier (one row per
     /// `--workers`).
     NatOffloaded,
+    /// Issue 25 (b): the L2-in-L3 gateway (GRE decapsulation, VLAN push)
+    /// by offlow's userspace path (one row per `--workers`).
+    GwUserspace,
+    /// Issue 25 (b): the gateway by offlow's offload tier (one row per
+    /// `--workers`).
+    GwOffloaded,
+    /// Issue 25 (b): the gateway by Open vSwitch 3.1, afxdp ports, native
+    /// (userspace) tunnelling.
+    GwOvs,
 }
 
 impl RowKind {
@@ -221,7 +234,25 @@ impl RowKind {
             RowKind::NatNftables | RowKind::NatUserspace | RowKind::NatOffloaded
         )
     }
+
+    fn is_gateway(self) -> bool {
+        matches!(
+            self,
+            RowKind::GwUserspace | RowKind::GwOffloaded | RowKind::GwOvs
+        )
+    }
 }
+
+/// The rows `--gateway` selects: the generator alone and the XDP redirect
+/// ceiling (both with the plain frame, as context), then the gateway
+/// configurations.
+pub const GATEWAY_ROWS: [RowKind; 5] = [
+    RowKind::Generator,
+    RowKind::Ceiling,
+    RowKind::GwUserspace,
+    RowKind::GwOffloaded,
+    RowKind::GwOvs,
+];
 
 /// The rows `--nat` selects: the generator alone (for the 'limited by'
 /// and clocks columns), then the NAT configurations.
@@ -272,6 +303,11 @@ pub struct OffloadArgs {
     /// 22's latency rows.
     #[arg(long, conflicts_with_all = ["rows", "only_ping"])]
     pub nat: bool,
+    /// The L2-in-L3 gateway row group instead (issue 25 (b)): `--rows
+    /// generator,ceiling,gw-userspace,gw-offloaded,gw-ovs`, without issue
+    /// 22's latency rows.
+    #[arg(long, conflicts_with_all = ["rows", "only_ping", "nat"])]
+    pub gateway: bool,
     /// NAT rows: latency levels, percent of each row's flat-out rate
     /// (0: no load); `--ping` probes at each.
     #[arg(
@@ -319,6 +355,7 @@ impl Default for OffloadArgs {
                 RowKind::Offloaded,
             ],
             nat: false,
+            gateway: false,
             nat_loads: vec![0, 10, 25, 50, 75, 100],
             ping: 400,
             only_ping: false,
@@ -334,7 +371,8 @@ impl Default for OffloadArgs {
 pub struct Row {
     /// Human-readable name.
     pub name: String,
-    /// `generator`, `ceiling`, `userspace`, `ovs-afxdp` or `offloaded`.
+    /// `generator`, `ceiling`, `userspace`, `ovs-afxdp`, `offloaded`, or a
+    /// row group's kind (`nat-*`, `gw-*`).
     pub kind: &'static str,
     /// Queues per veth, generator threads and (offlow rows) workers.
     pub queues: usize,
@@ -563,6 +601,8 @@ impl OffloadReport {
             "nat_method": nat::NAT_METHOD,
             "nat_goals": nat::goals(&self.rows, &self.nat_latency),
             "nat_latency": self.nat_latency,
+            "gateway_method": gateway::GATEWAY_METHOD,
+            "gateway_goals": gateway::goals(&self.rows),
         })
     }
 }
@@ -617,6 +657,9 @@ fn check_args(a: &OffloadArgs) -> anyhow::Result<()> {
     }
     if selected_rows(a).iter().any(|k| k.is_nat()) {
         nat::check_args(a)?;
+    }
+    if selected_rows(a).iter().any(|k| k.is_gateway()) {
+        gateway::check_args(a)?;
     }
     Ok(())
 }
@@ -759,7 +802,10 @@ fn gen_config(t: &Topo, args: &OffloadArgs, frame: &[u8], cpus: Vec<usize>) -> G
         batch: args.batch,
         // Every row of a run with NAT rows: the same generator throughout,
         // so the generator-alone row stays their baseline.
-        restore_headers: selected_rows(args).iter().any(|k| k.is_nat()),
+        // The gateway's offload tier decapsulates in place too.
+        restore_headers: selected_rows(args)
+            .iter()
+            .any(|k| k.is_nat() || k.is_gateway()),
         // Per-flow state (conntrack) bounces between CPUs that share a
         // flow: in NAT runs each thread gets its own flows, as RSS would.
         partition_flows: selected_rows(args).iter().any(|k| k.is_nat()),
@@ -874,6 +920,7 @@ enum Plan {
     OvsAfxdp,
     Offloaded(usize),
     Nat(nat::Nat, usize),
+    Gateway(gateway::Gw, usize),
 }
 
 fn plural(n: usize, what: &str) -> String {
@@ -897,6 +944,7 @@ impl Plan {
             Plan::OvsAfxdp => "ovs 3.1 netdev, type=afxdp".into(),
             Plan::Offloaded(n) => format!("offlow offloaded, {}", plural(n, "worker")),
             Plan::Nat(k, n) => k.name(n),
+            Plan::Gateway(k, n) => k.name(n),
         }
     }
 
@@ -909,6 +957,7 @@ impl Plan {
             Plan::OvsAfxdp => "ovs-afxdp",
             Plan::Offloaded(_) => "offloaded",
             Plan::Nat(k, _) => k.kind(),
+            Plan::Gateway(k, _) => k.kind(),
         }
     }
 
@@ -920,7 +969,8 @@ impl Plan {
             | Plan::Userspace(n)
             | Plan::Offloaded(n)
             | Plan::Nat(_, n) => n,
-            Plan::OvsAfxdp => 1,
+            Plan::Gateway(gateway::Gw::Ovs, _) | Plan::OvsAfxdp => 1,
+            Plan::Gateway(_, n) => n,
         }
     }
 }
@@ -939,6 +989,7 @@ fn run_row(
             levels.extend(nat::run_row(k, q, row, args, bin)?);
             Ok(())
         }
+        Plan::Gateway(k, q) => gateway::run_row(k, q, row, args, bin),
         _ => run_group_22_row(plan, row, args, frame, bin),
     }
 }
@@ -989,7 +1040,7 @@ fn run_group_22_row(
             gro_on(sw, "p1")?;
             measure(&t, row, args, frame, ovs.vswitchd_pid(), &sink, seen).map(drop)
         }
-        Plan::Nat(..) => bail!("a NAT row is not one of issue 22's"),
+        Plan::Nat(..) | Plan::Gateway(..) => bail!("not a row of issue 22's group"),
     }
 }
 
@@ -1017,11 +1068,16 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
                 RowKind::NatNftables => plans.push(Plan::Nat(nat::Nat::Nftables, w)),
                 RowKind::NatUserspace => plans.push(Plan::Nat(nat::Nat::Userspace, w)),
                 RowKind::NatOffloaded => plans.push(Plan::Nat(nat::Nat::Offloaded, w)),
-                RowKind::OvsAfxdp => {}
+                RowKind::GwUserspace => plans.push(Plan::Gateway(gateway::Gw::Userspace, w)),
+                RowKind::GwOffloaded => plans.push(Plan::Gateway(gateway::Gw::Offloaded, w)),
+                RowKind::OvsAfxdp | RowKind::GwOvs => {}
             }
         }
         if *k == RowKind::OvsAfxdp {
             plans.push(Plan::OvsAfxdp);
+        }
+        if *k == RowKind::GwOvs {
+            plans.push(Plan::Gateway(gateway::Gw::Ovs, 1));
         }
     }
     let loadavg_at_start = loadavg();
@@ -1079,9 +1135,10 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
     }
     // Issue 22's latency rows belong to its group: not with NAT rows only.
     let group_22 = args.only_ping
-        || selected
-            .iter()
-            .any(|k| !k.is_nat() && *k != RowKind::Generator);
+        || (!args.gateway
+            && selected
+                .iter()
+                .any(|k| !k.is_nat() && !k.is_gateway() && *k != RowKind::Generator));
     let ping_rows = if args.ping > 0 && group_22 && !interrupted() {
         ping::run(args.ping, &bin, &args.offlow_args)
     } else {
@@ -1103,6 +1160,8 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
 fn selected_rows(args: &OffloadArgs) -> Vec<RowKind> {
     if args.nat {
         NAT_ROWS.to_vec()
+    } else if args.gateway {
+        GATEWAY_ROWS.to_vec()
     } else {
         args.rows.clone()
     }
@@ -1194,13 +1253,16 @@ fn print_rates(r: &OffloadReport, args: &OffloadArgs) {
     );
     let g = r.goals();
     let f = |v: Option<f64>| v.map(|x| format!("{}×", fmt_f(x, 2))).unwrap_or("-".into());
+    let group_22 = ["ceiling", "floor", "userspace", "ovs-afxdp", "offloaded"];
+    if r.rows.iter().any(|x| x.kind.starts_with("gw-")) {
+        gateway::print(&r.rows, r.frame_size);
+        if args.gateway || !r.rows.iter().any(|x| group_22.contains(&x.kind)) {
+            return;
+        }
+    }
     if r.rows.iter().any(|x| x.kind.starts_with("nat-")) {
         print_nat(r);
-        if !r
-            .rows
-            .iter()
-            .any(|x| ["ceiling", "floor", "userspace", "ovs-afxdp", "offloaded"].contains(&x.kind))
-        {
+        if !r.rows.iter().any(|x| group_22.contains(&x.kind)) {
             return;
         }
     }
