@@ -239,7 +239,9 @@ impl PortSink {
     /// on the underlay. The identification counts per worker (unique
     /// enough for DF-set packets, which are never reassembled); the VXLAN
     /// source port comes from the inner addresses so a flow keeps one.
-    #[cold]
+    /// Out of line: it keeps the encapsulation out of the ordinary
+    /// output path's code.
+    #[inline(never)]
     fn output_tunnel(&mut self, i: usize, t: TunnelTx, frame: &[u8], meta: OutputMeta) {
         let stats = &mut self.tunnel_stats[i];
         self.tunnel_ident = self.tunnel_ident.wrapping_add(1);
