@@ -124,14 +124,14 @@ fn run() -> anyhow::Result<()> {
             .build()
     };
     let entry = |b: &mut XdpBackend, sport: u16, actions: &[Action]| -> anyhow::Result<()> {
-        let key = OffloadKey::parse(&udp(sport), 1).ok_or(anyhow::anyhow!("not in class"))?;
+        let key = OffloadKey::parse(&udp(sport), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
         b.install(&key, &compile(&key, actions)?)?;
         Ok(())
     };
     entry(&mut b, 1, &[])?;
     entry(&mut b, 2, &[Action::output(PortNo(2))])?;
     for sport in [3, 4, 5] {
-        let key = OffloadKey::parse(&tcp(sport, 0), 1).ok_or(anyhow::anyhow!("not in class"))?;
+        let key = OffloadKey::parse(&tcp(sport, 0), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
         b.install(&key, &compile(&key, &[Action::output(PortNo(2))])?)?;
     }
     let arp = FrameBuilder::default()

@@ -90,7 +90,7 @@ fn counters_equal_the_frames_served() {
     };
     ns.run(|| {
         let mut b = common::detached(2);
-        let key = OffloadKey::parse(&tcp(0), 1).unwrap();
+        let key = OffloadKey::parse(&tcp(0), 1, 0).unwrap();
         b.install(&key, &OffloadProgram::plain(Verdict::Port(2)))
             .unwrap();
         let mut want = EntryCounters::default();
@@ -169,7 +169,7 @@ fn steering_goes_to_the_workers_cpu_or_up() {
     ns.run(|| {
         let mut b = common::detached(4);
         let f = tcp(10);
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         let p = compile(
             &key,
             &[Action::SetWorkers(1 << 5), Action::output(PortNo(2))],
@@ -245,7 +245,7 @@ fn a_udp_checksum_computing_to_zero_is_sent_as_ffff() {
             .udp(1000, 53)
             .payload(b"query")
             .build();
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         let csum = u16::from_be_bytes([f[40], f[41]]);
         assert_ne!(csum, 0);
         let port = (0..=u16::MAX)
@@ -300,7 +300,7 @@ fn partial_checksum_edges() {
         f[50..52].copy_from_slice(&pseudo.to_be_bytes());
         f[52..54].copy_from_slice(&urg.to_be_bytes());
         assert_eq!(fold(sum(&f[34..], u32::from(pseudo))), 0xffff, "valid");
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
         let finished = b.stats().unwrap().get("csum_finished");
         let (ret, out, stat, _) = run(&b, &f, 1);
@@ -325,7 +325,7 @@ fn partial_checksum_edges() {
                 (g[40..42] == [0xff, 0xff]).then_some((f, g))
             })
             .expect("some payload makes the sum 0");
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
         let (ret, out, stat, _) = run(&b, &f, 1);
         assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
@@ -344,7 +344,7 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
         return;
     };
     let f = tcp(20);
-    let key = OffloadKey::parse(&f, 1).unwrap();
+    let key = OffloadKey::parse(&f, 1, 0).unwrap();
     // Two programs for the flow, differing in every stage, and a third
     // entry whose slots get recycled under the flow's.
     let p1 = [
@@ -463,7 +463,7 @@ fn attached_program_serves_live_frames() {
         let cfg = XdpConfig::new(common::ports()[..1].to_vec(), 16);
         let mut b = XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let f = tcp(30);
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &OffloadProgram::plain(Verdict::Drop))
             .unwrap();
         let vb = ifindex_by_name("vb");

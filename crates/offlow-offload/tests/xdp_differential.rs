@@ -513,13 +513,13 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
     b.all_counters(&mut |k, _| left.push(*k));
     b.remove_batch(&left);
     let frame = c.spec.build();
-    let key = OffloadKey::parse(&frame, c.in_port);
+    let key = OffloadKey::parse(&frame, c.in_port, 0);
     let entry_spec = match c.entry {
         EntryFor::Same => Some(c.spec.in_class()),
         EntryFor::Other => Some(c.other.in_class()),
         EntryFor::Empty => None,
     };
-    let entry_key = entry_spec.and_then(|s| OffloadKey::parse(&s.build(), c.in_port));
+    let entry_key = entry_spec.and_then(|s| OffloadKey::parse(&s.build(), c.in_port, 0));
     let mut installed = None;
     if let Some(k) = entry_key {
         let actions = concrete(&c.acts, &k, c.fix);

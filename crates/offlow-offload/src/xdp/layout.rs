@@ -181,6 +181,7 @@ mod tests {
             ip_ecn: 2,
             tp_src: 10,
             tp_dst: 20,
+            tunnel_id: 0,
         };
         let kr = key_record(&k);
         assert_eq!(kr.eth_dst, [2, 0, 0, 0, 0, 2]);

@@ -382,6 +382,7 @@ impl XdpBackend {
                 room: cfg.room,
                 counters: true,
                 ports: cfg.ports.iter().map(|p| p.ofport).collect(),
+                tunnels: Vec::new(),
             },
             entries: HashMap::new(),
             tx_index: HashMap::new(),
