@@ -108,6 +108,7 @@ fn run() -> anyhow::Result<()> {
         room: 1024,
         attach: AttachPolicy::Detached,
         debug_record: std::env::var_os("OFFLOW_RECORD").is_some(),
+        tunnels: Vec::new(),
     })?;
     let ifindex = |n: u32| {
         b.ports()

@@ -89,7 +89,7 @@ fn counters_equal_the_frames_served() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(2);
+        let mut b = common::detached(2, Vec::new());
         let key = OffloadKey::parse(&tcp(0), 1, 0).unwrap();
         b.install(&key, &OffloadProgram::plain(Verdict::Port(2)))
             .unwrap();
@@ -167,7 +167,7 @@ fn steering_goes_to_the_workers_cpu_or_up() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(4);
+        let mut b = common::detached(4, Vec::new());
         let f = tcp(10);
         let key = OffloadKey::parse(&f, 1, 0).unwrap();
         let p = compile(
@@ -199,7 +199,7 @@ fn misses_of_an_af_xdp_port_go_to_its_sockets() {
         return;
     };
     ns.run(|| {
-        let b = common::detached(4);
+        let b = common::detached(4, Vec::new());
         // Port 2 (vb) sends misses to AF_XDP; with no socket on the queue
         // they reach the stack, counted.
         let (ret, _, stat, _) = run(&b, &tcp(0), 2);
@@ -239,7 +239,7 @@ fn a_udp_checksum_computing_to_zero_is_sent_as_ffff() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(4);
+        let mut b = common::detached(4, Vec::new());
         let f = FrameBuilder::eth(B, A)
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .udp(1000, 53)
@@ -288,7 +288,7 @@ fn partial_checksum_edges() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(4);
+        let mut b = common::detached(4, Vec::new());
         let out2 = [Action::output(PortNo(2))];
         // A valid TCP checksum equal to the folded pseudo-header sum,
         // by the choice of the urgent pointer (bytes 52-53).
@@ -381,7 +381,7 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
     let other = OffloadKey { tp_src: 1, ..key };
     let stop = AtomicBool::new(false);
     let served = std::thread::scope(|s| {
-        let mut b = ns.run(|| common::detached(4));
+        let mut b = ns.run(|| common::detached(4, Vec::new()));
         let runner = b.test_runner().unwrap();
         let ifindex = ns.run(|| common::ifindex_of(&b, 1));
         let (ns, stop, f) = (&ns, &stop, &f);

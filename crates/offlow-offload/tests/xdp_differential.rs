@@ -624,7 +624,7 @@ fn xdp_program_agrees_with_the_executor() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
     ns.run(|| {
-        let b = std::cell::RefCell::new(common::detached(64));
+        let b = std::cell::RefCell::new(common::detached(64, Vec::new()));
         let seen = std::cell::RefCell::new(Seen::default());
         let mut runner = TestRunner::new(Config {
             cases,

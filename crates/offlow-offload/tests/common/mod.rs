@@ -19,6 +19,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
+use offlow_offload::TunnelPort;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -114,14 +115,15 @@ pub(crate) fn ports() -> Vec<XdpPort> {
     ]
 }
 
-/// A detached backend on [`ports`] recording outcomes (call inside the
-/// namespace).
-pub(crate) fn detached(room: usize) -> XdpBackend {
+/// A detached backend on [`ports`] and `tunnels` recording outcomes
+/// (call inside the namespace).
+pub(crate) fn detached(room: usize, tunnels: Vec<TunnelPort>) -> XdpBackend {
     let cfg = XdpConfig {
         ports: ports(),
         room,
         attach: AttachPolicy::Detached,
         debug_record: true,
+        tunnels,
     };
     XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"))
 }
