@@ -83,7 +83,8 @@
  * tunnel_id the key) is looked up, and only on a hit are the outer headers
  * stripped; a miss goes up still encapsulated. An entry whose output is a
  * tunnel pushes the outer headers Endpoint::encapsulate writes, from the
- * tunnel's template in `tun_tx` and the entry's key and entropy, and
+ * tunnel's template in `tun_tx` and the entry's key (the VXLAN source
+ * port from the frame's addresses, as the software tier picks it), and
  * redirects to the underlay. The IPv4 identification is a per-CPU counter
  * (`tun_ident`; atomic datagrams, DF set: RFC 6864 lets it be anything).
  * A decapsulated frame whose inner TCP/UDP checksum looks partial goes up
@@ -232,10 +233,10 @@ struct flow_prog {
 	__u8 ttl;
 	__u8 dscp;
 	__u8 ecn;
-	/* Output to a tunnel: the VXLAN source port's entropy, the template's
-	 * index + 1 in `tun_tx` (0: no encapsulation; `tx_index` is then the
-	 * underlay's), and the GRE key / VNI sent. */
-	__u16 tun_entropy;
+	/* Output to a tunnel: the template's index + 1 in `tun_tx` (0: no
+	 * encapsulation; `tx_index` is then the underlay's), and the GRE key /
+	 * VNI sent. */
+	__u16 pad2;
 	__u32 tun_slot;
 	__u32 tun_key;
 	__u32 pad1;
@@ -1259,8 +1260,30 @@ static __always_inline int tunnel_rx(struct xdp_md *ctx, const struct port_info 
 	return TUN_DECAP;
 }
 
+/* The VXLAN source port's entropy of the frame at `f` as it leaves, the
+ * software tier's (offload tunnel.rs `entropy`, the port sink's
+ * inner_entropy): FNV-1a over the Ethernet addresses and, for untagged
+ * IPv4, bytes 26..38 (addresses, first four bytes of L4), folded to 16
+ * bits. Every frame served here has 42 bytes or more. */
+static __always_inline __u16 inner_entropy(__u8 *f, void *data_end)
+{
+	__u32 h = 0x811c9dc5;
+
+	if ((void *)(f + 38) > data_end)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 12; i++)
+		h = (h ^ f[i]) * 0x01000193;
+	if (f[12] == 0x08 && f[13] == 0x00) {
+#pragma unroll
+		for (int i = 26; i < 38; i++)
+			h = (h ^ f[i]) * 0x01000193;
+	}
+	return h ^ (h >> 16);
+}
+
 /* Push the outer headers of tunnel `tt` in front of the frame, as
- * Endpoint::encapsulate writes them, with the entry's key and entropy.
+ * Endpoint::encapsulate writes them, with the entry's key.
  * Returns 0, or -1 if the headroom is gone (cannot happen: the caller
  * probed it before the first write). */
 static __always_inline int encap(struct xdp_md *ctx, const struct tun_tx *tt,
@@ -1270,6 +1293,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct tun_tx *tt,
 	void *data_end = (void *)(long)ctx->data_end;
 	__u32 inner_len = data_end - data;
 	int vx = tt->kind == TK_VXLAN;
+	__u16 entropy = vx ? inner_entropy(data, data_end) : 0;
 	int oh = vx ? TUN_VXLAN_LEN : tt->gre_key ? TUN_GRE_KEY_LEN : TUN_GRE_LEN;
 
 	if (bpf_xdp_adjust_head(ctx, -oh))
@@ -1311,7 +1335,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct tun_tx *tt,
 	if (vx) {
 		/* RFC 7348 §5: a source port from the flow, in 49152-65535;
 		 * checksum 0 (IPv4 allows it). */
-		wr16(l4, 0xc000 | (pr->tun_entropy & 0x3fff));
+		wr16(l4, 0xc000 | (entropy & 0x3fff));
 		wr16(l4 + 2, tt->udp_dst);
 		wr16(l4 + 4, ip_len - IPV4_HLEN);
 		wr16(l4 + 6, 0);

@@ -17,16 +17,16 @@
 //!   backend writes the outer headers `Endpoint::encapsulate` writes and
 //!   sends the frame on the underlay. The GRE key or VXLAN VNI is fixed
 //!   per entry (the key is an exact match, so the packet's `tunnel_id` is
-//!   the key's, or the entry's set-field: [`TunnelPort::wire_key`]); so is
-//!   the VXLAN source port's entropy ([`entropy`]).
+//!   the key's, or the entry's set-field: [`TunnelPort::wire_key`]). The
+//!   VXLAN source port comes from the frame as it leaves, as the software
+//!   tier takes it ([`entropy`]), so a flow keeps its source port (and its
+//!   path through the underlay) whichever tier serves it.
 //!
 //! What a backend supports of each tunnel is declared in its capabilities
 //! ([`TunnelSupport`]), so an entry it cannot serve is refused with the
 //! reason and stays in software.
 
 use offlow_wire::tunnel::{Endpoint, KeyMode, Kind};
-
-use crate::key::OffloadKey;
 
 /// A tunnel port a backend is told of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -111,13 +111,25 @@ impl TunnelPort {
     }
 }
 
-/// The flow entropy an encapsulation of `key`'s frames uses (the VXLAN
-/// source port's low bits): the low 16 bits of the flow hash the packet
-/// workers compute for the frame as received
-/// (`offlow_datapath::microflow::flow_hash` of its full key), so both tiers
-/// send a flow's frames from the same source port.
-pub fn entropy(key: &OffloadKey) -> u16 {
-    offlow_datapath::microflow::flow_hash(&key.to_flow_key()) as u16
+/// The flow entropy an encapsulation of `frame` uses (the VXLAN source
+/// port's low bits, RFC 7348 §5: "a hash of fields from the inner
+/// packet"): FNV-1a over its Ethernet addresses and, for untagged IPv4,
+/// bytes 26..38 (addresses and the first four bytes of L4), folded to 16
+/// bits. The software tier's choice (`inner_entropy` in the switch's port
+/// sink), which the XDP program computes the same way on the frame it
+/// encapsulates; the reference its tests check against.
+pub fn entropy(frame: &[u8]) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    let ipv4 = frame.get(12..14) == Some(&[0x08, 0x00]);
+    let tail = if ipv4 {
+        frame.get(26..38).unwrap_or(&[])
+    } else {
+        &[]
+    };
+    for &b in frame.iter().take(12).chain(tail) {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (h ^ (h >> 16)) as u16
 }
 
 #[cfg(test)]

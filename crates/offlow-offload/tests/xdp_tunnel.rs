@@ -243,7 +243,14 @@ fn check(b: &XdpBackend, frame: &[u8], port: u32, expect: &Expect) -> Vec<u8> {
             );
             match tunnels().iter().find(|t| t.ofport == *p) {
                 None => assert_eq!(&out, inner),
-                Some(t) => assert_eq!(out, encapsulation(t, inner, *tunnel_id, &out)),
+                Some(t) => {
+                    assert_eq!(out, encapsulation(t, inner, *tunnel_id, &out));
+                    if t.endpoint.kind == Kind::Vxlan {
+                        // The source port is the software tier's.
+                        let sport = u16::from_be_bytes([out[34], out[35]]);
+                        assert_eq!(sport, 0xc000 | (entropy(inner) & 0x3fff));
+                    }
+                }
             }
         }
     }
@@ -436,9 +443,10 @@ fn encapsulated_frames_classify_back_to_the_executors_bytes() {
             assert_eq!(&out[d.inner.clone()], &sent_inner[..]);
             assert_eq!(d.tunnel_id, u64::from(t.wire_key(tunnel_id).unwrap_or(0)));
             if t.endpoint.kind == Kind::Vxlan {
-                // The source port comes from the flow hash the workers use.
+                // The source port comes from the frame as the software
+                // tier hashes it.
                 let sport = u16::from_be_bytes([out[34], out[35]]);
-                assert_eq!(sport, 0xc000 | (entropy(&key) & 0x3fff));
+                assert_eq!(sport, 0xc000 | (entropy(&sent_inner) & 0x3fff));
             }
         }
         // The identification is a per-CPU counter: the runs of this thread

@@ -10,7 +10,7 @@
 
 use crate::key::OffloadKey;
 use crate::program::{OffloadProgram, TtlOp, Verdict, VlanOp};
-use crate::tunnel::{self, TunnelPort};
+use crate::tunnel::TunnelPort;
 use offlow_wire::tunnel::{KeyMode, Kind};
 
 use super::skel::types::{flow_key, flow_prog, tun_rx_key, tun_tx};
@@ -99,7 +99,7 @@ pub(crate) trait Outputs {
 /// `out` resolves the output port of a [`Verdict::Port`]: an interface's
 /// `tx_ports` index, or for a tunnel its underlay's and its template, the
 /// key the entry's frames carry (the set-field's `tunnel_id`, else the
-/// key's) and the flow entropy ([`tunnel::entropy`]).
+/// key's).
 pub(crate) fn prog_record(
     k: &OffloadKey,
     p: &OffloadProgram,
@@ -165,7 +165,6 @@ pub(crate) fn prog_record(
                     r.tx_index = out.tx_index(t.underlay);
                     r.tun_slot = index + 1;
                     r.tun_key = t.wire_key(p.tunnel_id.unwrap_or(k.tunnel_id)).unwrap_or(0);
-                    r.tun_entropy = tunnel::entropy(k);
                 }
                 None => r.tx_index = out.tx_index(port),
             }
@@ -330,7 +329,6 @@ mod tests {
         let fwd = OffloadProgram::plain(Verdict::Port(4));
         let r = prog_record(&k, &fwd, 0, &out);
         assert_eq!((r.tx_index, r.tun_slot, r.tun_key), (11, 3, 0x77));
-        assert_eq!(r.tun_entropy, tunnel::entropy(&k));
         // The set-field wins over the key's tunnel_id; VNIs have 24 bits.
         let set = OffloadProgram {
             tunnel_id: Some(0x1234_5678),
