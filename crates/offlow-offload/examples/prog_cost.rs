@@ -21,14 +21,23 @@
 //! value (the frame stays as it was; see `partial_csum` in offload.bpf.c).
 //! `OFFLOW_RECORD=1` also runs each frame once with the outcome record on
 //! and prints which counters moved.
+//!
+//! Tunnel rows (GRE key=flow and VXLAN tunnels over `vb`): an ordinary
+//! frame on an underlay (one more lookup: is it a tunnel's?), a GRE frame
+//! whose inner frame has no entry, and then the hits that decapsulate or
+//! encapsulate. Those rewrite the frame, so they cannot repeat in one test
+//! run: they are timed one run per call, averaged over many calls, beside
+//! the plain output hit timed the same way (a single run's time carries
+//! the kernel timer's own cost, which the repeated rows spread thin).
 
 use std::process::Command;
 
 use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
-use offlow_offload::{compile, OffloadBackend, OffloadKey};
+use offlow_offload::{compile, OffloadBackend, OffloadKey, TunnelPort};
 use offlow_pipeline::{Action, PortNo};
 use offlow_testkit::FrameBuilder;
 use offlow_wire::checksum;
+use offlow_wire::tunnel::{Endpoint, KeyMode, Kind};
 
 const REPEAT: u32 = 2_000_000;
 
@@ -108,7 +117,7 @@ fn run() -> anyhow::Result<()> {
         room: 1024,
         attach: AttachPolicy::Detached,
         debug_record: std::env::var_os("OFFLOW_RECORD").is_some(),
-        tunnels: Vec::new(),
+        tunnels: tunnels(),
     })?;
     let ifindex = |n: u32| {
         b.ports()
@@ -117,7 +126,7 @@ fn run() -> anyhow::Result<()> {
             .map(|p| p.ifindex)
             .unwrap_or(0)
     };
-    let (va, lo) = (ifindex(1), 1);
+    let (va, vb, lo) = (ifindex(1), ifindex(2), 1);
     let udp = |sport: u16| {
         FrameBuilder::default()
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
@@ -174,6 +183,110 @@ fn run() -> anyhow::Result<()> {
                 println!("    counters {moved:?}");
                 println!("    outcome {:?}", b.take_outcome()?);
             }
+        }
+    }
+    tunnel_rows(&mut b, va, vb)?;
+    Ok(())
+}
+
+const LOCAL: [u8; 4] = [192, 168, 50, 1];
+const REMOTE: [u8; 4] = [192, 168, 50, 2];
+
+/// GRE key=flow (port 10) and VXLAN key=flow (11) over `vb` (2).
+fn tunnels() -> Vec<TunnelPort> {
+    let ep = |kind| Endpoint {
+        key: KeyMode::Flow,
+        ..Endpoint::new(
+            kind,
+            LOCAL,
+            REMOTE,
+            [2, 0, 0, 0, 0, 0xb],
+            [2, 0, 0, 0, 0, 0xc],
+        )
+    };
+    vec![
+        TunnelPort {
+            ofport: 10,
+            endpoint: ep(Kind::Gre),
+            underlay: 2,
+        },
+        TunnelPort {
+            ofport: 11,
+            endpoint: ep(Kind::Vxlan),
+            underlay: 2,
+        },
+    ]
+}
+
+/// `inner` as the far end of GRE tunnel 10 sends it with key 7.
+fn gre_frame(inner: &[u8]) -> Vec<u8> {
+    let far = Endpoint {
+        key: KeyMode::Fixed(7),
+        ..Endpoint::new(
+            Kind::Gre,
+            REMOTE,
+            LOCAL,
+            [2, 0, 0, 0, 0, 0xc],
+            [2, 0, 0, 0, 0, 0xb],
+        )
+    };
+    let mut out = vec![0u8; inner.len() + 64];
+    let n = far
+        .encapsulate(inner, 0, 1, 0, &mut out)
+        .expect("room for the outer headers");
+    out.truncate(n);
+    out
+}
+
+/// Mean kernel time of `calls` single runs of `frame` (a rewriting hit).
+fn single_runs(b: &XdpBackend, frame: &[u8], ifx: u32, calls: u32) -> anyhow::Result<(u32, u32)> {
+    let mut total = 0u64;
+    let mut ret = 0;
+    for _ in 0..calls {
+        let (r, ns) = b.time_run(frame, ifx, 0, 1)?;
+        ret = r;
+        total += u64::from(ns);
+    }
+    Ok((ret, (total / u64::from(calls)) as u32))
+}
+
+fn tunnel_rows(b: &mut XdpBackend, va: u32, vb: u32) -> anyhow::Result<()> {
+    let inner = |sport: u16| {
+        FrameBuilder::default()
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+            .udp(sport, 9)
+            .build()
+    };
+    let install = |b: &mut XdpBackend, key: OffloadKey, out: u32| -> anyhow::Result<()> {
+        b.install(&key, &compile(&key, &[Action::output(PortNo(out))])?)?;
+        Ok(())
+    };
+    let key = |f: &[u8], port: u32, id: u64| {
+        OffloadKey::parse(f, port, id).ok_or(anyhow::anyhow!("not in class"))
+    };
+    // An ordinary hit on the underlay; decap (GRE key 7 in, out of va);
+    // encap (va in, into VXLAN).
+    install(b, key(&inner(20), 2, 0)?, 1)?;
+    install(b, key(&inner(21), 10, 7)?, 1)?;
+    install(b, key(&inner(22), 1, 0)?, 11)?;
+    let repeated: [(&str, Vec<u8>, u32); 2] = [
+        ("tunnel: ordinary hit on an underlay", inner(20), vb),
+        ("tunnel: GRE frame, inner miss", gre_frame(&inner(99)), vb),
+    ];
+    const CALLS: u32 = 200_000;
+    let single: [(&str, Vec<u8>, u32); 3] = [
+        ("single runs: hit: output", inner(2), va),
+        ("single runs: GRE decap, output", gre_frame(&inner(21)), vb),
+        ("single runs: output into VXLAN", inner(22), va),
+    ];
+    for round in 0..3 {
+        for (name, frame, ifx) in &repeated {
+            let (ret, ns) = b.time_run(frame, *ifx, 0, REPEAT)?;
+            println!("round {round}  {name:<34} {ns:>5} ns  (XDP action {ret})");
+        }
+        for (name, frame, ifx) in &single {
+            let (ret, ns) = single_runs(b, frame, *ifx, CALLS)?;
+            println!("round {round}  {name:<34} {ns:>5} ns  (XDP action {ret}, {CALLS} calls)");
         }
     }
     Ok(())
