@@ -5,6 +5,7 @@
 //! differential test almost never reach. Privileged: skipped with a notice
 //! when not root.
 
+#[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
@@ -414,42 +415,6 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
     assert!(served > 100, "only {served} frames ran");
 }
 
-/// Send `frame` out of interface `ifindex` with an AF_PACKET socket.
-fn inject(ifindex: u32, frame: &[u8]) {
-    // SAFETY: socket takes three integers.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-    assert!(
-        fd >= 0,
-        "AF_PACKET socket: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    addr.sll_halen = 6;
-    // SAFETY: `frame` and `addr` are valid for the call with the lengths
-    // given; `fd` is the socket opened above.
-    let n = unsafe {
-        libc::sendto(
-            fd,
-            frame.as_ptr().cast(),
-            frame.len(),
-            0,
-            (&raw const addr).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "{}",
-        std::io::Error::last_os_error()
-    );
-}
-
 /// The attached program on live traffic: frames sent into `vb` arrive on
 /// `va`, where the entry drops them in the kernel and counts them; a frame
 /// of another flow goes up.
@@ -466,15 +431,15 @@ fn attached_program_serves_live_frames() {
         let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &OffloadProgram::plain(Verdict::Drop))
             .unwrap();
-        let vb = ifindex_by_name("vb");
+        let vb = common::ifindex_by_name("vb");
         for _ in 0..5 {
-            inject(vb, &f);
+            common::inject(vb, &f);
         }
         let miss = FrameBuilder::eth(B, A)
             .ipv4([10, 0, 0, 9], [10, 0, 0, 2])
             .udp(1, 2)
             .build();
-        inject(vb, &miss);
+        common::inject(vb, &miss);
         // veth delivers through NAPI on the receiving side: wait for it.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let want = EntryCounters {
@@ -492,12 +457,4 @@ fn attached_program_serves_live_frames() {
         assert!(stats.get("up_pass") >= 1, "{stats:?}");
         assert_eq!(b.remove(&key).unwrap(), want);
     });
-}
-
-fn ifindex_by_name(name: &str) -> u32 {
-    let c = std::ffi::CString::new(name).unwrap();
-    // SAFETY: `c` is NUL-terminated and valid for the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    assert_ne!(i, 0, "no interface {name}");
-    i
 }

@@ -12,6 +12,7 @@
 //! the executor runs, and the program must send out the same bytes.
 //! Privileged: skipped with a notice when not root.
 
+#[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
