@@ -75,17 +75,19 @@
  * classifies it (and counts and drops what is malformed). Served are only
  * the plain sound shapes: an outer IPv4 header without options, with a
  * valid checksum, not a fragment, and no Ethernet padding behind it; GRE
- * with no flag but K, carrying Ethernet (TEB); VXLAN with UDP checksum 0
- * (a non-zero one would have to be verified over the whole datagram) and
- * the I flag. The key picks the tunnel as classify does (`tun_rx` holds
+ * with no flag but C and K, carrying Ethernet (TEB), its checksum (if any)
+ * verified over the whole GRE packet with l4_sum() once an entry hits (a
+ * miss goes up unsummed); VXLAN with UDP checksum 0 (the UDP checksum
+ * covers the outer pseudo-header too: left to software) and the I flag. The key picks the tunnel as classify does (`tun_rx` holds
  * each endpoint's exact keys, the first endpoint of the configuration
  * winning, then `key=flow`); the inner frame's key (in_port the tunnel,
  * tunnel_id the key) is looked up, and only on a hit are the outer headers
  * stripped; a miss goes up still encapsulated. An entry whose output is a
  * tunnel pushes the outer headers Endpoint::encapsulate writes, from the
  * tunnel's template in `tun_tx` and the entry's key (the VXLAN source
- * port from the frame's addresses, as the software tier picks it), and
- * redirects to the underlay. The IPv4 identification is a per-CPU counter
+ * port from the frame's addresses, as the software tier picks it; a GRE
+ * checksum summed with l4_sum() over the packet built), and redirects to
+ * the underlay. The IPv4 identification is a per-CPU counter
  * (`tun_ident`; atomic datagrams, DF set: RFC 6864 lets it be anything).
  * A decapsulated frame whose inner TCP/UDP checksum looks partial goes up
  * (`up_tunnel_partial`): nothing on a wire leaves it partial, and software
@@ -295,7 +297,8 @@ struct tun_tx {
 	__u8 gre_key;    /* GRE: 1 if frames carry the K flag and key */
 	__u8 tos;
 	__u8 ttl;
-	__u8 pad[2];
+	__u8 gre_csum;   /* GRE: 1 if frames carry the C flag and checksum */
+	__u8 pad;
 };
 _Static_assert(sizeof(struct tun_tx) == 28, "tun_tx layout");
 
@@ -304,13 +307,16 @@ _Static_assert(sizeof(struct tun_tx) == 28, "tun_tx layout");
 #define GRE_HLEN 4
 #define GRE_P_TEB 0x6558
 #define GRE_FLAG_K 0x2000
+#define GRE_FLAG_C 0x8000
 #define VXLAN_FLAG_I 0x08
 #define IP_DF 0x4000
 /* The outer headers a served tunnel frame has: Ethernet, IPv4 (no
- * options), then GRE with or without a key, or UDP and VXLAN. */
+ * options), then GRE with or without a checksum and a key (4 bytes each),
+ * or UDP and VXLAN (the longest). */
 #define TUN_GRE_LEN (ETH_HLEN + IPV4_HLEN + GRE_HLEN)
-#define TUN_GRE_KEY_LEN (TUN_GRE_LEN + 4)
 #define TUN_VXLAN_LEN (ETH_HLEN + IPV4_HLEN + UDP_HLEN + VXLAN_HLEN)
+/* The outer L4 header's offset (GRE's checksum covers from here on). */
+#define TUN_L4 (ETH_HLEN + IPV4_HLEN)
 
 /* What the last frame on this CPU did (tests only: `debug_record`). */
 struct debug_rec {
@@ -1112,6 +1118,7 @@ struct tun_frame {
 	__u64 id;     /* its key: the inner frame's tunnel_id */
 	__u32 ofport; /* the tunnel's OpenFlow port */
 	__u32 inner;  /* where the inner frame starts */
+	__u32 seg;    /* GRE with a checksum: the bytes it covers; else 0 */
 };
 
 #define TUN_NONE 0  /* not addressed to a tunnel: an ordinary frame */
@@ -1196,21 +1203,25 @@ static __always_inline int tunnel_rx(struct xdp_md *ctx, const struct port_info 
 	__u32 key = 0;
 	int has_key = 1;
 
+	t->seg = 0;
 	if (k.proto == IPPROTO_GRE_) {
 		__u16 flags = rd16(l4);
+		int csum = (flags & GRE_FLAG_C) != 0;
+		__u8 *opt = l4 + GRE_HLEN + (csum ? 4 : 0);
 
-		/* RFC 2784/2890: no checksum, routing, sequence number or
-		 * recursion, version 0; the K flag or nothing. */
+		/* RFC 2784/2890: no routing, sequence number or recursion,
+		 * version 0; a checksum and a key, either, or neither. */
+		flags &= ~GRE_FLAG_C;
 		if (flags == GRE_FLAG_K) {
-			if ((void *)(l4 + GRE_HLEN + 4) > data_end) {
+			if ((void *)(opt + 4) > data_end) {
 				*why = __LINE__;
 				return TUN_UP;
 			}
-			key = rd32(l4 + GRE_HLEN);
-			t->inner = TUN_GRE_KEY_LEN;
+			key = rd32(opt);
+			t->inner = TUN_GRE_LEN + (csum ? 8 : 4);
 		} else if (flags == 0) {
 			has_key = 0;
-			t->inner = TUN_GRE_LEN;
+			t->inner = TUN_GRE_LEN + (csum ? 4 : 0);
 		} else {
 			*why = __LINE__;
 			return TUN_UP;
@@ -1219,6 +1230,9 @@ static __always_inline int tunnel_rx(struct xdp_md *ctx, const struct port_info 
 			*why = __LINE__;
 			return TUN_UP;
 		}
+		/* Verified on a hit (offlow_offload below), before any write. */
+		if (csum)
+			t->seg = total - IPV4_HLEN;
 	} else {
 		if ((void *)(l4 + UDP_HLEN + VXLAN_HLEN) > data_end) {
 			*why = __LINE__;
@@ -1294,7 +1308,7 @@ static __always_inline int encap(struct xdp_md *ctx, const struct tun_tx *tt,
 	__u32 inner_len = data_end - data;
 	int vx = tt->kind == TK_VXLAN;
 	__u16 entropy = vx ? inner_entropy(data, data_end) : 0;
-	int oh = vx ? TUN_VXLAN_LEN : tt->gre_key ? TUN_GRE_KEY_LEN : TUN_GRE_LEN;
+	int oh = vx ? TUN_VXLAN_LEN : TUN_GRE_LEN + (tt->gre_csum ? 4 : 0) + (tt->gre_key ? 4 : 0);
 
 	if (bpf_xdp_adjust_head(ctx, -oh))
 		return -1;
@@ -1342,10 +1356,28 @@ static __always_inline int encap(struct xdp_md *ctx, const struct tun_tx *tt,
 		wr32(l4 + UDP_HLEN, (__u32)VXLAN_FLAG_I << 24);
 		wr32(l4 + UDP_HLEN + 4, pr->tun_key << 8);
 	} else {
-		wr16(l4, tt->gre_key ? GRE_FLAG_K : 0);
+		__u8 *opt = l4 + GRE_HLEN;
+
+		wr16(l4, (tt->gre_key ? GRE_FLAG_K : 0) | (tt->gre_csum ? GRE_FLAG_C : 0));
 		wr16(l4 + 2, GRE_P_TEB);
+		if (tt->gre_csum) {
+			/* Checksum and reserved, zero while summing. */
+			wr32(opt, 0);
+			opt += 4;
+		}
 		if (tt->gre_key)
-			wr32(l4 + GRE_HLEN, pr->tun_key);
+			wr32(opt, pr->tun_key);
+		if (tt->gre_csum) {
+			/* RFC 2784 §2.5, over the GRE header and its payload; the
+			 * caller checked the length is one l4_sum() reaches. */
+			int s = l4_sum(ctx, TUN_L4, ip_len - IPV4_HLEN);
+
+			data = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+			if (s < 0 || data + TUN_L4 + GRE_HLEN + 2 > data_end)
+				return -1;
+			wr16(data + TUN_L4 + GRE_HLEN, ~(__u16)s);
+		}
 	}
 	return 0;
 }
@@ -1415,6 +1447,12 @@ int offlow_offload(struct xdp_md *ctx)
 		count(ST_UP_TUNNEL, __LINE__);
 		return up(ctx, pi);
 	}
+	/* RFC 2784 §2.5: the checksum covers the GRE header and payload; a
+	 * packet whose sum is not all ones is software's to count and drop. */
+	if (base && t.seg && l4_sum(ctx, TUN_L4, t.seg) != 0xffff) {
+		count(ST_UP_TUNNEL, __LINE__);
+		return up(ctx, pi);
+	}
 	if (pr->verdict != V_CPU && pr->ttl_op == TTL_DEC) {
 		void *data = (void *)(long)ctx->data;
 		void *data_end = (void *)(long)ctx->data_end;
@@ -1465,6 +1503,12 @@ int offlow_offload(struct xdp_md *ctx)
 		if (!tt) {
 			count(ST_DROP_INTERNAL, 0);
 			return XDP_DROP;
+		}
+		/* A GRE checksum is summed over the packet built: it must be
+		 * one l4_sum() reaches (any frame in a page is). */
+		if (tt->gre_csum && p.len + TAG_LEN + TUN_VXLAN_LEN - TUN_L4 > CSUM_MAX_SEG) {
+			count(ST_UP_CSUM_LONG, 0);
+			return up(ctx, pi);
 		}
 		if (bpf_xdp_adjust_head(ctx, -(TUN_VXLAN_LEN + TAG_LEN))) {
 			count(ST_UP_NO_HEADROOM, 0);

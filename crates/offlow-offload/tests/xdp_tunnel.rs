@@ -98,12 +98,23 @@ fn far_end(t: &TunnelPort) -> Endpoint {
 }
 
 /// `inner` as the far end of `t` sends it with key mode `key_mode`, and
-/// without GRE checksums (a shape this program leaves to software:
-/// [`Spoil::GreChecksum`] sends them).
+/// without a GRE checksum.
 fn from_far(t: &TunnelPort, key_mode: KeyMode, inner: &[u8], ident: u16) -> Vec<u8> {
+    from_far_csum(t, key_mode, false, inner, ident)
+}
+
+/// [`from_far`], with a GRE checksum if `csum` (received checksums are
+/// whatever the sender sends, whatever our end sends).
+fn from_far_csum(
+    t: &TunnelPort,
+    key_mode: KeyMode,
+    csum: bool,
+    inner: &[u8],
+    ident: u16,
+) -> Vec<u8> {
     let far = Endpoint {
         key: key_mode,
-        csum: false,
+        csum,
         ..far_end(t)
     };
     let mut out = vec![0u8; inner.len() + 64];
@@ -298,10 +309,15 @@ fn gre_and_vxlan_frames_are_decapsulated_as_classify_picks_them() {
         ];
         for (i, (far, sends, port, tunnel_id)) in cases.into_iter().enumerate() {
             let t = tunnel(far);
-            for inner in [inner_udp(1000 + i as u16), inner_tcp(2000 + i as u16)] {
-                // From tunnel 15's far end (csum=true) too without a GRE
-                // checksum: received checksums are whatever the sender sent.
-                let frame = from_far(&t, sends, &inner, 3);
+            let gre = t.endpoint.kind == Kind::Gre;
+            for (inner, csum) in [
+                (inner_udp(1000 + i as u16), false),
+                (inner_tcp(2000 + i as u16), false),
+                (inner_udp(3000 + i as u16), gre),
+            ] {
+                // GRE with and without a checksum, whatever the tunnel
+                // sends itself.
+                let frame = from_far_csum(&t, sends, csum, &inner, 3);
                 let key = OffloadKey::parse(&inner, port, tunnel_id).expect("in class");
                 // The reference agrees on where the frame enters.
                 let out_port = 3 - t.underlay;
@@ -329,7 +345,7 @@ fn gre_and_vxlan_frames_are_decapsulated_as_classify_picks_them() {
                 );
             }
         }
-        assert_eq!(stat(&b, "tunnel_decap"), 2 * cases.len() as u64);
+        assert_eq!(stat(&b, "tunnel_decap"), 3 * cases.len() as u64);
         // An ordinary frame of an underlay is still served as before.
         let plain = inner_udp(5);
         let e = install(
@@ -404,9 +420,10 @@ fn encapsulated_frames_classify_back_to_the_executors_bytes() {
         let mut b = backend();
         // (output tunnel, set-field tunnel_id): no key, a fixed key, key=flow
         // from the set-field, VXLAN key=flow and fixed.
-        let cases: [(u32, Option<u64>); 6] = [
+        let cases: [(u32, Option<u64>); 7] = [
             (10, None),
             (11, None),
+            (15, None),
             (12, Some(0xdead_beef)),
             (13, Some(0xab_cdef)),
             (13, Some(0x1_0000_0042)),
@@ -469,14 +486,15 @@ fn encapsulated_frames_classify_back_to_the_executors_bytes() {
         };
         assert_eq!((d.tunnel_id, &out[d.inner]), (0x4242, &inner[..]));
         assert_eq!(stat(&b, "tunnel_encap"), cases.len() as u64 + 1);
-        // GRE checksums on output stay in software, with the reason.
-        let k = OffloadKey::parse(&inner_udp(7001), 3, 0).unwrap();
-        let p = compile(&k, &[Action::output(PortNo(15))]).unwrap();
+        // Back into the tunnel a frame came from stays in software, with
+        // the reason.
+        let k = OffloadKey::parse(&inner_udp(7001), 12, 1).unwrap();
+        let p = compile(&k, &[Action::output(PortNo::IN_PORT)]).unwrap();
         assert_eq!(
             b.install(&k, &p),
             Err(OffloadError::Refused(Refusal::Tunnel(
-                15,
-                "GRE checksum on output"
+                12,
+                "output back into the ingress tunnel"
             )))
         );
     });
@@ -544,7 +562,7 @@ enum Spoil {
     TotalLength,
     Padding,
     GreVersion,
-    GreChecksum,
+    GreBadChecksum,
     GreSequence,
     GreProtocol,
     InnerShort,
@@ -564,17 +582,7 @@ fn spoilt(s: Spoil, inner: &[u8]) -> (Vec<u8>, u32) {
             (from_far(&vx, KeyMode::Fixed(3), inner, 1), 1)
         }
         Spoil::UnknownKey => (from_far(&tunnel(14), KeyMode::Fixed(78), inner, 1), 2),
-        Spoil::GreChecksum => {
-            let far = Endpoint {
-                key: KeyMode::Fixed(9),
-                csum: true,
-                ..far_end(&gre)
-            };
-            let mut out = vec![0u8; inner.len() + 64];
-            let n = far.encapsulate(inner, 0, 1, 0, &mut out).expect("room");
-            out.truncate(n);
-            (out, 1)
-        }
+        Spoil::GreBadChecksum => (from_far_csum(&gre, KeyMode::Fixed(9), true, inner, 1), 1),
         _ => (from_far(&gre, KeyMode::Fixed(9), inner, 1), 1),
     };
     let set16 =
@@ -601,7 +609,11 @@ fn spoilt(s: Spoil, inner: &[u8]) -> (Vec<u8>, u32) {
         }
         Spoil::Padding => f.extend_from_slice(&[0; 4]),
         Spoil::GreVersion => f[35] |= 1,
-        Spoil::GreChecksum => {}
+        Spoil::GreBadChecksum => {
+            // The last byte of the payload changed under the checksum.
+            let last = f.len() - 1;
+            f[last] ^= 0x5a;
+        }
         Spoil::GreSequence => {
             // K and S, a sequence number behind the key.
             set16(&mut f, 34, 0x3000);
@@ -660,7 +672,7 @@ fn malformed_and_unserved_tunnel_frames_go_up_untouched() {
             Spoil::TotalLength,
             Spoil::Padding,
             Spoil::GreVersion,
-            Spoil::GreChecksum,
+            Spoil::GreBadChecksum,
             Spoil::GreSequence,
             Spoil::GreProtocol,
             Spoil::InnerShort,
@@ -678,11 +690,7 @@ fn malformed_and_unserved_tunnel_frames_go_up_untouched() {
             // sound ones software decapsulates, the rest it drops.
             let sound = matches!(
                 s,
-                Spoil::IpOptions
-                    | Spoil::Padding
-                    | Spoil::GreChecksum
-                    | Spoil::GreSequence
-                    | Spoil::VxlanUdpChecksum
+                Spoil::IpOptions | Spoil::Padding | Spoil::GreSequence | Spoil::VxlanUdpChecksum
             );
             assert_eq!(matches!(c, Classified::Tunnel(_)), sound, "{s:?}: {c:?}");
             assert!(!matches!(c, Classified::NotTunnel), "{s:?}");
@@ -713,6 +721,8 @@ fn malformed_and_unserved_tunnel_frames_go_up_untouched() {
 #[derive(Debug, Clone)]
 struct Case {
     far: u32,
+    /// The far end sends GRE checksums.
+    csum: bool,
     key: u32,
     keyless: bool,
     tcp: bool,
@@ -724,7 +734,7 @@ struct Case {
 
 fn case() -> impl Strategy<Value = Case> {
     (
-        10u32..16,
+        (10u32..16, any::<bool>()),
         prop_oneof![Just(0u32), Just(5), Just(77), Just(78), any::<u32>()],
         any::<bool>(),
         any::<bool>(),
@@ -734,8 +744,9 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec(0u8..8, 0..4),
     )
         .prop_map(
-            |(far, key, keyless, tcp, sport, spoil, other_entry, acts)| Case {
+            |((far, csum), key, keyless, tcp, sport, spoil, other_entry, acts)| Case {
                 far,
+                csum,
                 key,
                 keyless,
                 tcp,
@@ -748,7 +759,7 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 /// The action list of `c`, ending in an output to an interface or a
-/// tunnel that takes encapsulation.
+/// tunnel.
 fn actions(c: &Case, tagged: bool) -> Vec<Action> {
     let mut v = Vec::new();
     for a in &c.acts {
@@ -773,7 +784,7 @@ fn actions(c: &Case, tagged: bool) -> Vec<Action> {
             i - 1 == last || !ttl(a)
         });
     }
-    let out = [2u32, 3, 10, 11, 12, 13, 14][c.sport as usize % 7];
+    let out = [2u32, 3, 10, 11, 12, 13, 14, 15][c.sport as usize % 8];
     v.push(Action::output(PortNo(out)));
     v
 }
@@ -802,7 +813,7 @@ fn run_case(b: &mut XdpBackend, c: &Case, hits: &mut u32) -> Result<(), TestCase
                 Spoil::TotalLength,
                 Spoil::Padding,
                 Spoil::GreVersion,
-                Spoil::GreChecksum,
+                Spoil::GreBadChecksum,
                 Spoil::GreSequence,
                 Spoil::GreProtocol,
                 Spoil::InnerShort,
@@ -813,7 +824,10 @@ fn run_case(b: &mut XdpBackend, c: &Case, hits: &mut u32) -> Result<(), TestCase
             ][s as usize],
             &inner,
         ),
-        None => (from_far(&t, sends, &inner, c.sport), t.underlay),
+        None => (
+            from_far_csum(&t, sends, c.csum, &inner, c.sport),
+            t.underlay,
+        ),
     };
     // The entry: for where classify says the inner frame enters, or for
     // the same inner frame on another tunnel.
@@ -830,7 +844,7 @@ fn run_case(b: &mut XdpBackend, c: &Case, hits: &mut u32) -> Result<(), TestCase
         return Ok(());
     };
     if b.install(&key, &p).is_err() {
-        // Refused (GRE checksum out, a tunnel_id off its port): software.
+        // Refused (back into the ingress tunnel): software.
         return Ok(());
     }
     let e = Installed { key, actions: acts };

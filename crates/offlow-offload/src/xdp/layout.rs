@@ -229,7 +229,8 @@ pub(crate) fn tun_tx_record(t: &TunnelPort) -> tun_tx {
         gre_key: u8::from(e.kind == Kind::Gre && e.key != KeyMode::None),
         tos: e.tos,
         ttl: e.ttl,
-        pad: [0; 2],
+        gre_csum: u8::from(e.kind == Kind::Gre && e.csum),
+        pad: 0,
     }
 }
 

@@ -1165,8 +1165,13 @@ mod tests {
                 underlay: 2,
             },
         ];
-        let model = ModelBackend::full_with_tunnels(vec![1, 2, 3], &tunnels, 16);
-        let caps = model.capabilities().clone();
+        // The XDP backend's declaration, except that this one does not
+        // serve tunnel 11.
+        let mut caps = ModelBackend::full_with_tunnels(vec![1, 2, 3], &tunnels, 16)
+            .capabilities()
+            .clone();
+        caps.tunnels[1] = offlow_offload::TunnelSupport::unsupported(11, 2);
+        let model = ModelBackend::new(caps.clone());
         let model = Arc::new(Mutex::new(model));
         let mut tier = OffloadTier::new(
             Box::new(Shared(model.clone(), caps)),
@@ -1175,7 +1180,7 @@ mod tests {
         .unwrap();
         let mut p = Pipeline::new(2);
         // Decapsulated frames of key 7 get a VLAN tag and leave on port 2
-        // (the L2-in-L3 gateway); port 3's go into the GRE-checksum tunnel.
+        // (the L2-in-L3 gateway); port 3's go into tunnel 11.
         let mut from_tunnel = udp_to(0x0a00_0002);
         from_tunnel.set_exact(Field::InPort, 10);
         from_tunnel.set_exact(Field::TunnelId, 7);
@@ -1213,7 +1218,10 @@ mod tests {
         assert_eq!(prog.verdict, Verdict::Port(2));
         assert_eq!(
             tier.tier(&encap),
-            Tier::Software(Some(Refusal::Tunnel(11, "GRE checksum on output")))
+            Tier::Software(Some(Refusal::Tunnel(
+                11,
+                "the backend does not serve tunnels"
+            )))
         );
         // Served frames count on the tunnel port, tag included on the way out.
         model.lock().unwrap().serve(&decap, 60);
