@@ -192,7 +192,8 @@ fn run() -> anyhow::Result<()> {
 const LOCAL: [u8; 4] = [192, 168, 50, 1];
 const REMOTE: [u8; 4] = [192, 168, 50, 2];
 
-/// GRE key=flow (port 10) and VXLAN key=flow (11) over `vb` (2).
+/// GRE key=flow (port 10), VXLAN key=flow (11) and GRE key 8 with
+/// checksums (12), all over `vb` (2).
 fn tunnels() -> Vec<TunnelPort> {
     let ep = |kind| Endpoint {
         key: KeyMode::Flow,
@@ -204,24 +205,26 @@ fn tunnels() -> Vec<TunnelPort> {
             [2, 0, 0, 0, 0, 0xc],
         )
     };
-    vec![
-        TunnelPort {
-            ofport: 10,
-            endpoint: ep(Kind::Gre),
+    let csum = Endpoint {
+        key: KeyMode::Fixed(8),
+        csum: true,
+        ..ep(Kind::Gre)
+    };
+    [(10, ep(Kind::Gre)), (11, ep(Kind::Vxlan)), (12, csum)]
+        .into_iter()
+        .map(|(ofport, endpoint)| TunnelPort {
+            ofport,
+            endpoint,
             underlay: 2,
-        },
-        TunnelPort {
-            ofport: 11,
-            endpoint: ep(Kind::Vxlan),
-            underlay: 2,
-        },
-    ]
+        })
+        .collect()
 }
 
-/// `inner` as the far end of GRE tunnel 10 sends it with key 7.
-fn gre_frame(inner: &[u8]) -> Vec<u8> {
+/// `inner` as a far end sends it over GRE with `key` (and a checksum).
+fn gre_frame(inner: &[u8], key: u32, csum: bool) -> Vec<u8> {
     let far = Endpoint {
-        key: KeyMode::Fixed(7),
+        key: KeyMode::Fixed(key),
+        csum,
         ..Endpoint::new(
             Kind::Gre,
             REMOTE,
@@ -251,10 +254,12 @@ fn single_runs(b: &XdpBackend, frame: &[u8], ifx: u32, calls: u32) -> anyhow::Re
 }
 
 fn tunnel_rows(b: &mut XdpBackend, va: u32, vb: u32) -> anyhow::Result<()> {
-    let inner = |sport: u16| {
+    // A UDP frame of `len` bytes (60 or more).
+    let inner = |sport: u16, len: usize| {
         FrameBuilder::default()
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .udp(sport, 9)
+            .payload(&vec![0x3c; len.saturating_sub(42)])
             .build()
     };
     let install = |b: &mut XdpBackend, key: OffloadKey, out: u32| -> anyhow::Result<()> {
@@ -265,28 +270,53 @@ fn tunnel_rows(b: &mut XdpBackend, va: u32, vb: u32) -> anyhow::Result<()> {
         OffloadKey::parse(f, port, id).ok_or(anyhow::anyhow!("not in class"))
     };
     // An ordinary hit on the underlay; decap (GRE key 7 in, out of va);
-    // encap (va in, into VXLAN).
-    install(b, key(&inner(20), 2, 0)?, 1)?;
-    install(b, key(&inner(21), 10, 7)?, 1)?;
-    install(b, key(&inner(22), 1, 0)?, 11)?;
+    // encap (va in, into VXLAN); the same with GRE checksums, small and
+    // large.
+    install(b, key(&inner(20, 60), 2, 0)?, 1)?;
+    install(b, key(&inner(21, 60), 10, 7)?, 1)?;
+    install(b, key(&inner(22, 60), 1, 0)?, 11)?;
+    install(b, key(&inner(23, 60), 12, 8)?, 1)?;
+    install(b, key(&inner(24, 1400), 12, 8)?, 1)?;
+    install(b, key(&inner(25, 60), 1, 0)?, 12)?;
+    install(b, key(&inner(26, 1400), 1, 0)?, 12)?;
     let repeated: [(&str, Vec<u8>, u32); 2] = [
-        ("tunnel: ordinary hit on an underlay", inner(20), vb),
-        ("tunnel: GRE frame, inner miss", gre_frame(&inner(99)), vb),
+        ("tunnel: ordinary hit on an underlay", inner(20, 60), vb),
+        (
+            "tunnel: GRE frame, inner miss",
+            gre_frame(&inner(99, 60), 7, false),
+            vb,
+        ),
     ];
     const CALLS: u32 = 200_000;
-    let single: [(&str, Vec<u8>, u32); 3] = [
-        ("single runs: hit: output", inner(2), va),
-        ("single runs: GRE decap, output", gre_frame(&inner(21)), vb),
-        ("single runs: output into VXLAN", inner(22), va),
+    let single: [(&str, Vec<u8>, u32); 7] = [
+        ("single runs: hit: output", inner(2, 60), va),
+        (
+            "single runs: GRE decap, output",
+            gre_frame(&inner(21, 60), 7, false),
+            vb,
+        ),
+        ("single runs: output into VXLAN", inner(22, 60), va),
+        (
+            "single runs: GRE+csum decap, 60 B",
+            gre_frame(&inner(23, 60), 8, true),
+            vb,
+        ),
+        (
+            "single runs: GRE+csum decap, 1400 B",
+            gre_frame(&inner(24, 1400), 8, true),
+            vb,
+        ),
+        ("single runs: into GRE+csum, 60 B", inner(25, 60), va),
+        ("single runs: into GRE+csum, 1400 B", inner(26, 1400), va),
     ];
     for round in 0..3 {
         for (name, frame, ifx) in &repeated {
             let (ret, ns) = b.time_run(frame, *ifx, 0, REPEAT)?;
-            println!("round {round}  {name:<34} {ns:>5} ns  (XDP action {ret})");
+            println!("round {round}  {name:<38} {ns:>5} ns  (XDP action {ret})");
         }
         for (name, frame, ifx) in &single {
             let (ret, ns) = single_runs(b, frame, *ifx, CALLS)?;
-            println!("round {round}  {name:<34} {ns:>5} ns  (XDP action {ret}, {CALLS} calls)");
+            println!("round {round}  {name:<38} {ns:>5} ns  (XDP action {ret}, {CALLS} calls)");
         }
     }
     Ok(())
