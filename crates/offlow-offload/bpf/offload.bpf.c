@@ -1276,7 +1276,7 @@ static __always_inline int tunnel_rx(struct xdp_md *ctx, const struct port_info 
 
 /* The VXLAN source port's entropy of the frame at `f` as it leaves, the
  * software tier's (offload tunnel.rs `entropy`, the port sink's
- * inner_entropy): FNV-1a over the Ethernet addresses and, for untagged
+ * offlow_wire::tunnel::entropy): FNV-1a over the Ethernet addresses and, for untagged
  * IPv4, bytes 26..38 (addresses, first four bytes of L4), folded to 16
  * bits. Every frame served here has 42 bytes or more. */
 static __always_inline __u16 inner_entropy(__u8 *f, void *data_end)

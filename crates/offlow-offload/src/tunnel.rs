@@ -107,26 +107,9 @@ impl TunnelPort {
     }
 }
 
-/// The flow entropy an encapsulation of `frame` uses (the VXLAN source
-/// port's low bits, RFC 7348 §5: "a hash of fields from the inner
-/// packet"): FNV-1a over its Ethernet addresses and, for untagged IPv4,
-/// bytes 26..38 (addresses and the first four bytes of L4), folded to 16
-/// bits. The software tier's choice (`inner_entropy` in the switch's port
-/// sink), which the XDP program computes the same way on the frame it
-/// encapsulates; the reference its tests check against.
-pub fn entropy(frame: &[u8]) -> u16 {
-    let mut h: u32 = 0x811c_9dc5;
-    let ipv4 = frame.get(12..14) == Some(&[0x08, 0x00]);
-    let tail = if ipv4 {
-        frame.get(26..38).unwrap_or(&[])
-    } else {
-        &[]
-    };
-    for &b in frame.iter().take(12).chain(tail) {
-        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-    }
-    (h ^ (h >> 16)) as u16
-}
+/// The flow entropy the VXLAN source port is made of: the software
+/// tier's, which the XDP program computes the same way in the kernel.
+pub use offlow_wire::tunnel::entropy;
 
 #[cfg(test)]
 mod tests {
