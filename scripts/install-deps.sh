@@ -11,7 +11,7 @@ APT_PACKAGES=(
     # XDP programs) links these
     libelf-dev zlib1g-dev
     # anchors and instruments (../shared/ANCHORS.md)
-    dpdk dpdk-dev openvswitch-switch openvswitch-common tshark linux-perf
+    dpdk dpdk-dev openvswitch-switch openvswitch-common tshark linux-perf nftables
     # namespaces and traffic
     iproute2 iputils-ping ethtool
     # controllers from PyPI (os-ken, Faucet) in venvs: scripts/controllers-venv.sh

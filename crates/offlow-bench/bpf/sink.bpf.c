@@ -4,8 +4,19 @@
  * receiving veth. It counts per CPU the experiment's frames (IPv4 UDP to
  * dst_port) with their bytes, and every other frame apart, records each
  * experiment frame's UDP source port in a 65,536-bit set (so the bench can
- * check how many distinct flows arrived), and drops everything: the
- * receiver's kernel does no further work per frame.
+ * check how many distinct flows arrived), and drops the experiment's
+ * frames: the receiver's kernel does no further work per frame.
+ *
+ * The NAT rows set two more options:
+ * - expect_saddr (network order, 0: off): experiment frames whose IPv4
+ *   source is this address are counted as translated, and one frame in
+ *   SAMPLE_EVERY is copied (its first SAMPLE_LEN - 1 bytes) into a per-CPU ring
+ *   of SAMPLE_SLOTS slots, so that the bench can check whole headers and
+ *   checksums of frames received during the measurement, in userspace.
+ * - pass_other: other frames go up to the receiver's stack (the latency
+ *   probes) instead of being dropped.
+ *
+ * bpf_xdp_load_bytes needs Linux 5.18.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -15,12 +26,19 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#define SAMPLE_LEN 512
+#define SAMPLE_SLOTS 16
+#define SAMPLE_EVERY 1024
+
 const volatile __u16 dst_port = 9;
+const volatile __u32 expect_saddr = 0;
+const volatile __u8 pass_other = 0;
 
 struct counts {
 	__u64 frames;
 	__u64 bytes;
 	__u64 other;
+	__u64 translated;
 };
 
 struct {
@@ -41,6 +59,43 @@ struct {
 	__type(value, struct port_set);
 } src_ports SEC(".maps");
 
+struct sample {
+	__u32 len; /* bytes copied; 0: slot never written */
+	__u32 frame_len;
+	__u8 data[SAMPLE_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SAMPLE_SLOTS);
+	__type(key, __u32);
+	__type(value, struct sample);
+} samples SEC(".maps");
+
+static __always_inline void take_sample(struct xdp_md *ctx, __u64 n, __u32 frame_len)
+{
+	__u32 slot = (__u32)(n / SAMPLE_EVERY) % SAMPLE_SLOTS;
+	struct sample *s = bpf_map_lookup_elem(&samples, &slot);
+	__u64 len = frame_len;
+
+	if (!s)
+		return;
+	if (len > SAMPLE_LEN - 1)
+		len = SAMPLE_LEN - 1;
+	/* Redundant for C, not for the verifier: clang would pass the helper
+	 * a copy of the length made before the clamp. The empty asm hides the
+	 * clamp from clang, so the mask stays and bounds the register the
+	 * helper gets (SAMPLE_LEN is a power of two). */
+	asm volatile("" : "+r"(len));
+	len &= SAMPLE_LEN - 1;
+	if (len == 0)
+		return;
+	if (bpf_xdp_load_bytes(ctx, 0, s->data, len) == 0) {
+		s->len = len;
+		s->frame_len = frame_len;
+	}
+}
+
 SEC("xdp")
 int sink(struct xdp_md *ctx)
 {
@@ -58,10 +113,18 @@ int sink(struct xdp_md *ctx)
 	    ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
 	    udp->dest != bpf_htons(dst_port)) {
 		c->other += 1;
-		return XDP_DROP;
+		return pass_other ? XDP_PASS : XDP_DROP;
 	}
+	__u64 n = c->frames;
+	__u32 frame_len = (__u32)(end - data);
 	c->frames += 1;
-	c->bytes += (__u64)(end - data);
+	c->bytes += frame_len;
+	if (expect_saddr) {
+		if (ip->saddr == expect_saddr)
+			c->translated += 1;
+		if (n % SAMPLE_EVERY == 0)
+			take_sample(ctx, n, frame_len);
+	}
 
 	struct port_set *set = bpf_map_lookup_elem(&src_ports, &key);
 	if (set) {

@@ -1,8 +1,10 @@
 //! `offlow bench offload`'s own instruments, short and privileged: the XDP
 //! live-frames generator and the XDP sink on a veth pair between two fresh
 //! namespaces (about a second of traffic), the generator program's output
-//! frames (ports and checksums), the lookup floor (only the flows in its
-//! map are forwarded), and the CLI's JSON line.
+//! frames (ports and checksums, also with its headers restored after a
+//! receiver wrote into the pool's pages), the lookup floor (only the flows
+//! in its map are forwarded), the CLI's JSON line, and the NAT row group
+//! (`--nat`, every frame translated, a fraction of a second per row).
 //!
 //! Needs root and `ip`; without them each test prints a notice and passes,
 //! unless `CI` is set (CI runs as root). The namespaces are owned by a
@@ -52,6 +54,8 @@ fn one_cpu_flat_out(t: &Topo, frame: Vec<u8>) -> GenConfig {
         cpus: vec![0],
         batch: 64,
         rate_per_thread: 0,
+        restore_headers: false,
+        partition_flows: false,
     }
 }
 
@@ -109,14 +113,32 @@ fn lookup_floor_forwards_only_its_flows() {
     assert_eq!(ports, want, "exactly the floor's flows were forwarded");
 }
 
+/// What a NAT does to a frame in place: source address, TTL, MACs (no
+/// checksum update: the generator must not depend on it).
+fn nat_in_place(f: &mut [u8]) {
+    f[0..12].fill(0xee);
+    f[22] -= 1;
+    f[26..30].copy_from_slice(&[10, 0, 1, 254]);
+}
+
 #[test]
 fn generator_frames_cycle_ports_with_valid_checksums() {
     if !can_run() {
         return;
     }
     let frame = build_frames(1, 64).pop().expect("a frame");
-    let runs = xdp::gen_frames_once(&frame, FLOWS, FIRST_SRC_PORT, 2 * FLOWS as usize + 3)
+    let n = 2 * FLOWS as usize + 3;
+    let runs = xdp::gen_frames_once(&frame, FLOWS, FIRST_SRC_PORT, n, false, |_| {})
         .expect("test runs of the generator");
+    check_generated(&frame, &runs);
+    // A receiver that rewrites the pool's pages: with restore, every frame
+    // still leaves with the original headers.
+    let runs = xdp::gen_frames_once(&frame, FLOWS, FIRST_SRC_PORT, n, true, nat_in_place)
+        .expect("test runs of the generator");
+    check_generated(&frame, &runs);
+}
+
+fn check_generated(frame: &[u8], runs: &[(u32, Vec<u8>)]) {
     for (i, (verdict, f)) in runs.iter().enumerate() {
         assert_eq!(*verdict, 3, "XDP_TX");
         assert_eq!(f.len(), 60);
@@ -190,4 +212,69 @@ fn cli_prints_json_last() {
         "{}",
         v["rows"][1]
     );
+}
+
+/// Issue 25's NAT row group end to end, briefly: `--nat` runs nftables,
+/// offlow in software and offloaded, each translating every frame (the
+/// sink's count and its sampled frames' headers and checksums: a row that
+/// does not translate fails the command), then two latency levels.
+/// Needs `nft` too (skipped with a notice when absent, unless `CI`).
+#[test]
+fn cli_nat_rows_translate_every_frame() {
+    if !can_run() {
+        return;
+    }
+    let Some(bin) = offlow_bin() else {
+        eprintln!("NOTICE: no offlow binary next to the test executable: NAT CLI test skipped");
+        return;
+    };
+    if Command::new("nft").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "CI must have nft");
+        eprintln!("NOTICE: no nft (nftables): NAT CLI test skipped");
+        return;
+    }
+    let out = Command::new(bin)
+        .args(["bench", "offload", "--nat", "--workers", "1"])
+        .args(["--seconds", "0.3", "--warmup", "0.1"])
+        .args(["--ping", "20", "--nat-loads", "0,50", "--json"])
+        .output()
+        .expect("offlow runs");
+    assert!(
+        out.status.success(),
+        "offlow bench offload --nat: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().expect("output");
+    let v: serde_json::Value = serde_json::from_str(last).expect("last line is JSON");
+    let rows = v["rows"].as_array().expect("rows");
+    let kinds: Vec<&str> = rows.iter().filter_map(|r| r["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "generator",
+            "nat-nftables",
+            "nat-userspace",
+            "nat-offloaded"
+        ]
+    );
+    for r in &rows[1..] {
+        assert!(r["error"].is_null(), "{r}");
+        let received = r["received"].as_u64().expect("received");
+        assert!(received > 0, "{r}");
+        assert_eq!(r["translated"].as_u64(), Some(received), "{r}");
+        assert!(r["samples_checked"].as_u64().is_some_and(|n| n > 0), "{r}");
+    }
+    assert!(rows[3]["tier_hits"].as_u64().is_some_and(|n| n > 0));
+    let levels = v["nat_latency"].as_array().expect("latency levels");
+    assert_eq!(levels.len(), 6, "two levels per configuration");
+    for l in levels {
+        assert!(l["error"].is_null(), "{l}");
+        assert!(
+            l["stats"]["received"].as_u64().is_some_and(|n| n > 0),
+            "{l}"
+        );
+    }
+    assert!(v["nat_goals"]["offloaded_vs_nftables"].as_f64().is_some());
 }

@@ -24,7 +24,12 @@
 //! destination MAC nobody has). An N-queue row uses N generator threads on
 //! CPUs 0..N: a veth puts a redirected frame on its peer's queue
 //! `cpu % queues`, so each queue (and each switch worker) gets one CPU's
-//! frames.
+//! frames. In runs with NAT rows the program also writes the frame's
+//! headers back before each send ([`GenConfig::restore_headers`]): the
+//! live-frames pool recycles pages with whatever a receiver wrote into
+//! them, and a NAT rewrites addresses in place (without the restore, only
+//! each call's first batch was translated; every later one carried the
+//! translated headers back in and matched no NAT rule).
 //!
 //! What the kernel needs for this (checked on 6.18): a veth forwards an
 //! XDP-redirected frame (`ndo_xdp_xmit`) only when its peer has NAPI, that
@@ -109,6 +114,15 @@
 //! - `offlow userspace, af_packet` / `af_xdp`: the same without the file;
 //! - `ovs 3.1 netdev, type=afxdp`: the private Open vSwitch.
 //!
+//! # Row groups
+//! The rows above are issue 22's group. Issue 25's source-NAT group
+//! (`--nat`, or the `nat-*` kinds of `--rows`) lives in [`nat`]: the same
+//! generator and sink, a routed frame, nftables vs offlow in software vs
+//! offloaded, each row's throughput followed by its latency at
+//! `--nat-loads` percent of that maximum. A further group adds its
+//! [`RowKind`] values, a `Plan` variant dispatched to its own module by
+//! `run_row`, and its own section in the report, the same way.
+//!
 //! Interrupts: SIGINT/SIGTERM end the current row early and stop the run;
 //! the guards still remove everything.
 //!
@@ -121,10 +135,12 @@
 //! descriptor with the measuring thread, which owns everything else.
 
 mod bpf;
+pub mod nat;
 pub mod ping;
 pub mod xdp;
 
 use std::io::Write as _;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -187,7 +203,34 @@ pub enum RowKind {
     /// offlow with its offload tier (one row per `--workers`; skipped
     /// until the switch has the option).
     Offloaded,
+    /// Issue 25 (c): source NAT by nftables in the kernel (one row per
+    /// `--workers`: queues), then its latency levels.
+    NatNftables,
+    /// Issue 25 (c): source NAT by offlow's userspace path (per-connection
+    /// flows, AF_XDP ports; one row per `--workers`).
+    NatUserspace,
+    /// Issue 25 (c): source NAT by offlow's offload tier (one row per
+    /// `--workers`).
+    NatOffloaded,
 }
+
+impl RowKind {
+    fn is_nat(self) -> bool {
+        matches!(
+            self,
+            RowKind::NatNftables | RowKind::NatUserspace | RowKind::NatOffloaded
+        )
+    }
+}
+
+/// The rows `--nat` selects: the generator alone (for the 'limited by'
+/// and clocks columns), then the NAT configurations.
+pub const NAT_ROWS: [RowKind; 4] = [
+    RowKind::Generator,
+    RowKind::NatNftables,
+    RowKind::NatUserspace,
+    RowKind::NatOffloaded,
+];
 
 /// `offlow bench offload` options.
 #[derive(Debug, Clone, clap::Args)]
@@ -215,7 +258,8 @@ pub struct OffloadArgs {
     /// CPU time per packet at equal load.
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
-    /// Which rows to run (comma-separated; default: all).
+    /// Which rows to run (comma-separated; default: issue 22's group;
+    /// the `nat-*` rows are issue 25's, see `--nat`).
     #[arg(
         long,
         value_enum,
@@ -223,6 +267,20 @@ pub struct OffloadArgs {
         default_value = "generator,ceiling,floor,userspace,ovs-afxdp,offloaded"
     )]
     pub rows: Vec<RowKind>,
+    /// The source-NAT row group instead (issue 25 (c)): `--rows
+    /// generator,nat-nftables,nat-userspace,nat-offloaded`, without issue
+    /// 22's latency rows.
+    #[arg(long, conflicts_with_all = ["rows", "only_ping"])]
+    pub nat: bool,
+    /// NAT rows: latency levels, percent of each row's flat-out rate
+    /// (0: no load); `--ping` probes at each.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        num_args = 0..,
+        default_value = "0,10,25,50,75,100"
+    )]
+    pub nat_loads: Vec<u32>,
     /// Latency rows after the rate rows: this many `ping` probes per row
     /// (5 ms apart); 0 skips them.
     #[arg(long, default_value_t = 400)]
@@ -260,6 +318,8 @@ impl Default for OffloadArgs {
                 RowKind::OvsAfxdp,
                 RowKind::Offloaded,
             ],
+            nat: false,
+            nat_loads: vec![0, 10, 25, 50, 75, 100],
             ping: 400,
             only_ping: false,
             offlow_bin: None,
@@ -330,6 +390,16 @@ pub struct Row {
     /// but offered below 90% of the generator-alone row with as many
     /// threads) or `generator`; `None` for generator rows.
     pub limited_by: Option<&'static str>,
+    /// NAT rows: frames of the window that arrived translated (all of
+    /// them, or the row fails).
+    pub translated: Option<u64>,
+    /// NAT rows: sampled frames whose headers and checksums were checked.
+    pub samples_checked: Option<usize>,
+    /// Offloaded NAT rows: frames the offload tier served over the row's
+    /// life (throughput window and latency levels; the switch's exit log).
+    pub tier_hits: Option<u64>,
+    /// Offloaded NAT rows: tier hits ÷ (hits + userspace packets).
+    pub tier_share: Option<f64>,
     /// Why the row was not run.
     pub skipped: Option<String>,
     /// Why the row failed.
@@ -363,6 +433,10 @@ impl Row {
             cpu_ns_per_pkt: None,
             gen_ns_per_pkt: None,
             limited_by: None,
+            translated: None,
+            samples_checked: None,
+            tier_hits: None,
+            tier_share: None,
             skipped: None,
             error: None,
         }
@@ -390,6 +464,8 @@ pub struct OffloadReport {
     pub ping_count: u32,
     /// The latency rows in the order run.
     pub ping_rows: Vec<ping::PingRow>,
+    /// The NAT rows' latency levels in the order run.
+    pub nat_latency: Vec<nat::LoadRow>,
 }
 
 /// The goals of issue 22, as ratios of received rates (`None` when a side
@@ -484,6 +560,9 @@ impl OffloadReport {
             "ping_interval_s": ping::PING_INTERVAL,
             "ping_method": ping::PING_METHOD,
             "ping_rows": self.ping_rows,
+            "nat_method": nat::NAT_METHOD,
+            "nat_goals": nat::goals(&self.rows, &self.nat_latency),
+            "nat_latency": self.nat_latency,
         })
     }
 }
@@ -535,6 +614,9 @@ fn check_args(a: &OffloadArgs) -> anyhow::Result<()> {
     }
     if a.only_ping && a.ping == 0 {
         bail!("--only-ping needs --ping above 0");
+    }
+    if selected_rows(a).iter().any(|k| k.is_nat()) {
+        nat::check_args(a)?;
     }
     Ok(())
 }
@@ -663,8 +745,52 @@ fn gen_cpus(n: usize) -> Vec<usize> {
     (0..n).map(|i| all[i % all.len()]).collect()
 }
 
+/// The generator's settings for `frame` from the topology's generator end,
+/// one thread per CPU of `cpus`, at `--rate`.
+fn gen_config(t: &Topo, args: &OffloadArgs, frame: &[u8], cpus: Vec<usize>) -> GenConfig {
+    GenConfig {
+        ns: t.gen.0.clone(),
+        ifname: t.gen.1.clone(),
+        frame: frame.to_vec(),
+        flows: args.flows,
+        base_port: FIRST_SRC_PORT,
+        rate_per_thread: (args.rate * 1e6 / cpus.len().max(1) as f64) as u64,
+        cpus,
+        batch: args.batch,
+        // Every row of a run with NAT rows: the same generator throughout,
+        // so the generator-alone row stays their baseline.
+        restore_headers: selected_rows(args).iter().any(|k| k.is_nat()),
+        // Per-flow state (conntrack) bounces between CPUs that share a
+        // flow: in NAT runs each thread gets its own flows, as RSS would.
+        partition_flows: selected_rows(args).iter().any(|k| k.is_nat()),
+    }
+}
+
+/// Wait until the sink has counted a frame (an error, with `g` stopped,
+/// after [`FIRST_FRAME_WAIT`] or when interrupted).
+fn wait_first_frame(g: &Generator, sink: &Sink) -> anyhow::Result<()> {
+    let deadline = Instant::now() + FIRST_FRAME_WAIT;
+    let first = sink.counts()?.frames;
+    while sink.counts()?.frames == first {
+        if g.failed() {
+            bail!("the generator stopped");
+        }
+        if Instant::now() > deadline || interrupted() {
+            bail!(
+                "no frame reached the sink within {} s ({} sent)",
+                FIRST_FRAME_WAIT.as_secs(),
+                g.sent()?
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
 /// Run the generator from the topology's generator end into a sink on its
-/// receiver end, `switch_pid`'s process being the switch, and fill `row`.
+/// receiver end, `switch_pid`'s process being the switch, and fill `row`;
+/// `seen`: the UDP source ports counted as the experiment's flows. Returns
+/// the sink's counts over the window.
 fn measure(
     t: &Topo,
     row: &mut Row,
@@ -672,33 +798,14 @@ fn measure(
     frame: &[u8],
     switch_pid: Option<u32>,
     sink: &Sink,
-) -> anyhow::Result<()> {
+    seen: Range<u32>,
+) -> anyhow::Result<SinkCounts> {
     row.gen_cpus = gen_cpus(row.queues);
-    let cfg = GenConfig {
-        ns: t.gen.0.clone(),
-        ifname: t.gen.1.clone(),
-        frame: frame.to_vec(),
-        flows: args.flows,
-        base_port: FIRST_SRC_PORT,
-        cpus: row.gen_cpus.clone(),
-        batch: args.batch,
-        rate_per_thread: (args.rate * 1e6 / row.queues as f64) as u64,
-    };
+    let cfg = gen_config(t, args, frame, row.gen_cpus.clone());
     let g = Generator::start(&cfg)?;
-    let deadline = Instant::now() + FIRST_FRAME_WAIT;
-    while sink.counts()?.frames == 0 {
-        if g.failed() {
-            return g.stop().and(Err(anyhow::anyhow!("the generator stopped")));
-        }
-        if Instant::now() > deadline || interrupted() {
-            let sent = g.sent()?;
-            g.stop()?;
-            bail!(
-                "no frame reached the sink within {} s ({sent} sent)",
-                FIRST_FRAME_WAIT.as_secs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
+    if let Err(e) = wait_first_frame(&g, sink) {
+        // A generator thread's own error says more than the wait's.
+        return Err(g.stop().err().unwrap_or(e));
     }
     sleep_unless_interrupted(Duration::from_secs_f64(args.warmup));
     let s0 = snap(&g, sink, switch_pid)?;
@@ -732,13 +839,17 @@ fn measure(
     row.softirq_ns_per_pkt = per(row.softirq_s, row.received);
     row.cpu_ns_per_pkt = per(row.switch_cpu_s + row.softirq_s, row.received);
     row.gen_ns_per_pkt = per(row.gen_cpu_s, row.offered);
-    let base = u32::from(FIRST_SRC_PORT);
     row.flows_seen = sink
         .src_ports()?
         .into_iter()
-        .filter(|&p| (base..base + args.flows).contains(&u32::from(p)))
+        .filter(|&p| seen.contains(&u32::from(p)))
         .count();
-    Ok(())
+    Ok(SinkCounts {
+        frames: row.received,
+        bytes: s1.rx.bytes - s0.rx.bytes,
+        other: row.other,
+        translated: s1.rx.translated - s0.rx.translated,
+    })
 }
 
 /// Turn GRO on on `ifname` in `ns` (NAPI for redirected frames, see the
@@ -762,6 +873,7 @@ enum Plan {
     Userspace(usize),
     OvsAfxdp,
     Offloaded(usize),
+    Nat(nat::Nat, usize),
 }
 
 fn plural(n: usize, what: &str) -> String {
@@ -784,6 +896,7 @@ impl Plan {
             Plan::Userspace(n) => format!("offlow userspace af_xdp, {}", plural(n, "worker")),
             Plan::OvsAfxdp => "ovs 3.1 netdev, type=afxdp".into(),
             Plan::Offloaded(n) => format!("offlow offloaded, {}", plural(n, "worker")),
+            Plan::Nat(k, n) => k.name(n),
         }
     }
 
@@ -795,6 +908,7 @@ impl Plan {
             Plan::Userspace(_) => "userspace",
             Plan::OvsAfxdp => "ovs-afxdp",
             Plan::Offloaded(_) => "offloaded",
+            Plan::Nat(k, _) => k.kind(),
         }
     }
 
@@ -804,37 +918,58 @@ impl Plan {
             | Plan::Ceiling(n)
             | Plan::Floor(n)
             | Plan::Userspace(n)
-            | Plan::Offloaded(n) => n,
+            | Plan::Offloaded(n)
+            | Plan::Nat(_, n) => n,
             Plan::OvsAfxdp => 1,
         }
     }
 }
 
+/// Run one row; a NAT row's latency levels go to `levels`.
 fn run_row(
     plan: Plan,
     row: &mut Row,
     args: &OffloadArgs,
     frame: &[u8],
     bin: &Path,
+    levels: &mut Vec<nat::LoadRow>,
 ) -> anyhow::Result<()> {
+    match plan {
+        Plan::Nat(k, q) => {
+            levels.extend(nat::run_row(k, q, row, args, bin)?);
+            Ok(())
+        }
+        _ => run_group_22_row(plan, row, args, frame, bin),
+    }
+}
+
+/// Run one row of issue 22's group (the L2 frame, `in_port` flows).
+fn run_group_22_row(
+    plan: Plan,
+    row: &mut Row,
+    args: &OffloadArgs,
+    frame: &[u8],
+    bin: &Path,
+) -> anyhow::Result<()> {
+    let seen = u32::from(FIRST_SRC_PORT)..u32::from(FIRST_SRC_PORT) + args.flows;
     let q = plan.queues();
     let switched = !matches!(plan, Plan::Generator(_));
     let t = Topo::hosts(switched, q)?;
     // Declared after the topology: dropped (detached) before it.
     let sink = Sink::attach(&t.rx.0, &t.rx.1, DST_PORT)?;
     match plan {
-        Plan::Generator(_) => measure(&t, row, args, frame, None, &sink),
+        Plan::Generator(_) => measure(&t, row, args, frame, None, &sink, seen).map(drop),
         Plan::Ceiling(_) => {
             let sw = t.sw()?;
             let _c = Ceiling::attach(sw, "p1", "p2")?;
             gro_on(sw, "p1")?;
-            measure(&t, row, args, frame, None, &sink)
+            measure(&t, row, args, frame, None, &sink, seen).map(drop)
         }
         Plan::Floor(_) => {
             let sw = t.sw()?;
             let _f = Floor::attach(sw, "p1", "p2", frame, FIRST_SRC_PORT, args.flows)?;
             gro_on(sw, "p1")?;
-            measure(&t, row, args, frame, None, &sink)
+            measure(&t, row, args, frame, None, &sink, seen).map(drop)
         }
         Plan::Userspace(w) | Plan::Offloaded(w) => {
             let extra: &[&str] = match plan {
@@ -844,7 +979,7 @@ fn run_row(
             let sw = t.sw()?;
             let mut s = start_offlow_with(bin, sw, w, true, extra)?;
             gro_on(sw, "p1")?;
-            let r = measure(&t, row, args, frame, Some(s.child.id()), &sink);
+            let r = measure(&t, row, args, frame, Some(s.child.id()), &sink, seen).map(drop);
             s.check_alive()?;
             r
         }
@@ -852,8 +987,9 @@ fn run_row(
             let sw = t.sw()?;
             let ovs = Ovs::start(sw, "afxdp")?;
             gro_on(sw, "p1")?;
-            measure(&t, row, args, frame, ovs.vswitchd_pid(), &sink)
+            measure(&t, row, args, frame, ovs.vswitchd_pid(), &sink, seen).map(drop)
         }
+        Plan::Nat(..) => bail!("a NAT row is not one of issue 22's"),
     }
 }
 
@@ -868,7 +1004,8 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
         .pop()
         .context("building the frame")?;
     let mut plans = Vec::new();
-    let rate_rows: &[RowKind] = if args.only_ping { &[] } else { &args.rows };
+    let selected = selected_rows(args);
+    let rate_rows: &[RowKind] = if args.only_ping { &[] } else { &selected };
     for k in rate_rows {
         for &w in &args.workers {
             match k {
@@ -877,6 +1014,9 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
                 RowKind::Floor => plans.push(Plan::Floor(w)),
                 RowKind::Userspace => plans.push(Plan::Userspace(w)),
                 RowKind::Offloaded => plans.push(Plan::Offloaded(w)),
+                RowKind::NatNftables => plans.push(Plan::Nat(nat::Nat::Nftables, w)),
+                RowKind::NatUserspace => plans.push(Plan::Nat(nat::Nat::Userspace, w)),
+                RowKind::NatOffloaded => plans.push(Plan::Nat(nat::Nat::Offloaded, w)),
                 RowKind::OvsAfxdp => {}
             }
         }
@@ -886,6 +1026,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
     }
     let loadavg_at_start = loadavg();
     let mut rows = Vec::new();
+    let mut nat_latency = Vec::new();
     for &p in &plans {
         if interrupted() {
             bail!("interrupted (everything created so far was removed)");
@@ -899,7 +1040,7 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
         }
         eprint!("offload: {} ... ", row.name);
         let _ = std::io::stderr().flush();
-        match run_row(p, &mut row, args, &frame, &bin) {
+        match run_row(p, &mut row, args, &frame, &bin, &mut nat_latency) {
             Ok(()) => eprintln!(
                 "{} Mpps received of {} offered",
                 fmt_f(row.rx_mpps, 3),
@@ -936,7 +1077,12 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
             r.clocks_ns_per_pkt = clocks_ns_per_pkt(r, base);
         }
     }
-    let ping_rows = if args.ping > 0 && !interrupted() {
+    // Issue 22's latency rows belong to its group: not with NAT rows only.
+    let group_22 = args.only_ping
+        || selected
+            .iter()
+            .any(|k| !k.is_nat() && *k != RowKind::Generator);
+    let ping_rows = if args.ping > 0 && group_22 && !interrupted() {
         ping::run(args.ping, &bin, &args.offlow_args)
     } else {
         Vec::new()
@@ -949,7 +1095,17 @@ pub fn run(args: &OffloadArgs) -> anyhow::Result<OffloadReport> {
         rows,
         ping_count: args.ping,
         ping_rows,
+        nat_latency,
     })
+}
+
+/// The row kinds to run: `--rows`, or [`NAT_ROWS`] with `--nat`.
+fn selected_rows(args: &OffloadArgs) -> Vec<RowKind> {
+    if args.nat {
+        NAT_ROWS.to_vec()
+    } else {
+        args.rows.clone()
+    }
 }
 
 fn opt_ns(v: Option<f64>) -> String {
@@ -1038,6 +1194,16 @@ fn print_rates(r: &OffloadReport, args: &OffloadArgs) {
     );
     let g = r.goals();
     let f = |v: Option<f64>| v.map(|x| format!("{}×", fmt_f(x, 2))).unwrap_or("-".into());
+    if r.rows.iter().any(|x| x.kind.starts_with("nat-")) {
+        print_nat(r);
+        if !r
+            .rows
+            .iter()
+            .any(|x| ["ceiling", "floor", "userspace", "ovs-afxdp", "offloaded"].contains(&x.kind))
+        {
+            return;
+        }
+    }
     if g.floor_vs_ceiling.is_some() {
         println!(
             "lookup floor: floor/ceiling {}, offloaded/floor {} (the floor parses and does one \
@@ -1065,6 +1231,70 @@ fn print_rates(r: &OffloadReport, args: &OffloadArgs) {
             f(g.ceiling_vs_ovs.map(|x| x * 0.9)),
         ),
     }
+}
+
+/// The NAT group's checks, latency table and goal.
+fn print_nat(r: &OffloadReport) {
+    for row in r
+        .rows
+        .iter()
+        .filter(|x| x.kind.starts_with("nat-") && x.ran())
+    {
+        let tier = match (row.tier_hits, row.tier_share) {
+            (Some(h), Some(s)) => format!("; offload tier hits {h} ({}%)", fmt_f(s * 100.0, 1)),
+            (Some(h), None) => format!("; offload tier hits {h}"),
+            _ => String::new(),
+        };
+        println!(
+            "{}: translated {} of {} frames in the window, {} sampled frames checked (addresses, \
+             ports, MACs, TTL, IPv4 and UDP checksums){tier}",
+            row.name,
+            row.translated.unwrap_or(0),
+            row.received,
+            row.samples_checked.unwrap_or(0)
+        );
+    }
+    println!("NAT method: {}", nat::NAT_METHOD);
+    if !r.nat_latency.is_empty() {
+        println!(
+            "NAT latency: {} ping probes per level, {} ms apart",
+            r.ping_count,
+            ping::PING_INTERVAL * 1000.0
+        );
+        print!("{}", nat::render(&r.nat_latency));
+        for l in r.nat_latency.iter().filter(|l| l.error.is_some()) {
+            println!(
+                "{} at {}%: error: {}",
+                l.name,
+                l.load_pct,
+                l.error.as_deref().unwrap_or("")
+            );
+        }
+    }
+    let g = nat::goals(&r.rows, &r.nat_latency);
+    let f = |v: Option<f64>| v.map(|x| format!("{}×", fmt_f(x, 2))).unwrap_or("-".into());
+    let lat: Vec<String> = g
+        .avg_rtt_offloaded_vs_nftables
+        .iter()
+        .map(|(p, x)| format!("{p}%: {}×", fmt_f(*x, 2)))
+        .collect();
+    println!(
+        "goal (issue 25, NAT): offloaded/nftables throughput {} (≥ 2), userspace/nftables {}; \
+         offloaded/nftables avg RTT at the same share of each one's maximum: {} (≤ 1 at every \
+         level: {})",
+        f(g.offloaded_vs_nftables),
+        f(g.userspace_vs_nftables),
+        if lat.is_empty() {
+            "-".to_string()
+        } else {
+            lat.join(", ")
+        },
+        match g.latency_equal_or_lower {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        }
+    );
 }
 
 /// The latency rows' table and notes.
@@ -1111,7 +1341,8 @@ pub fn main(args: &OffloadArgs) -> anyhow::Result<()> {
         bail!("interrupted: the last row's figures are short");
     }
     let failed = r.rows.iter().filter(|x| x.error.is_some()).count()
-        + r.ping_rows.iter().filter(|x| x.error.is_some()).count();
+        + r.ping_rows.iter().filter(|x| x.error.is_some()).count()
+        + r.nat_latency.iter().filter(|x| x.error.is_some()).count();
     if failed > 0 {
         bail!("{failed} row(s) failed (see the table)");
     }
@@ -1148,6 +1379,7 @@ mod tests {
             rows,
             ping_count: 0,
             ping_rows: Vec::new(),
+            nat_latency: Vec::new(),
         };
         let g = rep.goals();
         assert_eq!(g.offloaded_vs_ceiling, None);
@@ -1200,6 +1432,48 @@ mod tests {
             f(&mut a);
             assert!(check_args(&a).is_err());
         }
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OffloadArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<OffloadArgs, clap::Error> {
+        use clap::Parser as _;
+        Cli::try_parse_from(std::iter::once("offload").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn nat_group_is_selected_and_checked() {
+        let a = parse(&["--nat", "--nat-loads", "10,50"]).expect("parsed");
+        assert_eq!(selected_rows(&a), NAT_ROWS.to_vec());
+        assert_eq!(a.nat_loads, vec![10, 50]);
+        assert!(check_args(&a).is_ok());
+        // Without --nat: issue 22's rows, the NAT loads at their default.
+        let d = parse(&[]).expect("parsed");
+        assert!(!selected_rows(&d).iter().any(|k| k.is_nat()));
+        assert_eq!(d.nat_loads, vec![0, 10, 25, 50, 75, 100]);
+        // Single NAT rows through --rows; no latency levels at all.
+        let one = parse(&["--rows", "nat-offloaded", "--nat-loads"]).expect("parsed");
+        assert_eq!(selected_rows(&one), vec![RowKind::NatOffloaded]);
+        assert!(one.nat_loads.is_empty());
+        // --nat is a row selection of its own.
+        assert!(parse(&["--nat", "--rows", "generator"]).is_err());
+        assert!(parse(&["--nat", "--only-ping"]).is_err());
+        for bad in [
+            &["--nat", "--nat-loads", "101"][..],
+            &["--nat", "--frame-size", "600"],
+            &["--nat", "--flows", "10001"],
+            &["--nat", "--ping", "0"],
+        ] {
+            let a = parse(bad).expect("parsed");
+            assert!(check_args(&a).is_err(), "{bad:?} accepted");
+        }
+        // The same limits do not bind issue 22's rows.
+        let a = parse(&["--frame-size", "600", "--flows", "20000"]).expect("parsed");
+        assert!(check_args(&a).is_ok());
     }
 
     #[test]

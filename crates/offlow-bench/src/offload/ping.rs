@@ -214,7 +214,7 @@ impl Plan {
 }
 
 /// A file removed when dropped.
-struct TempFile(PathBuf);
+pub(super) struct TempFile(pub(super) PathBuf);
 
 impl Drop for TempFile {
     fn drop(&mut self) {
@@ -222,8 +222,8 @@ impl Drop for TempFile {
     }
 }
 
-/// `ping -c count` from `ns` to [`HOST_B`]; `quiet` adds `-q`.
-fn ping(ns: &str, count: u32, quiet: bool) -> anyhow::Result<PingStats> {
+/// `ping -c count` from `ns` to `dst`; `quiet` adds `-q`.
+fn ping(ns: &str, dst: &str, count: u32, quiet: bool) -> anyhow::Result<PingStats> {
     let deadline = (f64::from(count) * PING_INTERVAL * 2.0 + 5.0).ceil() as u64;
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, "ping", "-n"])
@@ -235,7 +235,7 @@ fn ping(ns: &str, count: u32, quiet: bool) -> anyhow::Result<PingStats> {
     }
     // Exit status 1 means some probes went unanswered: the output says.
     let out = c
-        .arg(HOST_B)
+        .arg(dst)
         .stdin(Stdio::null())
         .output()
         .context("running ping")?;
@@ -248,13 +248,13 @@ fn ping(ns: &str, count: u32, quiet: bool) -> anyhow::Result<PingStats> {
     })
 }
 
-/// Warm up, then measure `n` probes.
-fn warm_and_ping(ns: &str, n: u32) -> anyhow::Result<PingStats> {
-    let w = ping(ns, WARMUP_PROBES, true)?;
+/// Warm up, then measure `n` probes from `ns` to `dst`.
+pub(super) fn warm_and_ping(ns: &str, dst: &str, n: u32) -> anyhow::Result<PingStats> {
+    let w = ping(ns, dst, WARMUP_PROBES, true)?;
     if w.received == 0 {
         bail!("no reply to any of {} warm-up probes", WARMUP_PROBES);
     }
-    ping(ns, n, false)
+    ping(ns, dst, n, false)
 }
 
 fn run_row(
@@ -297,11 +297,11 @@ fn run_row(
                 ip(&["-n", sw, "link", "set", p, "master", "br0"])?;
             }
             ip(&["-n", sw, "link", "set", "br0", "up"])?;
-            row.stats = warm_and_ping(a, n)?;
+            row.stats = warm_and_ping(a, HOST_B, n)?;
         }
         Plan::OvsAfxdp => {
             let _ovs = Ovs::start(sw, "afxdp")?;
-            row.stats = warm_and_ping(a, n)?;
+            row.stats = warm_and_ping(a, HOST_B, n)?;
         }
         Plan::Offlow { xdp, offload } => {
             let tag = unique_tag();
@@ -317,7 +317,7 @@ fn run_row(
             };
             extra.extend(extra_args.iter().map(String::as_str));
             let mut s = start_offlow_logged(bin, sw, 1, xdp, &extra, Some(&log.0))?;
-            let r = warm_and_ping(a, n);
+            let r = warm_and_ping(a, HOST_B, n);
             s.check_alive()?;
             // Stopping it writes the exit counters to the log.
             drop(s);

@@ -159,7 +159,26 @@ pub struct SinkCounts {
     pub bytes: u64,
     /// Any other frame.
     pub other: u64,
+    /// Experiment frames whose IPv4 source was [`SinkOptions::expect_src`]
+    /// (0 when that is not set).
+    pub translated: u64,
 }
+
+/// What the sink looks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// The experiment's UDP destination port.
+    pub dst_port: u16,
+    /// Count experiment frames from this IPv4 source as translated, and
+    /// keep samples of the frames received ([`Sink::samples`]).
+    pub expect_src: Option<std::net::Ipv4Addr>,
+    /// Pass other frames up to the stack (probes) instead of dropping them.
+    pub pass_other: bool,
+}
+
+/// Bytes of a frame a sample keeps at most (`SAMPLE_LEN - 1` of
+/// `bpf/sink.bpf.c`).
+pub const SAMPLE_LEN: usize = 511;
 
 /// The counting, dropping XDP program on the receiving veth.
 pub struct Sink {
@@ -170,9 +189,32 @@ pub struct Sink {
 impl Sink {
     /// Load and attach to `ifname` in `ns`, counting UDP to `dst_port`.
     pub fn attach(ns: &str, ifname: &str, dst_port: u16) -> anyhow::Result<Sink> {
+        let opts = SinkOptions {
+            dst_port,
+            expect_src: None,
+            pass_other: false,
+        };
+        Sink::attach_with(ns, ifname, opts)
+    }
+
+    /// [`Sink::attach`] with every option.
+    pub fn attach_with(ns: &str, ifname: &str, opts: SinkOptions) -> anyhow::Result<Sink> {
         let obj = load(object_bytes!("sink"), "sink", |ro| {
             use bpf::sink::types::rodata;
-            put(ro, offset_of!(rodata, dst_port), &dst_port.to_ne_bytes());
+            put(
+                ro,
+                offset_of!(rodata, dst_port),
+                &opts.dst_port.to_ne_bytes(),
+            );
+            if let Some(a) = opts.expect_src {
+                // Compared with the header's field as it lies in memory.
+                put(ro, offset_of!(rodata, expect_saddr), &a.octets());
+            }
+            put(
+                ro,
+                offset_of!(rodata, pass_other),
+                &[u8::from(opts.pass_other)],
+            );
         })?;
         let link = attach(&obj, "sink", ns, ifname)?;
         Ok(Sink { _link: link, obj })
@@ -180,12 +222,44 @@ impl Sink {
 
     /// The counters, summed over CPUs.
     pub fn counts(&self) -> anyhow::Result<SinkCounts> {
-        let [frames, bytes, other] = percpu_sum::<3>(&map(&self.obj, "rx_counts")?)?;
+        let [frames, bytes, other, translated] = percpu_sum::<4>(&map(&self.obj, "rx_counts")?)?;
         Ok(SinkCounts {
             frames,
             bytes,
             other,
+            translated,
         })
+    }
+
+    /// The sampled frames (with [`SinkOptions::expect_src`] set: one
+    /// experiment frame in 1,024 per CPU, the last 16 per CPU), each with
+    /// its length on the wire (without FCS); a sample holds at most
+    /// [`SAMPLE_LEN`] bytes of it.
+    pub fn samples(&self) -> anyhow::Result<Vec<(Vec<u8>, usize)>> {
+        let m = map(&self.obj, "samples")?;
+        let mut out = Vec::new();
+        for slot in 0..16u32 {
+            let per_cpu = m
+                .lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY)
+                .context("reading the sink's samples")?
+                .unwrap_or_default();
+            for v in per_cpu {
+                // struct sample: u32 len, u32 frame_len, u8 data[512].
+                let word = |i: usize| -> Option<usize> {
+                    let b: [u8; 4] = v.get(i..i + 4)?.try_into().ok()?;
+                    usize::try_from(u32::from_ne_bytes(b)).ok()
+                };
+                let (Some(len), Some(frame_len)) = (word(0), word(4)) else {
+                    continue;
+                };
+                if let Some(d) = v.get(8..8 + len.min(SAMPLE_LEN)) {
+                    if len > 0 {
+                        out.push((d.to_vec(), frame_len));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// The UDP source ports seen in experiment frames, ascending.
@@ -349,6 +423,14 @@ pub struct GenConfig {
     /// in runs of a millisecond's frames (at least one batch), each
     /// started on schedule.
     pub rate_per_thread: u64,
+    /// Write the frame's Ethernet, IPv4 and UDP headers back into every
+    /// frame before its port is set: needed when the receiver rewrites
+    /// frames in place (see `bpf/gen.bpf.c`), a few ns per frame.
+    pub restore_headers: bool,
+    /// Give each thread its own share of the flows (thread on CPU c of n
+    /// sends the flows k with k % n == c % n), as RSS keeps a flow on one
+    /// queue; otherwise every thread cycles through all the flows.
+    pub partition_flows: bool,
 }
 
 /// Names of the spare veth pair in the generator's namespace that holds
@@ -366,11 +448,20 @@ pub struct Generator {
     errors: Arc<AtomicU64>,
 }
 
-/// The generator's settings into its `.rodata`.
-fn gen_rodata(ro: &mut [u8], flows: u32, base_port: u16) {
+/// Ethernet + IPv4 + UDP header bytes the generator can restore.
+const GEN_HDR_LEN: usize = 42;
+
+/// The generator's settings into its `.rodata`; `restore`: the frame whose
+/// headers it writes back into every frame.
+fn gen_rodata(ro: &mut [u8], flows: u32, base_port: u16, restore: Option<&[u8]>, stride: u32) {
     use bpf::gen::types::rodata;
+    put(ro, offset_of!(rodata, stride), &stride.max(1).to_ne_bytes());
     put(ro, offset_of!(rodata, flows), &flows.to_ne_bytes());
     put(ro, offset_of!(rodata, base_port), &base_port.to_ne_bytes());
+    if let Some(h) = restore.and_then(|f| f.get(..GEN_HDR_LEN)) {
+        put(ro, offset_of!(rodata, restore), &[1]);
+        put(ro, offset_of!(rodata, hdr), h);
+    }
 }
 
 /// One thread's loop: `BPF_PROG_RUN` in live-frames mode until `stop`.
@@ -458,8 +549,23 @@ impl Generator {
         if cfg.flows == 0 || cfg.cpus.is_empty() || !(1..=MAX_BATCH).contains(&cfg.batch) {
             bail!("generator: flows and CPUs must be non-empty, batch in 1..={MAX_BATCH}");
         }
+        let restore = cfg.restore_headers.then_some(cfg.frame.as_slice());
+        let stride = if cfg.partition_flows {
+            // The program takes the CPU number modulo the stride: the
+            // threads must sit on CPUs 0..n for the shares to differ.
+            let expect: Vec<usize> = (0..cfg.cpus.len()).collect();
+            if cfg.cpus != expect {
+                bail!(
+                    "generator: partitioned flows need threads on CPUs 0..n, not {:?}",
+                    cfg.cpus
+                );
+            }
+            u32::try_from(cfg.cpus.len()).context("thread count")?
+        } else {
+            1
+        };
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            gen_rodata(ro, cfg.flows, cfg.base_port)
+            gen_rodata(ro, cfg.flows, cfg.base_port, restore, stride)
         })?;
         let fd = prog(&obj, "gen")?
             .as_fd()
@@ -566,11 +672,17 @@ impl Drop for Generator {
 /// verdict and output frame: what the live generator sends, for checking
 /// ports and checksums. Runs on a thread of its own, pinned to the first
 /// CPU this process may use, so the per-CPU frame counter counts every run.
+///
+/// With `restore`, the program writes `frame`'s headers back first (as
+/// [`GenConfig::restore_headers`]), and `scribble` runs on each output
+/// before it is fed back in: a receiver writing into the pool's pages.
 pub fn gen_frames_once(
     frame: &[u8],
     flows: u32,
     base_port: u16,
     n: usize,
+    restore: bool,
+    scribble: fn(&mut [u8]),
 ) -> anyhow::Result<Vec<(u32, Vec<u8>)>> {
     let frame = frame.to_vec();
     let cpu = super::gen_cpus(1)[0];
@@ -578,8 +690,15 @@ pub fn gen_frames_once(
         if !crate::classify::pin_to_cpu(cpu) {
             bail!("cannot pin to CPU {cpu}");
         }
+        let restore_from = frame.clone();
         let obj = load(object_bytes!("gen"), "gen", |ro| {
-            gen_rodata(ro, flows, base_port)
+            gen_rodata(
+                ro,
+                flows,
+                base_port,
+                restore.then_some(&restore_from[..]),
+                1,
+            )
         })?;
         let p = obj
             .progs_mut()
@@ -601,6 +720,7 @@ pub fn gen_frames_once(
             // Feed the output back in, as the live page pool does: the
             // next run starts from what this one wrote.
             current = data_out.clone();
+            scribble(&mut current);
             out.push((verdict, data_out));
         }
         Ok(out)
