@@ -66,6 +66,33 @@
  * (`rx_ports` by ifindex, `tx_ports` by a dense port index), and the
  * per-CPU arrays (`progs`, `counters`, `stats`) are inlined by the verifier.
  *
+ * Tunnels (src/tunnel.rs, offlow_wire::tunnel): a port that carries
+ * tunnels (`underlay` in its port_info) first asks whether a frame is
+ * addressed to one of them, exactly as tunnel::classify does (untagged
+ * IPv4 from an endpoint's remote to its local address, GRE or UDP to its
+ * port: `tun_rx` with TM_ADDR). Such a frame is never an ordinary frame of
+ * the port: it is decapsulated here or goes up untouched, where software
+ * classifies it (and counts and drops what is malformed). Served are only
+ * the plain sound shapes: an outer IPv4 header without options, with a
+ * valid checksum, not a fragment, and no Ethernet padding behind it; GRE
+ * with no flag but C and K, carrying Ethernet (TEB), its checksum (if any)
+ * verified over the whole GRE packet with l4_sum() once an entry hits (a
+ * miss goes up unsummed); VXLAN with UDP checksum 0 (the UDP checksum
+ * covers the outer pseudo-header too: left to software) and the I flag. The key picks the tunnel as classify does (`tun_rx` holds
+ * each endpoint's exact keys, the first endpoint of the configuration
+ * winning, then `key=flow`); the inner frame's key (in_port the tunnel,
+ * tunnel_id the key) is looked up, and only on a hit are the outer headers
+ * stripped; a miss goes up still encapsulated. An entry whose output is a
+ * tunnel pushes the outer headers Endpoint::encapsulate writes, from the
+ * tunnel's template in `tun_tx` and the entry's key (the VXLAN source
+ * port from the frame's addresses, as the software tier picks it; a GRE
+ * checksum summed with l4_sum() over the packet built), and redirects to
+ * the underlay. The IPv4 identification is a per-CPU counter
+ * (`tun_ident`; atomic datagrams, DF set: RFC 6864 lets it be anything).
+ * A decapsulated frame whose inner TCP/UDP checksum looks partial goes up
+ * (`up_tunnel_partial`): nothing on a wire leaves it partial, and software
+ * judges the odd one.
+ *
  * Kernel: bounded loops (5.3), bpf_redirect_map with a
  * fallback action in the flags (5.6 for XSKMAP/DEVMAP lookups in the
  * helper), a global function taking the XDP context (5.6 or so: l4_sum),
@@ -129,6 +156,14 @@ enum stat {
 			       * (besides its hit_* outcome) */
 	ST_UP_CSUM_LONG,      /* partial checksum, segment too long to finish
 			       * here: up, untouched */
+	ST_UP_TUNNEL,         /* addressed to a tunnel, not a shape served
+			       * here or a key no tunnel takes: up, untouched */
+	ST_UP_TUNNEL_PARTIAL, /* decapsulated frame's checksum looks partial:
+			       * up, untouched */
+	ST_TUNNEL_DECAP,      /* a served frame was decapsulated (besides its
+			       * hit_* outcome) */
+	ST_TUNNEL_ENCAP,      /* a served frame was encapsulated (besides its
+			       * hit_* outcome) */
 	NSTATS,
 };
 
@@ -150,8 +185,12 @@ struct flow_key {
 	__u8 ip_dscp;
 	__u8 ip_ecn;
 	__u8 pad;
+	/* The key a decapsulated frame arrived with (0 on other ports), as two
+	 * words so that the struct keeps 4-byte alignment and no padding. */
+	__u32 tunnel_id_lo;
+	__u32 tunnel_id_hi;
 };
-_Static_assert(sizeof(struct flow_key) == 36, "flow_key layout");
+_Static_assert(sizeof(struct flow_key) == 44, "flow_key layout");
 
 /* Which optional stage fields are present (OffloadProgram's Options). */
 #define F_ETH_SRC (1u << 0)
@@ -196,9 +235,15 @@ struct flow_prog {
 	__u8 ttl;
 	__u8 dscp;
 	__u8 ecn;
-	__u8 pad1[6];
+	/* Output to a tunnel: the template's index + 1 in `tun_tx` (0: no
+	 * encapsulation; `tx_index` is then the underlay's), and the GRE key /
+	 * VNI sent. */
+	__u16 pad2;
+	__u32 tun_slot;
+	__u32 tun_key;
+	__u32 pad1;
 };
-_Static_assert(sizeof(struct flow_prog) == 104, "flow_prog layout");
+_Static_assert(sizeof(struct flow_prog) == 120, "flow_prog layout");
 
 struct entry_counters {
 	__u64 packets;
@@ -213,7 +258,65 @@ struct port_info {
 	__u32 xsk_base;
 	/* 1: a switch port (an `rx_ports` array element always exists). */
 	__u32 present;
+	/* 1: tunnels ride on this port: look for their frames. */
+	__u32 underlay;
 };
+
+/* What a `tun_rx` key matches (src/xdp/mod.rs fills the map). */
+enum tun_match {
+	TM_ADDR,   /* the addresses and protocol of some tunnel */
+	TM_NO_KEY, /* a GRE frame without a key field */
+	TM_KEY,    /* this key (GRE key, VXLAN VNI) */
+	TM_FLOW,   /* a key=flow tunnel: any key */
+};
+
+/* Received tunnel frames, by underlay and outer addresses. Numbers are
+ * host order; every byte is written before a lookup. */
+struct tun_rx_key {
+	__u32 underlay;  /* OpenFlow port */
+	__u32 local_ip;  /* outer destination */
+	__u32 remote_ip; /* outer source */
+	__u32 key;       /* TM_KEY's key; 0 otherwise */
+	__u16 udp_port;  /* VXLAN: the UDP destination port; GRE: 0 */
+	__u8 proto;      /* IPPROTO_GRE_ or IPPROTO_UDP_ */
+	__u8 sel;        /* enum tun_match: what the key selects */
+};
+_Static_assert(sizeof(struct tun_rx_key) == 20, "tun_rx_key layout");
+
+#define TK_GRE 0
+#define TK_VXLAN 1
+
+/* A tunnel's outer headers, less what each frame fills in. */
+struct tun_tx {
+	__u8 eth_dst[6]; /* the next hop toward remote_ip */
+	__u8 eth_src[6];
+	__u32 local_ip;  /* host order */
+	__u32 remote_ip;
+	__u16 udp_dst;   /* VXLAN */
+	__u8 kind;       /* TK_GRE, TK_VXLAN */
+	__u8 gre_key;    /* GRE: 1 if frames carry the K flag and key */
+	__u8 tos;
+	__u8 ttl;
+	__u8 gre_csum;   /* GRE: 1 if frames carry the C flag and checksum */
+	__u8 pad;
+};
+_Static_assert(sizeof(struct tun_tx) == 28, "tun_tx layout");
+
+#define MAX_TUNNELS 256
+#define VXLAN_HLEN 8
+#define GRE_HLEN 4
+#define GRE_P_TEB 0x6558
+#define GRE_FLAG_K 0x2000
+#define GRE_FLAG_C 0x8000
+#define VXLAN_FLAG_I 0x08
+#define IP_DF 0x4000
+/* The outer headers a served tunnel frame has: Ethernet, IPv4 (no
+ * options), then GRE with or without a checksum and a key (4 bytes each),
+ * or UDP and VXLAN (the longest). */
+#define TUN_GRE_LEN (ETH_HLEN + IPV4_HLEN + GRE_HLEN)
+#define TUN_VXLAN_LEN (ETH_HLEN + IPV4_HLEN + UDP_HLEN + VXLAN_HLEN)
+/* The outer L4 header's offset (GRE's checksum covers from here on). */
+#define TUN_L4 (ETH_HLEN + IPV4_HLEN)
 
 /* What the last frame on this CPU did (tests only: `debug_record`). */
 struct debug_rec {
@@ -304,6 +407,30 @@ struct {
 	__type(value, __u32);
 } worker_cpu SEC(".maps");
 
+/* Tunnels by received outer headers -> the tunnel's OpenFlow port. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4 * MAX_TUNNELS);
+	__type(key, struct tun_rx_key);
+	__type(value, __u32);
+} tun_rx SEC(".maps");
+
+/* Outer header templates, by tunnel index (a program's tun_slot - 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TUNNELS);
+	__type(key, __u32);
+	__type(value, struct tun_tx);
+} tun_tx SEC(".maps");
+
+/* The next outer IPv4 identification, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} tun_ident SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, NSTATS);
@@ -347,7 +474,7 @@ static __always_inline void count(__u32 st, __u32 target)
 
 		if (d) {
 			d->seen = 1;
-			if (st == ST_MISS_NOT_CLASS) {
+			if (st == ST_MISS_NOT_CLASS || st == ST_UP_TUNNEL) {
 				d->why = target;
 			} else {
 				d->stat = st;
@@ -444,30 +571,35 @@ static __always_inline void csum_write(__u8 *at, int udp, __u16 c)
 
 struct parsed {
 	struct flow_key key;
-	__u32 l3; /* 14 or 18 */
+	__u32 l3; /* 14 or 18, from the frame's start */
 	__u32 len;
 	__u32 seg; /* L4 bytes by the IPv4 total length */
 };
 
 /* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
- * reference). Returns 0, or for a frame outside the class the source line
- * of the check that declined it (the debug record's target). */
-static __always_inline int parse(struct xdp_md *ctx, struct parsed *p)
+ * reference) in the frame that starts `base` bytes into the packet (0, or
+ * the inner frame of a tunnel frame: at most TUN_VXLAN_LEN; the frame runs
+ * to the packet's end). Returns 0, or for a frame outside the class the
+ * source line of the check that declined it (the debug record's target). */
+static __always_inline int parse(struct xdp_md *ctx, struct parsed *p, __u32 base)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	__u8 *h = data;
 	__u32 l3;
 
+	if (base > TUN_VXLAN_LEN)
+		return __LINE__;
+	__u8 *h = data + base;
+
 	/* The shortest class frame: untagged IPv4 + 8 bytes of L4. */
-	if (data + ETH_HLEN + IPV4_HLEN + L4_MIN > data_end)
+	if ((void *)(h + ETH_HLEN + IPV4_HLEN + L4_MIN) > data_end)
 		return __LINE__;
 	__u16 etype = rd16(h + 12);
 
 	if (etype == ETH_P_IPV4) {
 		l3 = ETH_HLEN;
 	} else if (etype == ETH_P_8021Q || etype == ETH_P_8021AD) {
-		if (data + ETH_HLEN + TAG_LEN + IPV4_HLEN + L4_MIN > data_end)
+		if ((void *)(h + ETH_HLEN + TAG_LEN + IPV4_HLEN + L4_MIN) > data_end)
 			return __LINE__;
 		/* A second tag (QinQ) or anything but IPv4 behind the tag is
 		 * outside the class. */
@@ -492,7 +624,7 @@ static __always_inline int parse(struct xdp_md *ctx, struct parsed *p)
 	/* RFC 791 §3.1: MF or a non-zero offset makes a fragment. */
 	if (rd16(ip + 6) & IP_MF_OFFSET)
 		return __LINE__;
-	__u32 len = data_end - data;
+	__u32 len = data_end - (void *)h;
 	__u32 total = rd16(ip + 2);
 
 	/* Inside the frame and at least the header (the general parser's
@@ -662,6 +794,44 @@ __attribute__((noinline)) int l4_sum(struct xdp_md *ctx, __u32 l4off, __u32 seg)
 	return fold(be + bpf_ntohs(fold(mem)));
 }
 
+/* Whether the TCP/UDP checksum field of the frame `p` describes (parsed at
+ * `base`) holds its folded pseudo-header sum: a partial checksum (see
+ * partial_csum()). Reads only. */
+static __always_inline int looks_partial(struct xdp_md *ctx, const struct parsed *p, __u32 base)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 l3 = p->l3;
+	__u8 proto = p->key.ip_proto;
+	int udp = proto == IPPROTO_UDP_;
+
+	if (proto != IPPROTO_TCP_ && !udp)
+		return 0;
+	if ((l3 != ETH_HLEN && l3 != ETH_HLEN + TAG_LEN) || base > TUN_VXLAN_LEN)
+		return 0;
+	__u8 *ip = data + base + l3;
+
+	__u8 *l4 = ip + IPV4_HLEN;
+	__u16 field;
+
+	/* parse() checked the whole TCP or UDP header is there. */
+	if (udp) {
+		if ((void *)(l4 + UDP_HLEN) > data_end)
+			return 0;
+		field = rd16(l4 + 6);
+		if (field == 0)
+			return 0;
+	} else {
+		if ((void *)(l4 + TCP_HLEN) > data_end)
+			return 0;
+		field = rd16(l4 + 16);
+	}
+	__u32 src = p->key.ipv4_src, dst = p->key.ipv4_dst;
+	__u32 pseudo = (src >> 16) + (src & 0xffff) + (dst >> 16) + (dst & 0xffff) + proto + p->seg;
+
+	return field == fold(pseudo);
+}
+
 /* Whether the TCP/UDP checksum of the frame `p` describes is partial and,
  * if it is, the finished value to write (0..0xffff); CSUM_NOT_PARTIAL, or
  * CSUM_TOO_LONG for a partial checksum whose segment l4_sum() does not
@@ -692,38 +862,10 @@ __attribute__((noinline)) int l4_sum(struct xdp_md *ctx, __u32 l4off, __u32 seg)
  * 0 as 0xffff. */
 static __always_inline int partial_csum(struct xdp_md *ctx, const struct parsed *p)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
+	if (!looks_partial(ctx, p, 0))
+		return CSUM_NOT_PARTIAL;
 	__u32 l3 = p->l3;
-	__u8 proto = p->key.ip_proto;
-	int udp = proto == IPPROTO_UDP_;
-
-	if (proto != IPPROTO_TCP_ && !udp)
-		return CSUM_NOT_PARTIAL;
-	if (l3 != ETH_HLEN && l3 != ETH_HLEN + TAG_LEN)
-		return CSUM_NOT_PARTIAL;
-	__u8 *ip = data + l3;
-
-	__u8 *l4 = ip + IPV4_HLEN;
-	__u16 field;
-
-	/* parse() checked the whole TCP or UDP header is there. */
-	if (udp) {
-		if ((void *)(l4 + UDP_HLEN) > data_end)
-			return CSUM_NOT_PARTIAL;
-		field = rd16(l4 + 6);
-		if (field == 0)
-			return CSUM_NOT_PARTIAL;
-	} else {
-		if ((void *)(l4 + TCP_HLEN) > data_end)
-			return CSUM_NOT_PARTIAL;
-		field = rd16(l4 + 16);
-	}
-	__u32 src = p->key.ipv4_src, dst = p->key.ipv4_dst;
-	__u32 pseudo = (src >> 16) + (src & 0xffff) + (dst >> 16) + (dst & 0xffff) + proto + p->seg;
-
-	if (field != fold(pseudo))
-		return CSUM_NOT_PARTIAL;
+	int udp = p->key.ip_proto == IPPROTO_UDP_;
 	int s = l4_sum(ctx, l3 + IPV4_HLEN, p->seg);
 
 	if (s < 0)
@@ -971,6 +1113,275 @@ static __always_inline struct port_info *rx_port(__u32 ifindex)
 	return bpf_map_lookup_elem(&rx_ports_far, &ifindex);
 }
 
+/* A received frame's tunnel (tunnel_rx()). */
+struct tun_frame {
+	__u64 id;     /* its key: the inner frame's tunnel_id */
+	__u32 ofport; /* the tunnel's OpenFlow port */
+	__u32 inner;  /* where the inner frame starts */
+	__u32 seg;    /* GRE with a checksum: the bytes it covers; else 0 */
+};
+
+#define TUN_NONE 0  /* not addressed to a tunnel: an ordinary frame */
+#define TUN_DECAP 1 /* a tunnel's frame, of a shape served here */
+#define TUN_UP 2    /* a tunnel's frame that goes up untouched */
+
+static __always_inline __u32 rd32(const __u8 *b)
+{
+	return ((__u32)rd16(b) << 16) | rd16(b + 2);
+}
+
+static __always_inline void wr32(__u8 *b, __u32 v)
+{
+	wr16(b, v >> 16);
+	wr16(b + 2, v & 0xffff);
+}
+
+/* Is the frame received on underlay `pi` addressed to one of its tunnels
+ * (tunnel::classify's test), and if so, is it one this program
+ * decapsulates (the file header lists the shapes)? TUN_DECAP fills `t`;
+ * TUN_UP sets `why` to the line of the check that sent it up. Reads only. */
+static __always_inline int tunnel_rx(struct xdp_md *ctx, const struct port_info *pi,
+				     struct tun_frame *t, __u32 *why)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u8 *h = data;
+	struct tun_rx_key k;
+
+	/* Untagged IPv4; an option-less header whose first 8 bytes of payload
+	 * are there. Any other frame classify might call a tunnel's (IPv4
+	 * options; a runt) is outside the class too, so parse() sends it up
+	 * as well: it is never served as an ordinary frame. */
+	if (data + ETH_HLEN + IPV4_HLEN + L4_MIN > data_end)
+		return TUN_NONE;
+	if (rd16(h + 12) != ETH_P_IPV4)
+		return TUN_NONE;
+	__u8 *ip = h + ETH_HLEN;
+	__u8 *l4 = ip + IPV4_HLEN;
+
+	if (ip[0] != 0x45)
+		return TUN_NONE;
+	__builtin_memset(&k, 0, sizeof(k));
+	k.underlay = pi->ofport;
+	k.remote_ip = rd32(ip + 12);
+	k.local_ip = rd32(ip + 16);
+	k.proto = ip[9];
+	if (k.proto == IPPROTO_UDP_)
+		k.udp_port = rd16(l4 + 2);
+	else if (k.proto != IPPROTO_GRE_)
+		return TUN_NONE;
+	k.sel = TM_ADDR;
+	if (!bpf_map_lookup_elem(&tun_rx, &k))
+		return TUN_NONE;
+
+	/* A tunnel's frame: from here on it is decapsulated or goes up. The
+	 * outer IPv4 header is checked as classify checks it (a host's
+	 * checks), then the shapes served here are narrower. */
+	__u32 len = data_end - data;
+	__u32 total = rd16(ip + 2);
+
+	/* The whole frame, no Ethernet padding behind the packet (the inner
+	 * frame then runs to the end, as parse() wants it). */
+	if (total != len - ETH_HLEN) {
+		*why = __LINE__;
+		return TUN_UP;
+	}
+	if (rd16(ip + 6) & IP_MF_OFFSET) {
+		*why = __LINE__;
+		return TUN_UP;
+	}
+	__u32 acc = 0;
+
+#pragma unroll
+	for (int i = 0; i < IPV4_HLEN / 2; i++)
+		acc += rd16(ip + 2 * i);
+	/* A header whose checksum verifies sums to 0xffff (RFC 1071). */
+	if (fold(acc) != 0xffff) {
+		*why = __LINE__;
+		return TUN_UP;
+	}
+	__u32 key = 0;
+	int has_key = 1;
+
+	t->seg = 0;
+	if (k.proto == IPPROTO_GRE_) {
+		__u16 flags = rd16(l4);
+		int csum = (flags & GRE_FLAG_C) != 0;
+		__u8 *opt = l4 + GRE_HLEN + (csum ? 4 : 0);
+
+		/* RFC 2784/2890: no routing, sequence number or recursion,
+		 * version 0; a checksum and a key, either, or neither. */
+		flags &= ~GRE_FLAG_C;
+		if (flags == GRE_FLAG_K) {
+			if ((void *)(opt + 4) > data_end) {
+				*why = __LINE__;
+				return TUN_UP;
+			}
+			key = rd32(opt);
+			t->inner = TUN_GRE_LEN + (csum ? 8 : 4);
+		} else if (flags == 0) {
+			has_key = 0;
+			t->inner = TUN_GRE_LEN + (csum ? 4 : 0);
+		} else {
+			*why = __LINE__;
+			return TUN_UP;
+		}
+		if (rd16(l4 + 2) != GRE_P_TEB) {
+			*why = __LINE__;
+			return TUN_UP;
+		}
+		/* Verified on a hit (offlow_offload below), before any write. */
+		if (csum)
+			t->seg = total - IPV4_HLEN;
+	} else {
+		if ((void *)(l4 + UDP_HLEN + VXLAN_HLEN) > data_end) {
+			*why = __LINE__;
+			return TUN_UP;
+		}
+		/* The UDP length is the IPv4 payload's; a checksum would have
+		 * to be verified over the whole datagram: software does. */
+		if (rd16(l4 + 4) != total - IPV4_HLEN || rd16(l4 + 6) != 0) {
+			*why = __LINE__;
+			return TUN_UP;
+		}
+		__u8 *vx = l4 + UDP_HLEN;
+
+		if (!(vx[0] & VXLAN_FLAG_I)) {
+			*why = __LINE__;
+			return TUN_UP;
+		}
+		key = rd32(vx + 4) >> 8;
+		t->inner = TUN_VXLAN_LEN;
+	}
+	/* The tunnel that takes this key: an exact key first (a GRE frame
+	 * without one is TM_NO_KEY), then key=flow. */
+	k.sel = has_key ? TM_KEY : TM_NO_KEY;
+	k.key = key;
+	__u32 *port = bpf_map_lookup_elem(&tun_rx, &k);
+
+	if (!port) {
+		k.sel = TM_FLOW;
+		k.key = 0;
+		port = bpf_map_lookup_elem(&tun_rx, &k);
+	}
+	if (!port) {
+		/* classify's UnknownKey: software drops it. */
+		*why = __LINE__;
+		return TUN_UP;
+	}
+	t->ofport = *port;
+	t->id = key;
+	return TUN_DECAP;
+}
+
+/* The VXLAN source port's entropy of the frame at `f` as it leaves, the
+ * software tier's (offload tunnel.rs `entropy`, the port sink's
+ * offlow_wire::tunnel::entropy): FNV-1a over the Ethernet addresses and, for untagged
+ * IPv4, bytes 26..38 (addresses, first four bytes of L4), folded to 16
+ * bits. Every frame served here has 42 bytes or more. */
+static __always_inline __u16 inner_entropy(__u8 *f, void *data_end)
+{
+	__u32 h = 0x811c9dc5;
+
+	if ((void *)(f + 38) > data_end)
+		return 0;
+#pragma unroll
+	for (int i = 0; i < 12; i++)
+		h = (h ^ f[i]) * 0x01000193;
+	if (f[12] == 0x08 && f[13] == 0x00) {
+#pragma unroll
+		for (int i = 26; i < 38; i++)
+			h = (h ^ f[i]) * 0x01000193;
+	}
+	return h ^ (h >> 16);
+}
+
+/* Push the outer headers of tunnel `tt` in front of the frame, as
+ * Endpoint::encapsulate writes them, with the entry's key.
+ * Returns 0, or -1 if the headroom is gone (cannot happen: the caller
+ * probed it before the first write). */
+static __always_inline int encap(struct xdp_md *ctx, const struct tun_tx *tt,
+				 const struct flow_prog *pr)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	__u32 inner_len = data_end - data;
+	int vx = tt->kind == TK_VXLAN;
+	__u16 entropy = vx ? inner_entropy(data, data_end) : 0;
+	int oh = vx ? TUN_VXLAN_LEN : TUN_GRE_LEN + (tt->gre_csum ? 4 : 0) + (tt->gre_key ? 4 : 0);
+
+	if (bpf_xdp_adjust_head(ctx, -oh))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	/* The inner frame has at least 42 bytes behind the longest header. */
+	if (data + TUN_VXLAN_LEN > data_end)
+		return -1;
+	__u8 *f = data;
+	__u8 *ip = f + ETH_HLEN;
+	__u8 *l4 = ip + IPV4_HLEN;
+	__u16 ip_len = oh - ETH_HLEN + inner_len;
+	__u32 zero = 0;
+	__u32 *next = bpf_map_lookup_elem(&tun_ident, &zero);
+	__u16 ident = 0;
+
+	if (next) {
+		ident = *next;
+		*next += 1;
+	}
+	__builtin_memcpy(f, tt->eth_dst, 6);
+	__builtin_memcpy(f + 6, tt->eth_src, 6);
+	wr16(f + 12, ETH_P_IPV4);
+	wr16(ip, 0x4500 | tt->tos);
+	wr16(ip + 2, ip_len);
+	wr16(ip + 4, ident);
+	wr16(ip + 6, IP_DF);
+	wr16(ip + 8, ((__u16)tt->ttl << 8) | (vx ? IPPROTO_UDP_ : IPPROTO_GRE_));
+	wr16(ip + 10, 0);
+	wr32(ip + 12, tt->local_ip);
+	wr32(ip + 16, tt->remote_ip);
+	__u32 acc = 0;
+
+#pragma unroll
+	for (int i = 0; i < IPV4_HLEN / 2; i++)
+		acc += rd16(ip + 2 * i);
+	wr16(ip + 10, ~fold(acc));
+	if (vx) {
+		/* RFC 7348 §5: a source port from the flow, in 49152-65535;
+		 * checksum 0 (IPv4 allows it). */
+		wr16(l4, 0xc000 | (entropy & 0x3fff));
+		wr16(l4 + 2, tt->udp_dst);
+		wr16(l4 + 4, ip_len - IPV4_HLEN);
+		wr16(l4 + 6, 0);
+		wr32(l4 + UDP_HLEN, (__u32)VXLAN_FLAG_I << 24);
+		wr32(l4 + UDP_HLEN + 4, pr->tun_key << 8);
+	} else {
+		__u8 *opt = l4 + GRE_HLEN;
+
+		wr16(l4, (tt->gre_key ? GRE_FLAG_K : 0) | (tt->gre_csum ? GRE_FLAG_C : 0));
+		wr16(l4 + 2, GRE_P_TEB);
+		if (tt->gre_csum) {
+			/* Checksum and reserved, zero while summing. */
+			wr32(opt, 0);
+			opt += 4;
+		}
+		if (tt->gre_key)
+			wr32(opt, pr->tun_key);
+		if (tt->gre_csum) {
+			/* RFC 2784 §2.5, over the GRE header and its payload; the
+			 * caller checked the length is one l4_sum() reaches. */
+			int s = l4_sum(ctx, TUN_L4, ip_len - IPV4_HLEN);
+
+			data = (void *)(long)ctx->data;
+			data_end = (void *)(long)ctx->data_end;
+			if (s < 0 || data + TUN_L4 + GRE_HLEN + 2 > data_end)
+				return -1;
+			wr16(data + TUN_L4 + GRE_HLEN, ~(__u16)s);
+		}
+	}
+	return 0;
+}
+
 SEC("xdp")
 int offlow_offload(struct xdp_md *ctx)
 {
@@ -980,18 +1391,41 @@ int offlow_offload(struct xdp_md *ctx)
 		count(ST_MISS_NOT_PORT, 0);
 		return XDP_PASS;
 	}
+	/* A tunnel's frame is looked up as its inner frame, received on the
+	 * tunnel port with its key; `base` is where that frame starts. */
+	struct tun_frame t;
+	__u32 base = 0;
+	__u32 in_port = pi->ofport;
+	__u64 tunnel_id = 0;
+
+	if (pi->underlay) {
+		__u32 why = 0;
+		int tr = tunnel_rx(ctx, pi, &t, &why);
+
+		if (tr == TUN_UP) {
+			count(ST_UP_TUNNEL, why);
+			return up(ctx, pi);
+		}
+		if (tr == TUN_DECAP) {
+			base = t.inner;
+			in_port = t.ofport;
+			tunnel_id = t.id;
+		}
+	}
 	struct parsed p;
 
 	/* parse() writes l3 and len whenever it returns 0, but only some
 	 * key fields (VLAN and L4 ones depend on the frame): zero the key. */
 	__builtin_memset(&p.key, 0, sizeof(p.key));
-	int why = parse(ctx, &p);
+	int why = parse(ctx, &p, base);
 
 	if (why) {
 		count(ST_MISS_NOT_CLASS, why);
 		return up(ctx, pi);
 	}
-	p.key.in_port = pi->ofport;
+	p.key.in_port = in_port;
+	p.key.tunnel_id_lo = tunnel_id;
+	p.key.tunnel_id_hi = tunnel_id >> 32;
 	__u32 *slot = bpf_map_lookup_elem(&flows, &p.key);
 
 	if (!slot) {
@@ -1008,12 +1442,26 @@ int offlow_offload(struct xdp_md *ctx)
 	}
 
 	/* Checks that can send the frame up come before any write. */
+	if (base && (pr->verdict == V_CPU || pr->verdict == V_IN_PORT)) {
+		/* Refused at admission (caps.rs): never installed. */
+		count(ST_UP_TUNNEL, __LINE__);
+		return up(ctx, pi);
+	}
+	/* RFC 2784 §2.5: the checksum covers the GRE header and payload; a
+	 * packet whose sum is not all ones is software's to count and drop. */
+	if (base && t.seg && l4_sum(ctx, TUN_L4, t.seg) != 0xffff) {
+		count(ST_UP_TUNNEL, __LINE__);
+		return up(ctx, pi);
+	}
 	if (pr->verdict != V_CPU && pr->ttl_op == TTL_DEC) {
 		void *data = (void *)(long)ctx->data;
 		void *data_end = (void *)(long)ctx->data_end;
-		__u8 *ip = data + p.l3;
 
-		if (p.l3 > ETH_HLEN + TAG_LEN || (void *)(ip + IPV4_HLEN) > data_end)
+		if (base > TUN_VXLAN_LEN || p.l3 > ETH_HLEN + TAG_LEN)
+			return up(ctx, pi);
+		__u8 *ip = data + base + p.l3;
+
+		if ((void *)(ip + IPV4_HLEN) > data_end)
 			return up(ctx, pi);
 		/* The executor stops at a TTL of 0 or 1 (TtlExpired). */
 		if (ip[8] <= 1) {
@@ -1024,14 +1472,52 @@ int offlow_offload(struct xdp_md *ctx)
 
 	/* A partial checksum is finished on the way out. Its value is worked
 	 * out now, before any write, so a frame that goes up (here or at the
-	 * VLAN stage) goes up untouched; a dropped frame needs none. */
+	 * VLAN stage) goes up untouched; a dropped frame needs none. A
+	 * decapsulated frame's is not finished: it goes up. */
 	int finished = CSUM_NOT_PARTIAL;
 
 	if (pr->verdict != V_DROP) {
-		finished = partial_csum(ctx, &p);
-		if (finished == CSUM_TOO_LONG) {
+		if (base) {
+			if (looks_partial(ctx, &p, base)) {
+				count(ST_UP_TUNNEL_PARTIAL, 0);
+				return up(ctx, pi);
+			}
+		} else {
+			finished = partial_csum(ctx, &p);
+			if (finished == CSUM_TOO_LONG) {
+				count(ST_UP_CSUM_LONG, 0);
+				return up(ctx, pi);
+			}
+		}
+	}
+
+	/* An output to a tunnel: its template, and room in front of the
+	 * frame for the outer headers and a tag, made and given back before
+	 * any write (so a frame without it goes up untouched). */
+	struct tun_tx *tt = 0;
+
+	if (pr->verdict == V_PORT && pr->tun_slot) {
+		__u32 ti = pr->tun_slot - 1;
+
+		tt = bpf_map_lookup_elem(&tun_tx, &ti);
+		if (!tt) {
+			count(ST_DROP_INTERNAL, 0);
+			return XDP_DROP;
+		}
+		/* A GRE checksum is summed over the packet built: it must be
+		 * one l4_sum() reaches (any frame in a page is). */
+		if (tt->gre_csum && p.len + TAG_LEN + TUN_VXLAN_LEN - TUN_L4 > CSUM_MAX_SEG) {
 			count(ST_UP_CSUM_LONG, 0);
 			return up(ctx, pi);
+		}
+		if (bpf_xdp_adjust_head(ctx, -(TUN_VXLAN_LEN + TAG_LEN))) {
+			count(ST_UP_NO_HEADROOM, 0);
+			return up(ctx, pi);
+		}
+		/* Gives back what was just taken: cannot fail. */
+		if (bpf_xdp_adjust_head(ctx, TUN_VXLAN_LEN + TAG_LEN)) {
+			count(ST_DROP_INTERNAL, 0);
+			return XDP_DROP;
 		}
 	}
 
@@ -1074,21 +1560,38 @@ int offlow_offload(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
+	/* Decapsulate: the inner frame is the frame from here on. */
+	if (base) {
+		if (bpf_xdp_adjust_head(ctx, (int)base)) {
+			count(ST_UP_TUNNEL, __LINE__);
+			return up(ctx, pi);
+		}
+		served(pr, p.len);
+		bump(ST_TUNNEL_DECAP);
+	}
 	int l3 = vlan_stage(ctx, pr, p.key.vlan_present);
 
-	if (l3 == -1) {
+	if (l3 == -1 && !base) {
 		/* Nothing written: the frame goes up as received. */
 		count(ST_UP_NO_HEADROOM, 0);
 		return up(ctx, pi);
 	}
 	/* From here the frame is the entry's: count it as served. */
-	served(pr, p.len);
+	if (!base)
+		served(pr, p.len);
 	if (l3 < 0 || l3_stages(ctx, pr, l3, finished)) {
 		count(ST_DROP_INTERNAL, 0);
 		return XDP_DROP;
 	}
 	if (finished >= 0)
 		bump(ST_CSUM_FINISHED);
+	if (tt) {
+		if (encap(ctx, tt, pr)) {
+			count(ST_DROP_INTERNAL, 0);
+			return XDP_DROP;
+		}
+		bump(ST_TUNNEL_ENCAP);
+	}
 
 	if (pr->verdict == V_IN_PORT) {
 		count(ST_HIT_IN_PORT, pi->ofport);

@@ -21,14 +21,23 @@
 //! value (the frame stays as it was; see `partial_csum` in offload.bpf.c).
 //! `OFFLOW_RECORD=1` also runs each frame once with the outcome record on
 //! and prints which counters moved.
+//!
+//! Tunnel rows (GRE key=flow and VXLAN tunnels over `vb`): an ordinary
+//! frame on an underlay (one more lookup: is it a tunnel's?), a GRE frame
+//! whose inner frame has no entry, and then the hits that decapsulate or
+//! encapsulate. Those rewrite the frame, so they cannot repeat in one test
+//! run: they are timed one run per call, averaged over many calls, beside
+//! the plain output hit timed the same way (a single run's time carries
+//! the kernel timer's own cost, which the repeated rows spread thin).
 
 use std::process::Command;
 
 use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
-use offlow_offload::{compile, OffloadBackend, OffloadKey};
+use offlow_offload::{compile, OffloadBackend, OffloadKey, TunnelPort};
 use offlow_pipeline::{Action, PortNo};
 use offlow_testkit::FrameBuilder;
 use offlow_wire::checksum;
+use offlow_wire::tunnel::{Endpoint, KeyMode, Kind};
 
 const REPEAT: u32 = 2_000_000;
 
@@ -108,6 +117,7 @@ fn run() -> anyhow::Result<()> {
         room: 1024,
         attach: AttachPolicy::Detached,
         debug_record: std::env::var_os("OFFLOW_RECORD").is_some(),
+        tunnels: tunnels(),
     })?;
     let ifindex = |n: u32| {
         b.ports()
@@ -116,7 +126,7 @@ fn run() -> anyhow::Result<()> {
             .map(|p| p.ifindex)
             .unwrap_or(0)
     };
-    let (va, lo) = (ifindex(1), 1);
+    let (va, vb, lo) = (ifindex(1), ifindex(2), 1);
     let udp = |sport: u16| {
         FrameBuilder::default()
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
@@ -124,14 +134,14 @@ fn run() -> anyhow::Result<()> {
             .build()
     };
     let entry = |b: &mut XdpBackend, sport: u16, actions: &[Action]| -> anyhow::Result<()> {
-        let key = OffloadKey::parse(&udp(sport), 1).ok_or(anyhow::anyhow!("not in class"))?;
+        let key = OffloadKey::parse(&udp(sport), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
         b.install(&key, &compile(&key, actions)?)?;
         Ok(())
     };
     entry(&mut b, 1, &[])?;
     entry(&mut b, 2, &[Action::output(PortNo(2))])?;
     for sport in [3, 4, 5] {
-        let key = OffloadKey::parse(&tcp(sport, 0), 1).ok_or(anyhow::anyhow!("not in class"))?;
+        let key = OffloadKey::parse(&tcp(sport, 0), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
         b.install(&key, &compile(&key, &[Action::output(PortNo(2))])?)?;
     }
     let arp = FrameBuilder::default()
@@ -173,6 +183,140 @@ fn run() -> anyhow::Result<()> {
                 println!("    counters {moved:?}");
                 println!("    outcome {:?}", b.take_outcome()?);
             }
+        }
+    }
+    tunnel_rows(&mut b, va, vb)?;
+    Ok(())
+}
+
+const LOCAL: [u8; 4] = [192, 168, 50, 1];
+const REMOTE: [u8; 4] = [192, 168, 50, 2];
+
+/// GRE key=flow (port 10), VXLAN key=flow (11) and GRE key 8 with
+/// checksums (12), all over `vb` (2).
+fn tunnels() -> Vec<TunnelPort> {
+    let ep = |kind| Endpoint {
+        key: KeyMode::Flow,
+        ..Endpoint::new(
+            kind,
+            LOCAL,
+            REMOTE,
+            [2, 0, 0, 0, 0, 0xb],
+            [2, 0, 0, 0, 0, 0xc],
+        )
+    };
+    let csum = Endpoint {
+        key: KeyMode::Fixed(8),
+        csum: true,
+        ..ep(Kind::Gre)
+    };
+    [(10, ep(Kind::Gre)), (11, ep(Kind::Vxlan)), (12, csum)]
+        .into_iter()
+        .map(|(ofport, endpoint)| TunnelPort {
+            ofport,
+            endpoint,
+            underlay: 2,
+        })
+        .collect()
+}
+
+/// `inner` as a far end sends it over GRE with `key` (and a checksum).
+fn gre_frame(inner: &[u8], key: u32, csum: bool) -> Vec<u8> {
+    let far = Endpoint {
+        key: KeyMode::Fixed(key),
+        csum,
+        ..Endpoint::new(
+            Kind::Gre,
+            REMOTE,
+            LOCAL,
+            [2, 0, 0, 0, 0, 0xc],
+            [2, 0, 0, 0, 0, 0xb],
+        )
+    };
+    let mut out = vec![0u8; inner.len() + 64];
+    let n = far
+        .encapsulate(inner, 0, 1, 0, &mut out)
+        .expect("room for the outer headers");
+    out.truncate(n);
+    out
+}
+
+/// Mean kernel time of `calls` single runs of `frame` (a rewriting hit).
+fn single_runs(b: &XdpBackend, frame: &[u8], ifx: u32, calls: u32) -> anyhow::Result<(u32, u32)> {
+    let mut total = 0u64;
+    let mut ret = 0;
+    for _ in 0..calls {
+        let (r, ns) = b.time_run(frame, ifx, 0, 1)?;
+        ret = r;
+        total += u64::from(ns);
+    }
+    Ok((ret, (total / u64::from(calls)) as u32))
+}
+
+fn tunnel_rows(b: &mut XdpBackend, va: u32, vb: u32) -> anyhow::Result<()> {
+    // A UDP frame of `len` bytes (60 or more).
+    let inner = |sport: u16, len: usize| {
+        FrameBuilder::default()
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+            .udp(sport, 9)
+            .payload(&vec![0x3c; len.saturating_sub(42)])
+            .build()
+    };
+    let install = |b: &mut XdpBackend, key: OffloadKey, out: u32| -> anyhow::Result<()> {
+        b.install(&key, &compile(&key, &[Action::output(PortNo(out))])?)?;
+        Ok(())
+    };
+    let key = |f: &[u8], port: u32, id: u64| {
+        OffloadKey::parse(f, port, id).ok_or(anyhow::anyhow!("not in class"))
+    };
+    // An ordinary hit on the underlay; decap (GRE key 7 in, out of va);
+    // encap (va in, into VXLAN); the same with GRE checksums, small and
+    // large.
+    install(b, key(&inner(20, 60), 2, 0)?, 1)?;
+    install(b, key(&inner(21, 60), 10, 7)?, 1)?;
+    install(b, key(&inner(22, 60), 1, 0)?, 11)?;
+    install(b, key(&inner(23, 60), 12, 8)?, 1)?;
+    install(b, key(&inner(24, 1400), 12, 8)?, 1)?;
+    install(b, key(&inner(25, 60), 1, 0)?, 12)?;
+    install(b, key(&inner(26, 1400), 1, 0)?, 12)?;
+    let repeated: [(&str, Vec<u8>, u32); 2] = [
+        ("tunnel: ordinary hit on an underlay", inner(20, 60), vb),
+        (
+            "tunnel: GRE frame, inner miss",
+            gre_frame(&inner(99, 60), 7, false),
+            vb,
+        ),
+    ];
+    const CALLS: u32 = 200_000;
+    let single: [(&str, Vec<u8>, u32); 7] = [
+        ("single runs: hit: output", inner(2, 60), va),
+        (
+            "single runs: GRE decap, output",
+            gre_frame(&inner(21, 60), 7, false),
+            vb,
+        ),
+        ("single runs: output into VXLAN", inner(22, 60), va),
+        (
+            "single runs: GRE+csum decap, 60 B",
+            gre_frame(&inner(23, 60), 8, true),
+            vb,
+        ),
+        (
+            "single runs: GRE+csum decap, 1400 B",
+            gre_frame(&inner(24, 1400), 8, true),
+            vb,
+        ),
+        ("single runs: into GRE+csum, 60 B", inner(25, 60), va),
+        ("single runs: into GRE+csum, 1400 B", inner(26, 1400), va),
+    ];
+    for round in 0..3 {
+        for (name, frame, ifx) in &repeated {
+            let (ret, ns) = b.time_run(frame, *ifx, 0, REPEAT)?;
+            println!("round {round}  {name:<38} {ns:>5} ns  (XDP action {ret})");
+        }
+        for (name, frame, ifx) in &single {
+            let (ret, ns) = single_runs(b, frame, *ifx, CALLS)?;
+            println!("round {round}  {name:<38} {ns:>5} ns  (XDP action {ret}, {CALLS} calls)");
         }
     }
     Ok(())

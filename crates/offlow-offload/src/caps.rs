@@ -8,6 +8,7 @@ use offlow_flow::Field;
 
 use crate::key::OffloadKey;
 use crate::program::{OffloadProgram, Verdict};
+use crate::tunnel::TunnelSupport;
 use crate::Refusal;
 
 /// A set of action kinds ([`OffloadProgram::kinds`]).
@@ -150,8 +151,11 @@ pub struct Capabilities {
     /// Whether it keeps per-entry packet and byte counters. The tier needs
     /// them: DESIGN invariant 4 (counters stay exact) would not hold without.
     pub counters: bool,
-    /// The OpenFlow ports it receives on and can output to.
+    /// The OpenFlow ports it receives on and can output to (interfaces).
     pub ports: Vec<u32>,
+    /// The tunnel ports it was told of, and what it does for each
+    /// ([`crate::tunnel`]). A tunnel port is not in `ports`.
+    pub tunnels: Vec<TunnelSupport>,
 }
 
 impl Capabilities {
@@ -164,12 +168,37 @@ impl Capabilities {
         if let Some(&f) = CLASS_FIELDS.iter().find(|f| !self.match_fields.contains(f)) {
             return Err(Refusal::MatchField(f));
         }
-        if !self.ports.contains(&key.in_port) {
-            return Err(Refusal::Port(key.in_port));
+        let tunnel = |p: u32| self.tunnels.iter().find(|t| t.port == p);
+        match tunnel(key.in_port) {
+            Some(t) => {
+                let refuse = |why| Err(Refusal::Tunnel(key.in_port, why));
+                t.decap.map_err(|why| Refusal::Tunnel(key.in_port, why))?;
+                match program.verdict {
+                    // The frame would go back into the tunnel it came out
+                    // of: an encapsulation out of the port it arrived on,
+                    // which the stages do not express (software does).
+                    Verdict::InPort => return refuse("output back into the ingress tunnel"),
+                    // A worker gets a steered frame as received, still
+                    // encapsulated; software keeps such flows whole.
+                    Verdict::Cpu(_) => return refuse("steering a tunnel's frames to a worker"),
+                    Verdict::Drop | Verdict::Port(_) => {}
+                }
+            }
+            None if !self.ports.contains(&key.in_port) => return Err(Refusal::Port(key.in_port)),
+            // Only a frame decapsulated on a tunnel port has a tunnel_id
+            // in its key.
+            None if key.tunnel_id != 0 => {
+                return Err(Refusal::OutsideClass(
+                    "tunnel_id on a port that is not a tunnel",
+                ))
+            }
+            None => {}
         }
         if let Verdict::Port(p) = program.verdict {
-            if !self.ports.contains(&p) {
-                return Err(Refusal::Port(p));
+            match tunnel(p) {
+                Some(t) => t.encap.map_err(|why| Refusal::Tunnel(p, why))?,
+                None if !self.ports.contains(&p) => return Err(Refusal::Port(p)),
+                None => {}
             }
         }
         let missing = program.kinds().without(self.actions);
@@ -193,6 +222,21 @@ mod tests {
             room: 4,
             counters: true,
             ports: vec![1, 2],
+            tunnels: vec![
+                TunnelSupport {
+                    port: 10,
+                    underlay: 1,
+                    decap: Ok(()),
+                    encap: Ok(()),
+                },
+                TunnelSupport {
+                    port: 11,
+                    underlay: 2,
+                    decap: Ok(()),
+                    encap: Err("GRE checksum on output"),
+                },
+                TunnelSupport::unsupported(12, 1),
+            ],
         }
     }
 
@@ -239,6 +283,53 @@ mod tests {
         let mut blind = caps();
         blind.counters = false;
         assert_eq!(blind.admits(&key(), &fwd), Err(Refusal::NoCounters));
+    }
+
+    #[test]
+    fn tunnel_ports_are_admitted_as_declared() {
+        let c = caps();
+        let on = |port: u32, tunnel_id: u64| OffloadKey {
+            in_port: port,
+            tunnel_id,
+            ..key()
+        };
+        let to = |p: u32| OffloadProgram::plain(Verdict::Port(p));
+        // Decapsulated frames, any key, out of an interface or a tunnel.
+        assert_eq!(c.admits(&on(10, 7), &to(2)), Ok(()));
+        assert_eq!(c.admits(&on(11, 0), &to(10)), Ok(()));
+        assert_eq!(c.admits(&on(1, 0), &to(10)), Ok(()));
+        assert_eq!(
+            c.admits(&on(1, 0), &to(11)),
+            Err(Refusal::Tunnel(11, "GRE checksum on output"))
+        );
+        assert_eq!(
+            c.admits(&on(12, 0), &to(2)),
+            Err(Refusal::Tunnel(12, "the backend does not serve tunnels"))
+        );
+        assert_eq!(
+            c.admits(&on(1, 0), &to(12)),
+            Err(Refusal::Tunnel(12, "the backend does not serve tunnels"))
+        );
+        assert_eq!(
+            c.admits(&on(10, 7), &OffloadProgram::plain(Verdict::InPort)),
+            Err(Refusal::Tunnel(10, "output back into the ingress tunnel"))
+        );
+        assert!(matches!(
+            c.admits(&on(10, 7), &OffloadProgram::plain(Verdict::Cpu(1))),
+            Err(Refusal::Tunnel(10, _))
+        ));
+        assert_eq!(
+            c.admits(&on(1, 7), &to(2)),
+            Err(Refusal::OutsideClass(
+                "tunnel_id on a port that is not a tunnel"
+            ))
+        );
+        // A backend told of no tunnels is not on the port.
+        let plain = Capabilities {
+            tunnels: Vec::new(),
+            ..caps()
+        };
+        assert_eq!(plain.admits(&on(10, 7), &to(2)), Err(Refusal::Port(10)));
     }
 
     #[test]

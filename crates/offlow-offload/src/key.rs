@@ -17,11 +17,20 @@
 //!
 //! Every other frame (ARP, IPv6, MPLS, options, fragments, tunnels, runts)
 //! goes up to userspace unparsed. Within the class, the frame's full
-//! [`FlowKey`] is a function of the [`OffloadKey`] fields (metadata and
-//! tunnel_id are zero, in_phy_port equals in_port, the presence bits follow
-//! from the tag and the protocol), so an exact match on an [`OffloadKey`] is
-//! an exact match on the microflow: [`OffloadKey::from_flow_key`] and
+//! [`FlowKey`] is a function of the [`OffloadKey`] fields (metadata is
+//! zero, in_phy_port equals in_port, the presence bits follow from the tag
+//! and the protocol), so an exact match on an [`OffloadKey`] is an exact
+//! match on the microflow: [`OffloadKey::from_flow_key`] and
 //! [`OffloadKey::to_flow_key`] are inverse on it (property-tested).
+//!
+//! # Tunnel ports
+//! A frame decapsulated from a tunnel (`offlow_wire::tunnel::classify`)
+//! enters the pipeline on the tunnel's OpenFlow port with `tunnel_id` =
+//! the key it arrived with. Its key is the inner frame's, taken as above,
+//! with `in_port` (and `in_phy_port`) the tunnel port and that
+//! `tunnel_id` ([`OffloadKey::parse`] takes both). A non-zero `tunnel_id`
+//! is admitted here whatever the port; a backend refuses it on a port that
+//! is not one of its tunnels ([`crate::Capabilities::admits`]).
 //!
 //! A key from a frame with IPv4 options maps to the same [`OffloadKey`] as
 //! the option-less frame (options are not in the key); a backend still sends
@@ -71,6 +80,9 @@ pub struct OffloadKey {
     pub tp_src: u16,
     /// TCP/UDP destination port, or the ICMP code; 0 for other protocols.
     pub tp_dst: u16,
+    /// The tunnel key a frame decapsulated on a tunnel port arrived with
+    /// (module docs); 0 on other ports.
+    pub tunnel_id: u64,
 }
 
 /// Does the class give this protocol transport fields in the key?
@@ -102,8 +114,8 @@ impl OffloadKey {
         if key.get(Field::EthType) != u128::from(ethertype::IPV4) {
             return Err(Refusal::OutsideClass("not IPv4"));
         }
-        if key.get(Field::Metadata) != 0 || key.get(Field::TunnelId) != 0 {
-            return Err(Refusal::OutsideClass("metadata or tunnel_id set"));
+        if key.get(Field::Metadata) != 0 {
+            return Err(Refusal::OutsideClass("metadata set"));
         }
         let in_port = key.get(Field::InPort) as u32;
         if key.get(Field::InPhyPort) as u32 != in_port {
@@ -138,6 +150,7 @@ impl OffloadKey {
             ip_ecn: key.get(Field::IpEcn) as u8,
             tp_src: key.get(Field::TcpSrc) as u16,
             tp_dst: key.get(Field::TcpDst) as u16,
+            tunnel_id: key.get(Field::TunnelId) as u64,
         };
         // Anything the class does not produce (IPv6 words, ARP, MPLS,
         // fragment bits, ports on a protocol without them, ...) shows as a
@@ -158,6 +171,7 @@ impl OffloadKey {
         k.set(Field::EthDst, self.eth_dst.into());
         k.set(Field::EthSrc, self.eth_src.into());
         k.set(Field::EthType, ethertype::IPV4.into());
+        k.set(Field::TunnelId, self.tunnel_id.into());
         if let Some(tag) = self.vlan {
             k.set(Field::VlanVid, (OFPVID_PRESENT | tag.vid).into());
             k.set(Field::VlanPcp, tag.pcp.into());
@@ -175,15 +189,18 @@ impl OffloadKey {
         k
     }
 
-    /// The key a backend must compute for `frame` arriving on `in_port`, or
-    /// `None` when the frame is outside the class and goes up. This is the
+    /// The key a backend must compute for `frame` arriving on `in_port`
+    /// with `tunnel_id` (a decapsulated frame on a tunnel port: the inner
+    /// frame, the tunnel's port and key; 0 on any other port), or `None`
+    /// when the frame is outside the class and goes up. This is the
     /// reference the backends' own parsers are tested against.
-    pub fn parse(frame: &[u8], in_port: u32) -> Option<OffloadKey> {
+    pub fn parse(frame: &[u8], in_port: u32, tunnel_id: u64) -> Option<OffloadKey> {
         let mut key = FlowKey::ZERO;
         let mut lay = Layout::default();
         if !offlow_flow::extract_fast::extract_common(frame, in_port, &mut key, &mut lay) {
             return None;
         }
+        key.set(Field::TunnelId, tunnel_id.into());
         OffloadKey::from_flow_key(&key).ok()
     }
 }
@@ -204,6 +221,7 @@ pub(crate) fn udp_key(tp_src: u16) -> OffloadKey {
         ip_ecn: 0,
         tp_src,
         tp_dst: 9,
+        tunnel_id: 0,
     }
 }
 
@@ -265,18 +283,24 @@ mod tests {
         /// Within the class, the offload key and the full key carry the
         /// same information; outside it, `parse` says so.
         #[test]
-        fn offload_key_round_trips_the_fast_parser((frame, in_port) in frames()) {
+        fn offload_key_round_trips_the_fast_parser((frame, in_port) in frames(),
+                                                   tunnel_id in prop_oneof![Just(0u64), any::<u64>()]) {
             let mut key = FlowKey::ZERO;
             let mut lay = Layout::default();
             let in_class = offlow_flow::extract_fast::extract_common(&frame, in_port, &mut key, &mut lay);
-            match OffloadKey::parse(&frame, in_port) {
+            // A decapsulated frame's key: the inner frame's, with the key
+            // it arrived with.
+            key.set(Field::TunnelId, tunnel_id.into());
+            match OffloadKey::parse(&frame, in_port, tunnel_id) {
                 Some(ok) => {
                     prop_assert!(in_class);
                     prop_assert_eq!(ok.to_flow_key(), key);
                     prop_assert_eq!(OffloadKey::from_flow_key(&key), Ok(ok));
                     // The general parser, the reference, agrees.
-                    let general = offlow_flow::extract(&frame, in_port, &mut Default::default());
+                    let mut general = offlow_flow::extract(&frame, in_port, &mut Default::default());
+                    general.key.set(Field::TunnelId, tunnel_id.into());
                     prop_assert_eq!(general.key, key);
+                    prop_assert_eq!(ok.tunnel_id, tunnel_id);
                 }
                 None => {
                     // Out of class: the fast parser declined, or it is a
@@ -301,7 +325,7 @@ mod tests {
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .udp(1, vxlan::UDP_PORT)
             .build();
-        assert_eq!(OffloadKey::parse(&vxlan, 1), None);
+        assert_eq!(OffloadKey::parse(&vxlan, 1, 0), None);
         let frag = FrameBuilder::eth(A, B)
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .fragment(8, false)
@@ -318,7 +342,7 @@ mod tests {
             .tos(0x2e << 2 | 1)
             .udp(1000, 53)
             .build();
-        let k = OffloadKey::parse(&udp, 4).expect("in class");
+        let k = OffloadKey::parse(&udp, 4, 0).expect("in class");
         assert_eq!(k.vlan, Some(VlanTag { vid: 7, pcp: 3 }));
         assert_eq!(
             (k.ip_dscp, k.ip_ecn, k.tp_src, k.tp_dst),

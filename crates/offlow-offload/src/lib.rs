@@ -20,6 +20,9 @@
 //! - [`Placement`]: which flows go down — heavy hitters by measured load
 //!   with hysteresis, pins, refusals remembered until the rules change
 //!   ([`placement`]), fed by each worker's [`Sampler`] ([`sample`]).
+//! - [`TunnelPort`]: a tunnel port (GRE or VXLAN over an underlay port) a
+//!   backend decapsulates from and encapsulates to, and what it supports of
+//!   each ([`TunnelSupport`], in the capabilities) ([`tunnel`]).
 //! - [`xdp::XdpBackend`]: the backend in the kernel, an XDP program on the
 //!   switch's ports that serves entries before frames reach the AF_XDP or
 //!   AF_PACKET sockets, with exact per-CPU counters and a grace period after
@@ -57,6 +60,7 @@ pub mod model;
 pub mod placement;
 pub mod program;
 pub mod sample;
+pub mod tunnel;
 pub mod xdp;
 
 pub use backend::{EntryCounters, OffloadBackend, OffloadError};
@@ -66,6 +70,7 @@ pub use model::ModelBackend;
 pub use placement::{Pin, Placement, PlacementConfig, Plan, Tier};
 pub use program::{compile, OffloadProgram, TtlOp, Verdict, VlanOp};
 pub use sample::{Sampler, SAMPLE_SLOTS};
+pub use tunnel::{TunnelPort, TunnelSupport};
 
 use offlow_flow::Field;
 
@@ -91,6 +96,9 @@ pub enum Refusal {
     /// The backend is not attached to this port.
     #[error("backend not on port {0}")]
     Port(u32),
+    /// The backend cannot serve this tunnel port this way (the reason).
+    #[error("tunnel port {0}: {1}")]
+    Tunnel(u32, &'static str),
     /// The backend keeps no counters.
     #[error("backend keeps no counters")]
     NoCounters,

@@ -2,7 +2,11 @@
 //! room, so placement and the switch's bookkeeping are testable without
 //! privileges or a kernel. Tests play the hardware's part with
 //! [`ModelBackend::serve`], which finds the entry a frame's key hits and
-//! counts it, exactly as a backend's data path would.
+//! counts it, exactly as a backend's data path would. Tunnels are modelled
+//! at the level of keys and capabilities: a decapsulated frame's key is
+//! the inner frame's on the tunnel port ([`crate::tunnel`]), and
+//! [`ModelBackend::full_with_tunnels`] declares what the XDP backend
+//! serves of each tunnel.
 
 use std::collections::HashMap;
 
@@ -10,6 +14,7 @@ use crate::backend::{EntryCounters, OffloadBackend, OffloadError};
 use crate::caps::{ActionKinds, Capabilities, CLASS_FIELDS};
 use crate::key::OffloadKey;
 use crate::program::OffloadProgram;
+use crate::tunnel::TunnelPort;
 use crate::Refusal;
 
 /// A software stand-in for an offload device (module docs).
@@ -42,7 +47,16 @@ impl ModelBackend {
             room,
             counters: true,
             ports,
+            tunnels: Vec::new(),
         })
+    }
+
+    /// [`ModelBackend::full`] told of `tunnels` too, declaring what the XDP
+    /// backend serves of each ([`TunnelPort::xdp_support`]).
+    pub fn full_with_tunnels(ports: Vec<u32>, tunnels: &[TunnelPort], room: usize) -> ModelBackend {
+        let mut m = ModelBackend::full(ports, room);
+        m.caps.tunnels = tunnels.iter().map(TunnelPort::xdp_support).collect();
+        m
     }
 
     /// The program installed for `key`, if any.

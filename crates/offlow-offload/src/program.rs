@@ -106,6 +106,9 @@ pub struct OffloadProgram {
     pub tp_src: Option<u16>,
     /// New TCP/UDP destination port.
     pub tp_dst: Option<u16>,
+    /// Set-field `tunnel_id`: no frame bytes, but an output to a `key=flow`
+    /// tunnel sends it as the key (without it, the key's own `tunnel_id`).
+    pub tunnel_id: Option<u64>,
     /// Where the frame goes.
     pub verdict: Verdict,
 }
@@ -124,6 +127,7 @@ impl OffloadProgram {
             ipv4_dst: None,
             tp_src: None,
             tp_dst: None,
+            tunnel_id: None,
             verdict,
         }
     }
@@ -237,6 +241,9 @@ impl core::fmt::Display for OffloadProgram {
         if let Some(v) = self.tp_dst {
             parts.push(format!("mod_tp_dst:{v}"));
         }
+        if let Some(v) = self.tunnel_id {
+            parts.push(format!("set_field:{v:#x}->tunnel_id"));
+        }
         parts.push(match self.verdict {
             Verdict::Drop => "drop".into(),
             Verdict::Port(p) => format!("output:{p}"),
@@ -314,6 +321,8 @@ pub fn compile(key: &OffloadKey, actions: &[Action]) -> Result<OffloadProgram, R
                     Field::IpEcn => p.ip_ecn = Some(v as u8),
                     Field::Ipv4Src => p.ipv4_src = Some(v as u32),
                     Field::Ipv4Dst => p.ipv4_dst = Some(v as u32),
+                    // Metadata for a tunnel output (the key it sends).
+                    Field::TunnelId => p.tunnel_id = Some(v as u64),
                     Field::TcpSrc | Field::TcpDst if key.ip_proto == proto::TCP => {
                         set_port(&mut p, field == Field::TcpSrc, v as u16)
                     }

@@ -44,6 +44,7 @@ const EMPTY: OffloadKey = OffloadKey {
     ip_ecn: 0,
     tp_src: 0,
     tp_dst: 0,
+    tunnel_id: 0,
 };
 
 impl Sampler {
@@ -64,16 +65,18 @@ impl Sampler {
         self.every
     }
 
-    /// A frame arrived on `in_port`: sampled once in `every` calls.
+    /// A frame arrived on `in_port` with `tunnel_id` (a frame decapsulated
+    /// on a tunnel port: the inner frame, the tunnel's port and key; 0
+    /// otherwise): sampled once in `every` calls.
     #[inline]
-    pub fn offer(&mut self, frame: &[u8], in_port: u32) {
+    pub fn offer(&mut self, frame: &[u8], in_port: u32, tunnel_id: u64) {
         self.countdown -= 1;
         if self.countdown != 0 {
             return;
         }
         self.countdown = self.next_gap();
         self.sampled += 1;
-        if let Some(key) = OffloadKey::parse(frame, in_port) {
+        if let Some(key) = OffloadKey::parse(frame, in_port, tunnel_id) {
             self.count(key);
         }
     }
@@ -122,7 +125,8 @@ fn slot_of(key: &OffloadKey) -> usize {
         ^ u64::from(key.in_port) << 8
         ^ u64::from(key.ip_proto)
         ^ key.eth_dst.rotate_left(17)
-        ^ key.eth_src;
+        ^ key.eth_src
+        ^ key.tunnel_id.rotate_left(41);
     let h = (a ^ b.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (h >> 56) as usize & (SAMPLE_SLOTS - 1)
 }
@@ -147,8 +151,8 @@ mod tests {
         let tail: Vec<Vec<u8>> = (0..5000).map(|i| frame(20_000 + i)).collect();
         // 8 flows carry half the packets; 5,000 share the other half.
         for round in 0..5000 {
-            s.offer(&heavy[round % 8], 1);
-            s.offer(&tail[round], 1);
+            s.offer(&heavy[round % 8], 1, 0);
+            s.offer(&tail[round], 1, 0);
         }
         let mut got = HashMap::new();
         s.drain(|k, n| {
@@ -181,8 +185,8 @@ mod tests {
             .arp(1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], [0; 6], [10, 0, 0, 2])
             .build();
         for _ in 0..10 {
-            s.offer(&arp, 1);
-            s.offer(&[0u8; 3], 1);
+            s.offer(&arp, 1, 0);
+            s.offer(&[0u8; 3], 1, 0);
         }
         assert_eq!(s.sampled, 20);
         let mut n = 0;

@@ -5,6 +5,7 @@
 //! differential test almost never reach. Privileged: skipped with a notice
 //! when not root.
 
+#[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
@@ -89,8 +90,8 @@ fn counters_equal_the_frames_served() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(2);
-        let key = OffloadKey::parse(&tcp(0), 1).unwrap();
+        let mut b = common::detached(2, Vec::new());
+        let key = OffloadKey::parse(&tcp(0), 1, 0).unwrap();
         b.install(&key, &OffloadProgram::plain(Verdict::Port(2)))
             .unwrap();
         let mut want = EntryCounters::default();
@@ -167,9 +168,9 @@ fn steering_goes_to_the_workers_cpu_or_up() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(4);
+        let mut b = common::detached(4, Vec::new());
         let f = tcp(10);
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         let p = compile(
             &key,
             &[Action::SetWorkers(1 << 5), Action::output(PortNo(2))],
@@ -199,7 +200,7 @@ fn misses_of_an_af_xdp_port_go_to_its_sockets() {
         return;
     };
     ns.run(|| {
-        let b = common::detached(4);
+        let b = common::detached(4, Vec::new());
         // Port 2 (vb) sends misses to AF_XDP; with no socket on the queue
         // they reach the stack, counted.
         let (ret, _, stat, _) = run(&b, &tcp(0), 2);
@@ -239,13 +240,13 @@ fn a_udp_checksum_computing_to_zero_is_sent_as_ffff() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(4);
+        let mut b = common::detached(4, Vec::new());
         let f = FrameBuilder::eth(B, A)
             .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
             .udp(1000, 53)
             .payload(b"query")
             .build();
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         let csum = u16::from_be_bytes([f[40], f[41]]);
         assert_ne!(csum, 0);
         let port = (0..=u16::MAX)
@@ -288,7 +289,7 @@ fn partial_checksum_edges() {
         return;
     };
     ns.run(|| {
-        let mut b = common::detached(4);
+        let mut b = common::detached(4, Vec::new());
         let out2 = [Action::output(PortNo(2))];
         // A valid TCP checksum equal to the folded pseudo-header sum,
         // by the choice of the urgent pointer (bytes 52-53).
@@ -300,7 +301,7 @@ fn partial_checksum_edges() {
         f[50..52].copy_from_slice(&pseudo.to_be_bytes());
         f[52..54].copy_from_slice(&urg.to_be_bytes());
         assert_eq!(fold(sum(&f[34..], u32::from(pseudo))), 0xffff, "valid");
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
         let finished = b.stats().unwrap().get("csum_finished");
         let (ret, out, stat, _) = run(&b, &f, 1);
@@ -325,7 +326,7 @@ fn partial_checksum_edges() {
                 (g[40..42] == [0xff, 0xff]).then_some((f, g))
             })
             .expect("some payload makes the sum 0");
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
         let (ret, out, stat, _) = run(&b, &f, 1);
         assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
@@ -344,7 +345,7 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
         return;
     };
     let f = tcp(20);
-    let key = OffloadKey::parse(&f, 1).unwrap();
+    let key = OffloadKey::parse(&f, 1, 0).unwrap();
     // Two programs for the flow, differing in every stage, and a third
     // entry whose slots get recycled under the flow's.
     let p1 = [
@@ -381,7 +382,7 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
     let other = OffloadKey { tp_src: 1, ..key };
     let stop = AtomicBool::new(false);
     let served = std::thread::scope(|s| {
-        let mut b = ns.run(|| common::detached(4));
+        let mut b = ns.run(|| common::detached(4, Vec::new()));
         let runner = b.test_runner().unwrap();
         let ifindex = ns.run(|| common::ifindex_of(&b, 1));
         let (ns, stop, f) = (&ns, &stop, &f);
@@ -414,42 +415,6 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
     assert!(served > 100, "only {served} frames ran");
 }
 
-/// Send `frame` out of interface `ifindex` with an AF_PACKET socket.
-fn inject(ifindex: u32, frame: &[u8]) {
-    // SAFETY: socket takes three integers.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
-    assert!(
-        fd >= 0,
-        "AF_PACKET socket: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    addr.sll_halen = 6;
-    // SAFETY: `frame` and `addr` are valid for the call with the lengths
-    // given; `fd` is the socket opened above.
-    let n = unsafe {
-        libc::sendto(
-            fd,
-            frame.as_ptr().cast(),
-            frame.len(),
-            0,
-            (&raw const addr).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as u32,
-        )
-    };
-    // SAFETY: `fd` is ours and closed once.
-    unsafe { libc::close(fd) };
-    assert_eq!(
-        n,
-        frame.len() as isize,
-        "{}",
-        std::io::Error::last_os_error()
-    );
-}
-
 /// The attached program on live traffic: frames sent into `vb` arrive on
 /// `va`, where the entry drops them in the kernel and counts them; a frame
 /// of another flow goes up.
@@ -463,18 +428,18 @@ fn attached_program_serves_live_frames() {
         let cfg = XdpConfig::new(common::ports()[..1].to_vec(), 16);
         let mut b = XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let f = tcp(30);
-        let key = OffloadKey::parse(&f, 1).unwrap();
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
         b.install(&key, &OffloadProgram::plain(Verdict::Drop))
             .unwrap();
-        let vb = ifindex_by_name("vb");
+        let vb = common::ifindex_by_name("vb");
         for _ in 0..5 {
-            inject(vb, &f);
+            common::inject(vb, &f);
         }
         let miss = FrameBuilder::eth(B, A)
             .ipv4([10, 0, 0, 9], [10, 0, 0, 2])
             .udp(1, 2)
             .build();
-        inject(vb, &miss);
+        common::inject(vb, &miss);
         // veth delivers through NAPI on the receiving side: wait for it.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let want = EntryCounters {
@@ -492,12 +457,4 @@ fn attached_program_serves_live_frames() {
         assert!(stats.get("up_pass") >= 1, "{stats:?}");
         assert_eq!(b.remove(&key).unwrap(), want);
     });
-}
-
-fn ifindex_by_name(name: &str) -> u32 {
-    let c = std::ffi::CString::new(name).unwrap();
-    // SAFETY: `c` is NUL-terminated and valid for the call.
-    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    assert_ne!(i, 0, "no interface {name}");
-    i
 }

@@ -12,6 +12,7 @@
 //! the executor runs, and the program must send out the same bytes.
 //! Privileged: skipped with a notice when not root.
 
+#[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
@@ -513,13 +514,13 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
     b.all_counters(&mut |k, _| left.push(*k));
     b.remove_batch(&left);
     let frame = c.spec.build();
-    let key = OffloadKey::parse(&frame, c.in_port);
+    let key = OffloadKey::parse(&frame, c.in_port, 0);
     let entry_spec = match c.entry {
         EntryFor::Same => Some(c.spec.in_class()),
         EntryFor::Other => Some(c.other.in_class()),
         EntryFor::Empty => None,
     };
-    let entry_key = entry_spec.and_then(|s| OffloadKey::parse(&s.build(), c.in_port));
+    let entry_key = entry_spec.and_then(|s| OffloadKey::parse(&s.build(), c.in_port, 0));
     let mut installed = None;
     if let Some(k) = entry_key {
         let actions = concrete(&c.acts, &k, c.fix);
@@ -624,7 +625,7 @@ fn xdp_program_agrees_with_the_executor() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
     ns.run(|| {
-        let b = std::cell::RefCell::new(common::detached(64));
+        let b = std::cell::RefCell::new(common::detached(64, Vec::new()));
         let seen = std::cell::RefCell::new(Seen::default());
         let mut runner = TestRunner::new(Config {
             cases,

@@ -373,6 +373,23 @@ fn open_xdp_backend(
     if o.generic {
         xc.attach = AttachPolicy::Generic;
     }
+    // Tunnel ports over an attached underlay, in configuration order (the
+    // order the packet threads classify in, so both tiers pick the same
+    // tunnel for a frame); a tunnel over a missing or capture underlay
+    // stays in software.
+    xc.tunnels = data_ports
+        .iter()
+        .filter_map(|p| match &p.kind {
+            PortKind::Tunnel(t) if xc.ports.iter().any(|x| x.ofport == t.underlay) => {
+                Some(offlow_offload::tunnel::TunnelPort {
+                    ofport: p.number,
+                    endpoint: t.endpoint,
+                    underlay: t.underlay,
+                })
+            }
+            _ => None,
+        })
+        .collect();
     let backend = in_netns(cfg.netns.as_deref(), || XdpBackend::open(&xc))
         .context("entering the ports' network namespace")??;
     let attached = backend.ports();

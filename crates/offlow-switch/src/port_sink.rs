@@ -239,11 +239,13 @@ impl PortSink {
     /// on the underlay. The identification counts per worker (unique
     /// enough for DF-set packets, which are never reassembled); the VXLAN
     /// source port comes from the inner addresses so a flow keeps one.
-    #[cold]
+    /// Out of line: it keeps the encapsulation out of the ordinary
+    /// output path's code.
+    #[inline(never)]
     fn output_tunnel(&mut self, i: usize, t: TunnelTx, frame: &[u8], meta: OutputMeta) {
         let stats = &mut self.tunnel_stats[i];
         self.tunnel_ident = self.tunnel_ident.wrapping_add(1);
-        let entropy = inner_entropy(frame);
+        let entropy = offlow_wire::tunnel::entropy(frame);
         let sent = t
             .endpoint
             .encapsulate(
@@ -376,24 +378,6 @@ impl PortSink {
             Some(Err(_)) | None => self.drop_packet_in_backlog += 1,
         }
     }
-}
-
-/// A 16-bit hash of a frame's Ethernet addresses and, for IPv4, its
-/// addresses and ports (bytes 0..12 and 26..38 when present): what VXLAN's
-/// outer source port is made of (RFC 7348 §5: "a hash of fields from the
-/// inner packet"), the same for every frame of a flow.
-fn inner_entropy(frame: &[u8]) -> u16 {
-    let mut h: u32 = 0x811c_9dc5;
-    let ipv4 = frame.get(12..14) == Some(&[0x08, 0x00]);
-    let tail = if ipv4 {
-        frame.get(26..38).unwrap_or(&[])
-    } else {
-        &[]
-    };
-    for &b in frame.iter().take(12).chain(tail) {
-        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
-    }
-    (h ^ (h >> 16)) as u16
 }
 
 impl PortSink {

@@ -258,6 +258,27 @@ impl Endpoint {
     }
 }
 
+/// The flow entropy of a frame leaving by a tunnel: the VXLAN source port
+/// is `0xc000 | entropy & 0x3fff` (RFC 7348 §5: "a hash of fields from the
+/// inner packet"). FNV-1a over the Ethernet addresses and, for untagged
+/// IPv4, bytes 26..38 (the addresses and the first four bytes of L4: the
+/// ports of TCP and UDP), folded to 16 bits. Both tiers compute it the
+/// same way (the XDP program in the kernel), so a flow keeps one source
+/// port whichever tier sends it.
+pub fn entropy(frame: &[u8]) -> u16 {
+    let mut h: u32 = 0x811c_9dc5;
+    let ipv4 = frame.get(12..14) == Some(&[0x08, 0x00]);
+    let tail = if ipv4 {
+        frame.get(26..38).unwrap_or(&[])
+    } else {
+        &[]
+    };
+    for &b in frame.iter().take(12).chain(tail) {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (h ^ (h >> 16)) as u16
+}
+
 /// Why a frame addressed to a tunnel was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Malformed {

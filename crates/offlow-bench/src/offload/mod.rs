@@ -1496,6 +1496,48 @@ mod tests {
         }
     }
 
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: OffloadArgs,
+    }
+
+    fn parse(argv: &[&str]) -> Result<OffloadArgs, clap::Error> {
+        use clap::Parser as _;
+        Cli::try_parse_from(std::iter::once("offload").chain(argv.iter().copied())).map(|c| c.args)
+    }
+
+    #[test]
+    fn nat_group_is_selected_and_checked() {
+        let a = parse(&["--nat", "--nat-loads", "10,50"]).expect("parsed");
+        assert_eq!(selected_rows(&a), NAT_ROWS.to_vec());
+        assert_eq!(a.nat_loads, vec![10, 50]);
+        assert!(check_args(&a).is_ok());
+        // Without --nat: issue 22's rows, the NAT loads at their default.
+        let d = parse(&[]).expect("parsed");
+        assert!(!selected_rows(&d).iter().any(|k| k.is_nat()));
+        assert_eq!(d.nat_loads, vec![0, 10, 25, 50, 75, 100]);
+        // Single NAT rows through --rows; no latency levels at all.
+        let one = parse(&["--rows", "nat-offloaded", "--nat-loads"]).expect("parsed");
+        assert_eq!(selected_rows(&one), vec![RowKind::NatOffloaded]);
+        assert!(one.nat_loads.is_empty());
+        // --nat is a row selection of its own.
+        assert!(parse(&["--nat", "--rows", "generator"]).is_err());
+        assert!(parse(&["--nat", "--only-ping"]).is_err());
+        for bad in [
+            &["--nat", "--nat-loads", "101"][..],
+            &["--nat", "--frame-size", "600"],
+            &["--nat", "--flows", "10001"],
+            &["--nat", "--ping", "0"],
+        ] {
+            let a = parse(bad).expect("parsed");
+            assert!(check_args(&a).is_err(), "{bad:?} accepted");
+        }
+        // The same limits do not bind issue 22's rows.
+        let a = parse(&["--frame-size", "600", "--flows", "20000"]).expect("parsed");
+        assert!(check_args(&a).is_ok());
+    }
+
     #[test]
     fn proc_stat_parses_this_machine() {
         let (sys, sirq, idle) = proc_stat().expect("/proc/stat");

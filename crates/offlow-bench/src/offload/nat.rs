@@ -738,6 +738,19 @@ mod tests {
     }
 
     #[test]
+    fn one_untranslated_frame_fails_the_window() {
+        let mut w = SinkCounts {
+            frames: 1000,
+            translated: 1000,
+            ..SinkCounts::default()
+        };
+        assert!(check_translated(&w).is_ok());
+        w.translated = 999;
+        let e = check_translated(&w).expect_err("one frame untranslated");
+        assert!(e.to_string().contains("NOT TRANSLATED: 1 of 1000"), "{e}");
+    }
+
+    #[test]
     fn the_generator_frame_is_valid_and_routed_to_the_gateway() {
         let f = frame(64);
         assert_eq!(f.len(), 60);

@@ -1,5 +1,6 @@
-//! The map records the XDP program reads, built from [`OffloadKey`] and
-//! [`OffloadProgram`]: `struct flow_key` and `struct flow_prog` of
+//! The map records the XDP program reads, built from [`OffloadKey`],
+//! [`OffloadProgram`] and [`TunnelPort`]: `struct flow_key`, `struct
+//! flow_prog`, `struct tun_rx_key` and `struct tun_tx` of
 //! `bpf/offload.bpf.c`, as the skeleton generates them from the program's
 //! BTF, so a change of the C layout changes these types.
 //!
@@ -9,11 +10,15 @@
 
 use crate::key::OffloadKey;
 use crate::program::{OffloadProgram, TtlOp, Verdict, VlanOp};
+use crate::tunnel::TunnelPort;
+use offlow_wire::tunnel::{KeyMode, Kind};
 
-use super::skel::types::{flow_key, flow_prog};
+use super::skel::types::{flow_key, flow_prog, tun_rx_key, tun_tx};
 
-const _: () = assert!(std::mem::size_of::<flow_key>() == 36);
-const _: () = assert!(std::mem::size_of::<flow_prog>() == 104);
+const _: () = assert!(std::mem::size_of::<flow_key>() == 44);
+const _: () = assert!(std::mem::size_of::<flow_prog>() == 120);
+const _: () = assert!(std::mem::size_of::<tun_rx_key>() == 20);
+const _: () = assert!(std::mem::size_of::<tun_tx>() == 28);
 
 // Stage flags, program verdicts and operations (offload.bpf.c).
 const F_ETH_SRC: u32 = 1 << 0;
@@ -39,6 +44,15 @@ const V_DROP: u32 = 0;
 const V_PORT: u32 = 1;
 const V_IN_PORT: u32 = 2;
 const V_CPU: u32 = 3;
+// enum tun_match and the template's kinds.
+const TM_ADDR: u8 = 0;
+const TM_NO_KEY: u8 = 1;
+const TM_KEY: u8 = 2;
+const TM_FLOW: u8 = 3;
+const TK_GRE: u8 = 0;
+const TK_VXLAN: u8 = 1;
+const IPPROTO_GRE: u8 = 47;
+const IPPROTO_UDP: u8 = 17;
 
 /// A 48-bit MAC number as the six bytes on the wire.
 fn mac(v: u64) -> [u8; 6] {
@@ -67,17 +81,30 @@ pub(crate) fn key_record(k: &OffloadKey) -> flow_key {
         ip_dscp: k.ip_dscp,
         ip_ecn: k.ip_ecn,
         pad: 0,
+        tunnel_id_lo: k.tunnel_id as u32,
+        tunnel_id_hi: (k.tunnel_id >> 32) as u32,
     }
 }
 
+/// How a program record reaches its output: a port's index in
+/// `tx_ports`, and a tunnel port's index in `tun_tx` and description.
+pub(crate) trait Outputs {
+    /// The `tx_ports` index of interface port `ofport`.
+    fn tx_index(&self, ofport: u32) -> u32;
+    /// The tunnel `ofport` is, if it is one: its `tun_tx` index and port.
+    fn tunnel(&self, ofport: u32) -> Option<(u32, &TunnelPort)>;
+}
+
 /// The kernel's record for `p` serving `k`, counting into `counter`;
-/// `tx_index` gives a port's index in `tx_ports` (only asked for the
-/// output port of a [`Verdict::Port`]).
+/// `out` resolves the output port of a [`Verdict::Port`]: an interface's
+/// `tx_ports` index, or for a tunnel its underlay's and its template, the
+/// key the entry's frames carry (the set-field's `tunnel_id`, else the
+/// key's).
 pub(crate) fn prog_record(
     k: &OffloadKey,
     p: &OffloadProgram,
     counter: u32,
-    tx_index: impl Fn(u32) -> u32,
+    out: &impl Outputs,
 ) -> flow_prog {
     let mut r = flow_prog {
         key: key_record(k),
@@ -133,7 +160,14 @@ pub(crate) fn prog_record(
     (r.verdict, r.out_port, r.cpu_mask) = match p.verdict {
         Verdict::Drop => (V_DROP, 0, 0),
         Verdict::Port(port) => {
-            r.tx_index = tx_index(port);
+            match out.tunnel(port) {
+                Some((index, t)) => {
+                    r.tx_index = out.tx_index(t.underlay);
+                    r.tun_slot = index + 1;
+                    r.tun_key = t.wire_key(p.tunnel_id.unwrap_or(k.tunnel_id)).unwrap_or(0);
+                }
+                None => r.tx_index = out.tx_index(port),
+            }
             (V_PORT, port, 0)
         }
         Verdict::InPort => (V_IN_PORT, 0, 0),
@@ -143,6 +177,63 @@ pub(crate) fn prog_record(
     r
 }
 
+/// The `tun_rx` keys tunnel `t` takes frames by, besides its addresses
+/// ([`tun_addr_key`]): its exact keys, or `key=flow`'s wildcard (module
+/// docs of `offlow_wire::tunnel`: a tunnel without a key takes GRE frames
+/// without one and frames with key 0).
+pub(crate) fn tun_rx_keys(t: &TunnelPort) -> Vec<tun_rx_key> {
+    let base = tun_addr_key(t);
+    let with = |m: u8, key: u32| tun_rx_key {
+        sel: m,
+        key,
+        ..base
+    };
+    match t.endpoint.key {
+        KeyMode::Fixed(k) => vec![with(TM_KEY, k)],
+        KeyMode::None => vec![with(TM_NO_KEY, 0), with(TM_KEY, 0)],
+        KeyMode::Flow => vec![with(TM_FLOW, 0)],
+    }
+}
+
+/// The `tun_rx` key that says a frame is addressed to tunnel `t`.
+pub(crate) fn tun_addr_key(t: &TunnelPort) -> tun_rx_key {
+    let e = &t.endpoint;
+    let (proto, udp_port) = match e.kind {
+        Kind::Gre => (IPPROTO_GRE, 0),
+        Kind::Vxlan => (IPPROTO_UDP, e.dst_port),
+    };
+    tun_rx_key {
+        underlay: t.underlay,
+        local_ip: u32::from_be_bytes(e.local_ip),
+        remote_ip: u32::from_be_bytes(e.remote_ip),
+        key: 0,
+        udp_port,
+        proto,
+        sel: TM_ADDR,
+    }
+}
+
+/// Tunnel `t`'s outer-header template.
+pub(crate) fn tun_tx_record(t: &TunnelPort) -> tun_tx {
+    let e = &t.endpoint;
+    tun_tx {
+        eth_dst: e.remote_mac,
+        eth_src: e.local_mac,
+        local_ip: u32::from_be_bytes(e.local_ip),
+        remote_ip: u32::from_be_bytes(e.remote_ip),
+        udp_dst: e.dst_port,
+        kind: match e.kind {
+            Kind::Gre => TK_GRE,
+            Kind::Vxlan => TK_VXLAN,
+        },
+        gre_key: u8::from(e.kind == Kind::Gre && e.key != KeyMode::None),
+        tos: e.tos,
+        ttl: e.ttl,
+        gre_csum: u8::from(e.kind == Kind::Gre && e.csum),
+        pad: 0,
+    }
+}
+
 /// Types whose every byte is a field (no padding), so their bytes can be
 /// handed to the kernel.
 pub(crate) trait Plain: Copy {}
@@ -150,13 +241,15 @@ impl Plain for flow_key {}
 impl Plain for flow_prog {}
 impl Plain for u32 {}
 impl Plain for super::skel::types::port_info {}
+impl Plain for tun_rx_key {}
+impl Plain for tun_tx {}
 impl Plain for super::skel::types::bpf_cpumap_val {}
 
 /// The bytes of `v`.
 pub(crate) fn bytes_of<T: Plain>(v: &T) -> &[u8] {
     // SAFETY: `T: Plain` is implemented only for `repr(C)` types without
     // padding (sizes asserted above and in the C file; u32; port_info is
-    // four u32; bpf_cpumap_val is a u32 and a 4-byte union), so all
+    // five u32; bpf_cpumap_val is a u32 and a 4-byte union), so all
     // `size_of::<T>()` bytes behind `v` are initialised, and the slice
     // borrows `v`.
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
@@ -181,10 +274,12 @@ mod tests {
             ip_ecn: 2,
             tp_src: 10,
             tp_dst: 20,
+            tunnel_id: 0x1_0000_0002,
         };
         let kr = key_record(&k);
         assert_eq!(kr.eth_dst, [2, 0, 0, 0, 0, 2]);
         assert_eq!((kr.vlan_present, kr.vlan_vid, kr.vlan_pcp), (1, 7, 2));
+        assert_eq!((kr.tunnel_id_lo, kr.tunnel_id_hi), (2, 1));
         let p = OffloadProgram {
             vlan: VlanOp::Write {
                 tpid: None,
@@ -196,11 +291,59 @@ mod tests {
             tp_dst: Some(80),
             ..OffloadProgram::plain(Verdict::Port(4))
         };
-        let r = prog_record(&k, &p, 5, |port| port + 10);
+        let r = prog_record(&k, &p, 5, &TestOutputs(None));
         assert_eq!(r.flags, F_VLAN_VID | F_TP_DST);
         assert_eq!((r.vlan_op, r.vlan_vid, r.ttl_op), (VLAN_WRITE, 9, TTL_DEC));
         assert_eq!((r.verdict, r.out_port, r.counter), (V_PORT, 4, 5));
-        assert_eq!(r.tx_index, 14);
-        assert_eq!(bytes_of(&r).len(), 104);
+        assert_eq!((r.tx_index, r.tun_slot), (14, 0));
+        assert_eq!(bytes_of(&r).len(), 120);
+    }
+
+    /// Ports at index `ofport + 10`; port 4 a tunnel at index 2 if given.
+    struct TestOutputs(Option<TunnelPort>);
+
+    impl Outputs for TestOutputs {
+        fn tx_index(&self, ofport: u32) -> u32 {
+            ofport + 10
+        }
+        fn tunnel(&self, ofport: u32) -> Option<(u32, &TunnelPort)> {
+            self.0.as_ref().filter(|_| ofport == 4).map(|t| (2, t))
+        }
+    }
+
+    #[test]
+    fn a_tunnel_output_carries_its_key_template_and_underlay() {
+        use offlow_wire::tunnel::Endpoint;
+        let t = TunnelPort {
+            ofport: 4,
+            endpoint: Endpoint {
+                key: KeyMode::Flow,
+                ..Endpoint::new(Kind::Vxlan, [1, 2, 3, 4], [5, 6, 7, 8], [2; 6], [4; 6])
+            },
+            underlay: 1,
+        };
+        let k = OffloadKey {
+            tunnel_id: 0x77,
+            ..crate::key::udp_key(1)
+        };
+        let out = TestOutputs(Some(t));
+        let fwd = OffloadProgram::plain(Verdict::Port(4));
+        let r = prog_record(&k, &fwd, 0, &out);
+        assert_eq!((r.tx_index, r.tun_slot, r.tun_key), (11, 3, 0x77));
+        // The set-field wins over the key's tunnel_id; VNIs have 24 bits.
+        let set = OffloadProgram {
+            tunnel_id: Some(0x1234_5678),
+            ..fwd
+        };
+        assert_eq!(prog_record(&k, &set, 0, &out).tun_key, 0x34_5678);
+        let keys = tun_rx_keys(&t);
+        assert_eq!(keys.len(), 1);
+        assert_eq!(
+            (keys[0].sel, keys[0].udp_port, keys[0].proto),
+            (TM_FLOW, 4789, 17)
+        );
+        assert_eq!(tun_addr_key(&t).local_ip, 0x0102_0304);
+        let tx = tun_tx_record(&t);
+        assert_eq!((tx.kind, tx.gre_key, tx.eth_src), (TK_VXLAN, 0, [2; 6]));
     }
 }

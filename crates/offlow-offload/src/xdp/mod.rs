@@ -16,7 +16,13 @@
 //!   port's position in [`XdpConfig::ports`], and a program record carries
 //!   it beside the OpenFlow output port), `xsks` (the AF_XDP sockets,
 //!   [`XdpBackend::register_xsk`]), `cpus` and `worker_cpu` (steering,
-//!   [`XdpBackend::set_worker_cpu`]), `stats` ([`XdpBackend::stats`]).
+//!   [`XdpBackend::set_worker_cpu`]), `stats` ([`XdpBackend::stats`]);
+//! - `tun_rx` (a received frame's outer addresses, protocol and key → the
+//!   tunnel port it enters on) and `tun_tx` (each tunnel's outer-header
+//!   template) for the tunnel ports of [`XdpConfig::tunnels`]
+//!   ([`crate::tunnel`]; the C file's header says which frames are
+//!   decapsulated in the kernel), and `tun_ident` (the outer IPv4
+//!   identification, a per-CPU counter).
 //!
 //! # Invariants
 //! - **No frame uses a program after the call that replaced or removed it
@@ -79,6 +85,7 @@ use crate::backend::{EntryCounters, OffloadBackend, OffloadError};
 use crate::caps::{ActionKinds, Capabilities, CLASS_FIELDS};
 use crate::key::OffloadKey;
 use crate::program::OffloadProgram;
+use crate::tunnel::TunnelPort;
 use crate::Refusal;
 
 pub use stats::{XdpStats, STAT_NAMES};
@@ -178,8 +185,9 @@ pub struct Outcome {
     /// The OpenFlow port of `hit_port` / `drop_no_port`, the ingress port
     /// of `hit_in_port`, the CPU of `hit_cpu`, the XSKMAP key of `up_xsk`.
     pub target: u32,
-    /// For a frame outside the class: the line of `bpf/offload.bpf.c` whose
-    /// check declined it (0 otherwise).
+    /// For a frame outside the class, or a tunnel's frame left to software
+    /// (`up_tunnel`): the line of `bpf/offload.bpf.c` whose check declined
+    /// it (0 otherwise).
     pub declined_at: u32,
 }
 
@@ -209,6 +217,11 @@ pub struct XdpConfig {
     /// Record each frame's outcome for [`XdpBackend::take_outcome`] (tests;
     /// the recording is removed by the verifier when off).
     pub debug_record: bool,
+    /// The switch's tunnel ports (at most 256), each over one of `ports`
+    /// (its underlay), with its endpoint's `local_mac` resolved. Where
+    /// several tunnels could take a frame, the first in this order does:
+    /// the order the software tier gives `offlow_wire::tunnel::classify`.
+    pub tunnels: Vec<TunnelPort>,
 }
 
 impl XdpConfig {
@@ -219,6 +232,7 @@ impl XdpConfig {
             room,
             attach: AttachPolicy::NativeOrGeneric,
             debug_record: false,
+            tunnels: Vec::new(),
         }
     }
 }
@@ -277,6 +291,8 @@ fn backend_err(what: &str) -> impl FnOnce(libbpf_rs::Error) -> OffloadError + '_
 const QUEUES_PER_PORT: u32 = 64;
 const MAX_XSK_PORTS: usize = 64;
 const MAX_PORTS: usize = 256;
+/// `tun_tx` entries (`MAX_TUNNELS` in the C file).
+const MAX_TUNNELS: usize = 256;
 /// Interfaces with a smaller ifindex are in the `rx_ports` array, the
 /// others in the `rx_ports_far` hash (`RX_DIRECT` in the C file).
 const RX_DIRECT: u32 = 4096;
@@ -325,6 +341,8 @@ struct Maps {
     debug: MapHandle,
     gp_inner: MapHandle,
     gp_outer: MapHandle,
+    tun_rx: MapHandle,
+    tun_tx: MapHandle,
 }
 
 /// The XDP offload backend (module docs).
@@ -336,6 +354,8 @@ pub struct XdpBackend {
     entries: HashMap<OffloadKey, Entry>,
     /// OpenFlow port → its index in `tx_ports`.
     tx_index: HashMap<u32, u32>,
+    /// The tunnel ports; a tunnel's index here is its `tun_tx` index.
+    tunnels: Vec<TunnelPort>,
     free_progs: Vec<u32>,
     /// Program slots unlinked since the last grace period.
     retired_progs: Vec<u32>,
@@ -368,6 +388,7 @@ impl XdpBackend {
                 "more than {MAX_XSK_PORTS} AF_XDP ports"
             )));
         }
+        check_tunnels(cfg)?;
         let room = cfg.room as u32;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(bpf_err("counting CPUs"))?;
         let (prog, maps) = Self::load(room, ncpus as u32, cfg.debug_record)?;
@@ -382,16 +403,47 @@ impl XdpBackend {
                 room: cfg.room,
                 counters: true,
                 ports: cfg.ports.iter().map(|p| p.ofport).collect(),
+                tunnels: cfg.tunnels.iter().map(TunnelPort::xdp_support).collect(),
             },
             entries: HashMap::new(),
             tx_index: HashMap::new(),
+            tunnels: cfg.tunnels.clone(),
             free_progs: (0..2 * room).rev().collect(),
             retired_progs: Vec::new(),
             free_counters: (0..room).rev().collect(),
             ncpus,
         };
+        b.add_tunnels()?;
         b.add_ports(cfg)?;
         Ok(b)
+    }
+
+    /// Fill `tun_tx` and `tun_rx` (before any port is attached). Several
+    /// tunnels taking the same frames: the first keeps the `tun_rx` key.
+    fn add_tunnels(&mut self) -> Result<(), XdpError> {
+        for (index, t) in (0u32..).zip(&self.tunnels) {
+            let rec = layout::tun_tx_record(t);
+            self.maps
+                .tun_tx
+                .update(bytes_of(&index), bytes_of(&rec), MapFlags::ANY)
+                .map_err(bpf_err(format!("writing tunnel {}'s template", t.ofport)))?;
+            let keys = std::iter::once(layout::tun_addr_key(t)).chain(layout::tun_rx_keys(t));
+            for k in keys {
+                let taken = self
+                    .maps
+                    .tun_rx
+                    .lookup(bytes_of(&k), MapFlags::ANY)
+                    .map_err(bpf_err("reading tun_rx"))?
+                    .is_some();
+                if !taken {
+                    self.maps
+                        .tun_rx
+                        .update(bytes_of(&k), bytes_of(&t.ofport), MapFlags::NO_EXIST)
+                        .map_err(bpf_err(format!("mapping tunnel {}", t.ofport)))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Open the skeleton, size the maps, load (capturing libbpf's output
@@ -450,6 +502,8 @@ impl XdpBackend {
             debug: h(&m.debug)?,
             gp_inner: h(&m.gp_inner)?,
             gp_outer: h(&m.gp_outer)?,
+            tun_rx: h(&m.tun_rx)?,
+            tun_tx: h(&m.tun_tx)?,
         };
         // The Rust mirrors of the C records and counters must match what
         // the kernel created from the program's BTF.
@@ -476,6 +530,17 @@ impl XdpBackend {
                 RX_DIRECT as usize,
             ),
             ("stats entries", maps.stats.max_entries(), STAT_NAMES.len()),
+            (
+                "tun_rx key",
+                maps.tun_rx.key_size(),
+                std::mem::size_of::<types::tun_rx_key>(),
+            ),
+            (
+                "tun_tx value",
+                maps.tun_tx.value_size(),
+                std::mem::size_of::<types::tun_tx>(),
+            ),
+            ("tun_tx entries", maps.tun_tx.max_entries(), MAX_TUNNELS),
         ];
         for (what, kernel, ours) in shapes {
             if kernel as usize != ours {
@@ -507,6 +572,7 @@ impl XdpBackend {
                 xsk: u32::from(p.miss == MissPath::Xsk),
                 xsk_base,
                 present: 1,
+                underlay: u32::from(cfg.tunnels.iter().any(|t| t.underlay == p.ofport)),
             };
             if p.miss == MissPath::Xsk {
                 xsk_base += QUEUES_PER_PORT;
@@ -868,7 +934,7 @@ impl XdpBackend {
         let krec = layout::key_record(key);
         if let Some(e) = self.entries.get(key).copied() {
             let slot = self.alloc_prog_slot()?;
-            let rec = layout::prog_record(key, program, e.counter_slot, |p| self.tx_index_of(p));
+            let rec = layout::prog_record(key, program, e.counter_slot, &*self);
             let published = self
                 .maps
                 .progs
@@ -908,7 +974,7 @@ impl XdpBackend {
             }
         };
         let zeros = vec![vec![0u8; 16]; self.ncpus];
-        let rec = layout::prog_record(key, program, counter_slot, |p| self.tx_index_of(p));
+        let rec = layout::prog_record(key, program, counter_slot, &*self);
         let published = self
             .maps
             .counters
@@ -957,6 +1023,42 @@ impl XdpBackend {
         self.free_counters.push(e.counter_slot);
         c
     }
+}
+
+impl layout::Outputs for XdpBackend {
+    fn tx_index(&self, ofport: u32) -> u32 {
+        self.tx_index_of(ofport)
+    }
+
+    fn tunnel(&self, ofport: u32) -> Option<(u32, &TunnelPort)> {
+        (0u32..)
+            .zip(&self.tunnels)
+            .find(|(_, t)| t.ofport == ofport)
+    }
+}
+
+/// Tunnels the program can hold: each over one of the ports, numbered
+/// apart from them and from each other.
+fn check_tunnels(cfg: &XdpConfig) -> Result<(), XdpError> {
+    if cfg.tunnels.len() > MAX_TUNNELS {
+        return Err(XdpError::Config(format!("more than {MAX_TUNNELS} tunnels")));
+    }
+    let port = |n: u32| cfg.ports.iter().any(|p| p.ofport == n);
+    for (i, t) in cfg.tunnels.iter().enumerate() {
+        if !port(t.underlay) {
+            return Err(XdpError::Config(format!(
+                "tunnel port {}: underlay {} is not a port of the backend",
+                t.ofport, t.underlay
+            )));
+        }
+        if port(t.ofport) || cfg.tunnels[..i].iter().any(|u| u.ofport == t.ofport) {
+            return Err(XdpError::Config(format!(
+                "tunnel port {}: the number is taken",
+                t.ofport
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl OffloadBackend for XdpBackend {

@@ -5,10 +5,16 @@
 //! `up_xsk_absent` (where it went). Besides its outcome, a served frame
 //! whose TCP/UDP checksum was partial bumps `csum_finished`;
 //! `up_csum_long` is the outcome of a partial one too long to finish in
-//! the kernel (it goes up untouched).
+//! the kernel (it goes up untouched). A frame addressed to a tunnel that
+//! the program does not decapsulate (a shape it leaves to software, a
+//! malformed header, a key no tunnel takes) goes up as `up_tunnel`, a
+//! decapsulated one whose inner checksum looks partial as
+//! `up_tunnel_partial`; a served frame that was decapsulated bumps
+//! `tunnel_decap`, one that was encapsulated `tunnel_encap`, besides its
+//! outcome.
 
 /// Counter names, indexed as in the C enum.
-pub const STAT_NAMES: [&str; 19] = [
+pub const STAT_NAMES: [&str; 23] = [
     "hit_drop",
     "hit_port",
     "hit_in_port",
@@ -28,6 +34,10 @@ pub const STAT_NAMES: [&str; 19] = [
     "up_xsk_absent",
     "csum_finished",
     "up_csum_long",
+    "up_tunnel",
+    "up_tunnel_partial",
+    "tunnel_decap",
+    "tunnel_encap",
 ];
 
 /// The program's counters, summed over CPUs.

@@ -19,6 +19,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
+use offlow_offload::TunnelPort;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -114,14 +115,15 @@ pub(crate) fn ports() -> Vec<XdpPort> {
     ]
 }
 
-/// A detached backend on [`ports`] recording outcomes (call inside the
-/// namespace).
-pub(crate) fn detached(room: usize) -> XdpBackend {
+/// A detached backend on [`ports`] and `tunnels` recording outcomes
+/// (call inside the namespace).
+pub(crate) fn detached(room: usize, tunnels: Vec<TunnelPort>) -> XdpBackend {
     let cfg = XdpConfig {
         ports: ports(),
         room,
         attach: AttachPolicy::Detached,
         debug_record: true,
+        tunnels,
     };
     XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -133,4 +135,49 @@ pub(crate) fn ifindex_of(b: &XdpBackend, ofport: u32) -> u32 {
         .find(|p| p.ofport == ofport)
         .expect("a harness port")
         .ifindex
+}
+
+/// Send `frame` out of interface `ifindex` with an AF_PACKET socket.
+pub(crate) fn inject(ifindex: u32, frame: &[u8]) {
+    // SAFETY: socket takes three integers.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
+    assert!(
+        fd >= 0,
+        "AF_PACKET socket: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: sockaddr_ll is plain data; all-zero is a valid value.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_ifindex = ifindex as i32;
+    addr.sll_halen = 6;
+    // SAFETY: `frame` and `addr` are valid for the call with the lengths
+    // given; `fd` is the socket opened above.
+    let n = unsafe {
+        libc::sendto(
+            fd,
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&raw const addr).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    // SAFETY: `fd` is ours and closed once.
+    unsafe { libc::close(fd) };
+    assert_eq!(
+        n,
+        frame.len() as isize,
+        "{}",
+        std::io::Error::last_os_error()
+    );
+}
+
+/// The index of interface `name` in this thread's namespace.
+pub(crate) fn ifindex_by_name(name: &str) -> u32 {
+    let c = std::ffi::CString::new(name).unwrap();
+    // SAFETY: `c` is NUL-terminated and valid for the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    assert_ne!(i, 0, "no interface {name}");
+    i
 }

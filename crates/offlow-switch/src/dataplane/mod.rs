@@ -746,7 +746,7 @@ impl WorkerThread {
         let in_port = self.sink.infos[i].port;
         if let Some(s) = &mut self.sampler {
             for b in bufs.iter() {
-                s.offer(b.frame(), in_port);
+                s.offer(b.frame(), in_port, b.tunnel_id().unwrap_or(0));
             }
         }
         self.sink.in_port = in_port;

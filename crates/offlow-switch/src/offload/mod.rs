@@ -35,6 +35,15 @@
 //!   it) takes its entries back the same way, for the life of the tier
 //!   ([`OffloadTier::port_lost`]): an entry redirecting to the old index
 //!   would drop every frame in the kernel.
+//! - **Tunnel ports** ([`offlow_offload::tunnel`]): a frame decapsulated on
+//!   a tunnel port is sampled, placed and looked up under its inner key
+//!   (in_port the tunnel, `tunnel_id` its key), and an entry may output
+//!   to a tunnel; the backend declares which tunnels it serves and how
+//!   (`Capabilities::tunnels`). A tunnel's entries depend on its underlay
+//!   too: a tunnel is usable only while its underlay is, and a blocked or
+//!   lost underlay takes its tunnels' entries back to software with its
+//!   own. Frames served through a tunnel are credited to the tunnel port
+//!   (as the inner frame's bytes), not to the underlay.
 //!
 //! The backend itself runs on a thread of its own (`thread.rs`): the
 //! control loop sends it batches and collects answers without waiting.
@@ -396,20 +405,33 @@ impl OffloadTier {
         true
     }
 
-    /// Send the removal of every entry received on or sent to `port`.
+    /// Send the removal of every entry received on or sent to `port`, or
+    /// to a tunnel over it.
     fn take_back_port(&mut self, port: u32) {
+        let over = |p: u32| p == port || self.underlay_of(p) == Some(port);
         let touching: Vec<OffloadKey> = self
             .entries
             .iter()
-            .filter(|(k, e)| k.in_port == port || out_port(k, &e.program) == Some(port))
+            .filter(|(k, e)| over(k.in_port) || out_port(k, &e.program).is_some_and(over))
             .map(|(k, _)| *k)
             .collect();
         let remove = touching.iter().map(|k| self.retire(*k)).collect();
         self.send_apply(remove, Vec::new());
     }
 
+    /// Not blocked nor lost; for a tunnel, its underlay neither.
     fn port_usable(&self, port: u32) -> bool {
-        !self.blocked_ports.contains(&port) && !self.lost_ports.contains(&port)
+        let usable = |p: u32| !self.blocked_ports.contains(&p) && !self.lost_ports.contains(&p);
+        usable(port) && self.underlay_of(port).is_none_or(usable)
+    }
+
+    /// The underlay of tunnel port `port`, if the backend knows it as one.
+    fn underlay_of(&self, port: u32) -> Option<u32> {
+        self.caps
+            .tunnels
+            .iter()
+            .find(|t| t.port == port)
+            .map(|t| t.underlay)
     }
 
     /// After a publish: bring the offloaded entries in line with the
@@ -864,6 +886,7 @@ mod tests {
             ip_ecn: 0,
             tp_src: sport,
             tp_dst: 9,
+            tunnel_id: 0,
         }
     }
 
@@ -1119,6 +1142,101 @@ mod tests {
         barrier(&mut tier, &p);
         let prog = *model.lock().unwrap().program(&key(1)).unwrap();
         assert_eq!(prog.verdict, Verdict::Drop);
+    }
+
+    #[test]
+    fn tunnel_flows_go_down_as_declared_and_follow_their_underlay() {
+        use offlow_offload::TunnelPort;
+        use offlow_wire::tunnel::{Endpoint, KeyMode, Kind};
+        let ep = |key, csum| Endpoint {
+            key,
+            csum,
+            ..Endpoint::new(Kind::Gre, [1, 1, 1, 1], [2, 2, 2, 2], [2; 6], [4; 6])
+        };
+        let tunnels = [
+            TunnelPort {
+                ofport: 10,
+                endpoint: ep(KeyMode::Flow, false),
+                underlay: 1,
+            },
+            TunnelPort {
+                ofport: 11,
+                endpoint: ep(KeyMode::None, true),
+                underlay: 2,
+            },
+        ];
+        // The XDP backend's declaration, except that this one does not
+        // serve tunnel 11.
+        let mut caps = ModelBackend::full_with_tunnels(vec![1, 2, 3], &tunnels, 16)
+            .capabilities()
+            .clone();
+        caps.tunnels[1] = offlow_offload::TunnelSupport::unsupported(11, 2);
+        let model = ModelBackend::new(caps.clone());
+        let model = Arc::new(Mutex::new(model));
+        let mut tier = OffloadTier::new(
+            Box::new(Shared(model.clone(), caps)),
+            PlacementConfig::default(),
+        )
+        .unwrap();
+        let mut p = Pipeline::new(2);
+        // Decapsulated frames of key 7 get a VLAN tag and leave on port 2
+        // (the L2-in-L3 gateway); port 3's go into tunnel 11.
+        let mut from_tunnel = udp_to(0x0a00_0002);
+        from_tunnel.set_exact(Field::InPort, 10);
+        from_tunnel.set_exact(Field::TunnelId, 7);
+        let gateway = vec![
+            Action::PushVlan(0x8100),
+            Action::SetField(Field::VlanVid, 0x1000 | 100),
+            Action::output(PortNo(2)),
+        ];
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(0, 20, from_tunnel, apply(gateway)),
+        );
+        let mut into_tunnel = udp_to(0x0a00_0002);
+        into_tunnel.set_exact(Field::InPort, 3);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(0, 20, into_tunnel, apply(vec![Action::output(PortNo(11))])),
+        );
+        barrier(&mut tier, &p);
+        let decap = OffloadKey {
+            in_port: 10,
+            tunnel_id: 7,
+            ..key(1)
+        };
+        let encap = OffloadKey {
+            in_port: 3,
+            ..key(1)
+        };
+        tier.pin(decap, Some(Pin::Down));
+        tier.pin(encap, Some(Pin::Down));
+        settle(&mut tier, &p);
+        let prog = *model.lock().unwrap().program(&decap).expect("offloaded");
+        assert_eq!(prog.verdict, Verdict::Port(2));
+        assert_eq!(
+            tier.tier(&encap),
+            Tier::Software(Some(Refusal::Tunnel(
+                11,
+                "the backend does not serve tunnels"
+            )))
+        );
+        // Served frames count on the tunnel port, tag included on the way out.
+        model.lock().unwrap().serve(&decap, 60);
+        let seq = tier.request_counters();
+        assert!(tier.wait(seq, &p));
+        assert_eq!(tier.port_counters(10).rx_packets, 1);
+        assert_eq!(tier.port_counters(2).tx_bytes, 64);
+        // The underlay blocked: the tunnel's entry goes back to software.
+        tier.port_config(1, true);
+        settle(&mut tier, &p);
+        assert!(model.lock().unwrap().is_empty());
+        assert_eq!(tier.tier(&decap), Tier::Software(Some(Refusal::Port(10))));
+        tier.port_config(1, false);
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().len(), 1);
     }
 
     #[test]
