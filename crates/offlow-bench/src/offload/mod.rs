@@ -1539,6 +1539,29 @@ mod tests {
     }
 
     #[test]
+    fn gateway_group_is_selected_and_checked() {
+        let a = parse(&["--gateway", "--flows", "37"]).expect("parsed");
+        assert_eq!(selected_rows(&a), GATEWAY_ROWS.to_vec());
+        assert!(check_args(&a).is_ok());
+        let one = parse(&["--rows", "gw-ovs,gw-offloaded"]).expect("parsed");
+        assert_eq!(
+            selected_rows(&one),
+            vec![RowKind::GwOvs, RowKind::GwOffloaded]
+        );
+        // A row selection of its own, not with the NAT group's.
+        assert!(parse(&["--gateway", "--nat"]).is_err());
+        assert!(parse(&["--gateway", "--rows", "generator"]).is_err());
+        // The tagged frame must fit a sample (511 bytes); not so in
+        // issue 22's rows.
+        let a = parse(&["--gateway", "--frame-size", "516"]).expect("parsed");
+        assert!(check_args(&a).is_err());
+        let a = parse(&["--gateway", "--frame-size", "511"]).expect("parsed");
+        assert!(check_args(&a).is_ok());
+        let a = parse(&["--frame-size", "516"]).expect("parsed");
+        assert!(check_args(&a).is_ok());
+    }
+
+    #[test]
     fn proc_stat_parses_this_machine() {
         let (sys, sirq, idle) = proc_stat().expect("/proc/stat");
         assert!(sys >= 0.0 && sirq >= 0.0 && idle > 0.0);
