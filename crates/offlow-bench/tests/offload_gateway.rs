@@ -2,8 +2,9 @@
 //! privileged: the generator program on the GRE frame (it varies the
 //! inner UDP source port with a valid inner checksum and leaves the outer
 //! headers alone, also after a receiver decapsulated in the pool's pages),
-//! and `--gateway` end to end for a fraction of a second per row (every
-//! frame decapsulated and tagged, or the command fails).
+//! and the gateway rows end to end for a fraction of a second each (every
+//! frame decapsulated and tagged, the offloaded row served by the tier, or
+//! the command fails; about 10 s).
 //!
 //! Needs root and `ip`; without them each test prints a notice and passes,
 //! unless `CI` is set (CI runs as root). Namespaces and switches are owned
@@ -72,10 +73,9 @@ fn generator_varies_the_inner_port_of_gre_frames() {
     }
 }
 
-/// `--gateway` end to end, briefly: offlow in software and Open vSwitch
-/// (when installed) decapsulate and tag every frame. The offloaded row
-/// runs too; it fails while the offload tier cannot serve tunnel ports,
-/// so only its error is allowed to say so.
+/// `--gateway`'s rows end to end, briefly: offlow in software, offloaded
+/// (the tier must have served the frames) and Open vSwitch (when
+/// installed) each decapsulate and tag every frame, or the command fails.
 #[test]
 fn cli_gateway_rows_decapsulate_and_tag_every_frame() {
     if !can_run() {
@@ -115,28 +115,25 @@ fn cli_gateway_rows_decapsulate_and_tag_every_frame() {
         .output()
         .expect("offlow runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "offlow bench offload: {}\n{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let last = stdout.lines().last().expect("output");
     let v: serde_json::Value = serde_json::from_str(last).expect("last line is JSON");
     let rows = v["rows"].as_array().expect("rows");
-    let mut failed = 0;
+    assert_eq!(rows.len(), if ovs { 4 } else { 3 });
     for r in &rows[1..] {
-        if !r["error"].is_null() {
-            // Only the offloaded row may fail, and only for want of the tier.
-            assert_eq!(r["kind"], "gw-offloaded", "{r}\n{stderr}");
-            let e = r["error"].as_str().unwrap_or("");
-            assert!(e.contains("offload tier served no frame"), "{r}");
-            failed += 1;
-            continue;
-        }
+        assert!(r["error"].is_null(), "{r}");
         let received = r["received"].as_u64().expect("received");
         assert!(received > 0, "{r}");
         assert_eq!(r["translated"].as_u64(), Some(received), "{r}");
         assert!(r["samples_checked"].as_u64().is_some_and(|n| n > 0), "{r}");
         assert_eq!(r["flows_seen"], 100, "{r}");
-        if r["kind"] == "gw-offloaded" {
-            assert!(r["tier_hits"].as_u64().is_some_and(|n| n > 0), "{r}");
-        }
     }
-    assert_eq!(out.status.success(), failed == 0, "{stderr}");
+    assert!(rows[2]["tier_hits"].as_u64().is_some_and(|n| n > 0));
+    assert!(v["gateway_goals"]["offloaded_vs_userspace"]
+        .as_f64()
+        .is_some());
 }

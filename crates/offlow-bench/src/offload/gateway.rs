@@ -32,7 +32,7 @@
 //!   switch's exit log gives the tier's hits; a row the tier did not serve
 //!   fails.
 //! - `ovs`: a private Open vSwitch 3.1, netdev datapath, `type=afxdp`
-//!   ports, native tunnelling ([`Ovs::start_gateway`]): bridge `br-phy`
+//!   ports, native tunnelling (`Ovs::start_gateway`): bridge `br-phy`
 //!   holds `p1` and, on its internal port, the tunnel's local address;
 //!   `br-int` holds `gre0` (`remote_ip`, `key=flow`) and `p2`. After the
 //!   row the datapath flows must show `tnl_pop` and `push_vlan(vid=7`.
