@@ -492,8 +492,10 @@ fn the_offload_tier_decapsulates_and_encapsulates_in_the_kernel() {
     eprintln!("offloaded tunnels: {}; {counters}", tier.line);
     let decap = number_after(&counters, "tunnel_decap=").unwrap_or(0);
     let encap = number_after(&counters, "tunnel_encap=").unwrap_or(0);
+    // 3 flows of N frames; each is served in software until it is sampled
+    // and goes down (840 of 900 in the kernel when this was written).
     assert!(
-        decap >= N as u64,
+        decap >= 2 * N as u64,
         "the tier decapsulated most frames: {counters}"
     );
     assert!(
