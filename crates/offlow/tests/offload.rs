@@ -49,7 +49,9 @@ use offlow_io::netns::in_netns;
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
 
-use common::{can_run, csum_errors, first_number_after, number_after, sh, Daemon, Net, Peer};
+use common::{
+    can_run, csum_errors, first_number_after, number_after, sh, stop, tier_stats, Daemon, Net, Peer,
+};
 use offlow_flow::Field;
 use offlow_openflow::message::flow_mod_command;
 use offlow_openflow::{Action, Body, FlowMod, Instruction, Message};
@@ -127,44 +129,6 @@ fn setup_with(hosts: usize, extra: &[&str]) -> (Net, Daemon, JoinHandle<String>)
     args.extend_from_slice(extra);
     let (d, log) = Daemon::start_logged(&args);
     (net, d, log)
-}
-
-/// Stop the switch with SIGTERM (bounded) and return its whole log.
-fn stop(mut d: Daemon, log: JoinHandle<String>) -> String {
-    // SAFETY: kill(2) on our own child.
-    unsafe {
-        libc::kill(d.child.id() as i32, libc::SIGTERM);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while d.child.try_wait().expect("wait").is_none() {
-        assert!(Instant::now() < deadline, "offlow did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    drop(d);
-    log.join().expect("log reader")
-}
-
-/// The offload tier's exit statistics.
-#[derive(Debug)]
-struct TierStats {
-    hits: u64,
-    installs: u64,
-    revalidated: u64,
-    line: String,
-}
-
-fn tier_stats(log: &str) -> TierStats {
-    let line = log
-        .lines()
-        .find(|l| l.contains("offload tier stopped"))
-        .unwrap_or_else(|| panic!("no `offload tier stopped` line (tier off?):\n{log}"))
-        .to_string();
-    TierStats {
-        hits: first_number_after(&line, " hits="),
-        installs: first_number_after(&line, "installs="),
-        revalidated: first_number_after(&line, "revalidated="),
-        line,
-    }
 }
 
 // ---------------------------------------------------------------------

@@ -1112,3 +1112,44 @@ impl Drop for Ovs {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+// ---------------------------------------------------------------------
+// Stopping a logged switch; the offload tier's exit statistics.
+
+/// Stop the switch with SIGTERM (bounded) and return its whole log.
+pub(crate) fn stop(mut d: Daemon, log: std::thread::JoinHandle<String>) -> String {
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while d.child.try_wait().expect("wait").is_none() {
+        assert!(Instant::now() < deadline, "offlow did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(d);
+    log.join().expect("log reader")
+}
+
+/// The offload tier's exit statistics.
+#[derive(Debug)]
+pub(crate) struct TierStats {
+    pub hits: u64,
+    pub installs: u64,
+    pub revalidated: u64,
+    pub line: String,
+}
+
+pub(crate) fn tier_stats(log: &str) -> TierStats {
+    let line = log
+        .lines()
+        .find(|l| l.contains("offload tier stopped"))
+        .unwrap_or_else(|| panic!("no `offload tier stopped` line (tier off?):\n{log}"))
+        .to_string();
+    TierStats {
+        hits: first_number_after(&line, " hits="),
+        installs: first_number_after(&line, "installs="),
+        revalidated: first_number_after(&line, "revalidated="),
+        line,
+    }
+}
