@@ -46,7 +46,8 @@
 //!
 //! Counters: before a flow, aggregate or table stats reply the packet
 //! workers are asked to credit their pending counts
-//! ([`Control::sync_counters`], bounded by [`SYNC_TIMEOUT`]: an idle worker
+//! ([`Control::sync_counters`], bounded by [`REPLY_SYNC_TIMEOUT`] for a
+//! reply, [`SYNC_TIMEOUT`] where the loop waits in place: an idle worker
 //! answers within its idle sleep, a busy one at its next batch). The
 //! packet-out worker lives only for one packet-out and credits its counts
 //! when dropped.
@@ -114,9 +115,20 @@ pub struct PacketOutStats {
     pub drop_no_fwd: u64,
 }
 
-/// Longest wait for the packet workers to credit their counters before a
-/// statistics reply (a worker that misses it is counted at its next flush).
+/// Longest wait for the packet workers to credit their counters where the
+/// control loop waits in place (expiry scans, the blocking
+/// [`Control::sync_counters`]); a worker that misses it is counted at its
+/// next flush.
 pub const SYNC_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// Longest wait for the packet workers before a statistics reply, which
+/// waits as a ticket while the loop serves everything else. Longer than
+/// [`SYNC_TIMEOUT`] because it costs nobody else: on two vCPUs shared with
+/// a build and a dozen switches, a worker was once descheduled past 50 ms
+/// and a port-stats reply missed a whole burst it had forwarded (CI,
+/// `ports::port_stats_count_every_frame_forwarded_before_the_request`,
+/// 2026-11-26 14:25).
+pub const REPLY_SYNC_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// How long the rules must stay unchanged before
 /// [`DatapathSwitch::maybe_compile`] compiles the tables: long enough that
@@ -595,11 +607,12 @@ impl DatapathSwitch {
         while self
             .sync_deadlines
             .front()
-            .is_some_and(|&(_, d)| d + SYNC_TIMEOUT < now)
+            .is_some_and(|&(_, d)| d + REPLY_SYNC_TIMEOUT < now)
         {
             self.sync_deadlines.pop_front();
         }
-        self.sync_deadlines.push_back((epoch, now + SYNC_TIMEOUT));
+        self.sync_deadlines
+            .push_back((epoch, now + REPLY_SYNC_TIMEOUT));
         if let Some(t) = &mut self.offload {
             while self.offload_reads.len() >= 64 {
                 self.offload_reads.pop_front();
