@@ -154,14 +154,14 @@ pub trait OutputSink {
     fn port_info(&self, index: usize) -> Option<PortInfo>;
     /// Hand a packet to another worker: its decision allows only the
     /// workers in `mask` (bit i = worker i), and not the one calling.
-    /// `frame` is as received on `in_port` (nothing executed yet); `hash` is
-    /// the packet's flow hash, for picking one worker of the mask so a flow
-    /// stays on one worker. Return true when the frame was taken (or
-    /// dropped and counted by the sink): the caller then neither executes
-    /// nor counts it. False (the default: no other workers) processes it
-    /// here.
-    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], in_port: u32) -> bool {
-        let _ = (mask, hash, frame, in_port);
+    /// `packet` is the frame as received (nothing executed yet) with the
+    /// metadata the receiving worker must restore; `hash` is the packet's
+    /// flow hash, for picking one worker of the mask so a flow stays on one
+    /// worker. Return true when the frame was taken (or dropped and counted
+    /// by the sink): the caller then neither executes nor counts it. False
+    /// (the default: no other workers) processes it here.
+    fn steer(&mut self, mask: u64, hash: u64, packet: SteeredFrame<'_>) -> bool {
+        let _ = (mask, hash, packet);
         false
     }
 
@@ -173,6 +173,20 @@ pub trait OutputSink {
     fn ttl_expired(&mut self, frame: &[u8], in_port: u32, origin: PacketInOrigin) {
         let _ = (frame, in_port, origin);
     }
+}
+
+/// A packet handed to another worker ([`OutputSink::steer`]): everything
+/// the receiving worker needs to run it exactly as this one would have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SteeredFrame<'a> {
+    /// The frame as received (a decapsulated frame: the inner one).
+    pub frame: &'a [u8],
+    /// The port it entered the pipeline on.
+    pub in_port: u32,
+    /// Its `tunnel_id` beyond its bytes ([`crate::PacketBuf::tunnel_id`]):
+    /// a decapsulated frame's key, which rules may match on, so it must
+    /// travel with the frame.
+    pub tunnel_id: Option<u64>,
 }
 
 /// How execution ended.

@@ -30,8 +30,9 @@
 //!   rule matches are re-resolved.
 //! - Steering: a decision carrying [`offlow_pipeline::Action::SetWorkers`]
 //!   is processed only by the workers in its mask; another worker hands the
-//!   unmodified frame to [`OutputSink::steer`] before executing or crediting
-//!   anything (see [`worker`]); a configured [`SteeringTable`] gives a
+//!   unmodified frame and its metadata ([`SteeredFrame`]) to
+//!   [`OutputSink::steer`] before executing or crediting anything (see
+//!   [`worker`]); a configured [`SteeringTable`] gives a
 //!   mask to the packets it matches the same way.
 //! - [`Control`] and [`Worker`]: the single writer publishes flow-mods
 //!   (left-right, readers never block) with an invalidation record per
@@ -83,7 +84,7 @@ pub use control::{Control, PIPELINE_COPIES};
 pub use counting_sink::CountingSink;
 pub use execute::{
     controller_len, crc32c, execute, execute_prepared, last_frame_write, sctp_checksum,
-    ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
+    ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, SteeredFrame, Verdict,
 };
 pub use microflow::{
     flow_hash, flow_hash_ext, InsertOutcome, InsertPolicy, MicroflowCache, MicroflowStats,

@@ -165,7 +165,8 @@ use crate::action_table::{
 };
 use crate::buf::PacketBuf;
 use crate::execute::{
-    execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared, Verdict,
+    execute_prepared, ExecOutcome, ExecStats, OutputMeta, OutputSink, PortInfo, Prepared,
+    SteeredFrame, Verdict,
 };
 use crate::microflow::{flow_hash_ext, InsertPolicy, MicroflowCache, MicroflowStats, MAX_BATCH};
 use crate::state::{AckSlot, CounterSync, DatapathState, TablesCached, WorkerShared};
@@ -678,7 +679,7 @@ impl Worker {
                     };
                     // Steering: the only cost for an unmasked decision is
                     // this test of a field of the entry read just below.
-                    if steered_away(&section, e.workers, pkt, buf.frame(), sink) {
+                    if steered_away(&section, e.workers, pkt, buf, sink) {
                         // The other worker counts it.
                         actions.uncount(r, bytes);
                         stats.steered_out += 1;
@@ -687,7 +688,7 @@ impl Worker {
                     Decision::Cached(e)
                 } else {
                     let mask = resolve_uncached(&section, pkt, res, stats);
-                    if steered_away(&section, mask, pkt, buf.frame(), sink) {
+                    if steered_away(&section, mask, pkt, buf, sink) {
                         stats.steered_out += 1;
                         continue;
                     }
@@ -970,22 +971,32 @@ fn resolve_uncached(
 }
 
 /// Stage 4a: does a decision with `mask` belong to another worker, and did
-/// the sink take the unmodified frame there? (Nothing is executed or
-/// credited here then.)
+/// the sink take the unmodified frame there, with the packet's metadata?
+/// (Nothing is executed or credited here then.)
 #[inline(always)]
-fn steered_away<O>(
+fn steered_away<S, O>(
     section: &Section<'_>,
     mask: Option<u64>,
     pkt: Packet<'_>,
-    frame: &[u8],
+    buf: &PacketBuf<S>,
     sink: &mut O,
 ) -> bool
 where
+    S: AsRef<[u8]> + AsMut<[u8]>,
     O: OutputSink + ?Sized,
 {
     match mask {
         Some(mask) => {
-            mask & section.my_bit == 0 && sink.steer(mask, pkt.hash, frame, section.in_port)
+            mask & section.my_bit == 0
+                && sink.steer(
+                    mask,
+                    pkt.hash,
+                    SteeredFrame {
+                        frame: buf.frame(),
+                        in_port: section.in_port,
+                        tunnel_id: buf.tunnel_id(),
+                    },
+                )
         }
         None => false,
     }

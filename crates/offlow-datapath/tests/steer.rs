@@ -11,8 +11,8 @@ mod common;
 
 use common::{dst_match, frame4};
 use offlow_datapath::{
-    Control, OutputMeta, OutputSink, PacketBuf, PortInfo, SteerRule, SteeringTable, Worker,
-    WorkerConfig,
+    Control, OutputMeta, OutputSink, PacketBuf, PortInfo, SteerRule, SteeredFrame, SteeringTable,
+    Worker, WorkerConfig,
 };
 use offlow_flow::{Field, Match};
 use offlow_pipeline::*;
@@ -34,8 +34,16 @@ fn frame(dst: u8, sport: u16) -> Vec<u8> {
 struct SteerSink {
     take: bool,
     sent: Vec<(u32, Vec<u8>)>,
-    /// `(mask, hash, frame, in_port)` of every offer.
-    offers: Vec<(u64, u64, Vec<u8>, u32)>,
+    offers: Vec<Offer>,
+}
+
+/// One call of `steer`, as the sink saw it.
+struct Offer {
+    mask: u64,
+    hash: u64,
+    frame: Vec<u8>,
+    in_port: u32,
+    tunnel_id: Option<u64>,
 }
 
 impl OutputSink for SteerSink {
@@ -49,8 +57,14 @@ impl OutputSink for SteerSink {
     fn port_info(&self, _index: usize) -> Option<PortInfo> {
         None
     }
-    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], in_port: u32) -> bool {
-        self.offers.push((mask, hash, frame.to_vec(), in_port));
+    fn steer(&mut self, mask: u64, hash: u64, p: SteeredFrame<'_>) -> bool {
+        self.offers.push(Offer {
+            mask,
+            hash,
+            frame: p.frame.to_vec(),
+            in_port: p.in_port,
+            tunnel_id: p.tunnel_id,
+        });
         self.take
     }
 }
@@ -117,13 +131,13 @@ fn outside_the_mask_hands_over_everything() {
         w0.flush_counters();
         assert!(sink.sent.is_empty(), "nothing output by worker 0");
         assert_eq!(sink.offers.len(), 40);
-        for (k, (mask, _, f, port)) in sink.offers.iter().enumerate() {
-            assert_eq!(*mask, 0b10);
-            assert_eq!(f, &frames[k % 20], "frame handed over unmodified");
-            assert_eq!(*port, IN_PORT);
+        for (k, o) in sink.offers.iter().enumerate() {
+            assert_eq!(o.mask, 0b10);
+            assert_eq!(o.frame, frames[k % 20], "frame handed over unmodified");
+            assert_eq!((o.in_port, o.tunnel_id), (IN_PORT, None));
         }
         // One flow, one hash.
-        assert_eq!(sink.offers[0].1, sink.offers[20].1);
+        assert_eq!(sink.offers[0].hash, sink.offers[20].hash);
         let s = w0.stats();
         assert_eq!((s.packets, s.steered_out, s.outputs), (40, 40, 0));
         assert_eq!(rule_counts(&control, 0, 10), (0, 0), "nothing credited");
@@ -133,7 +147,7 @@ fn outside_the_mask_hands_over_everything() {
         // Worker 1 processes the handed-over frames and credits exactly.
         let mut w1 = worker(&control, 1, cache);
         let mut sink1 = SteerSink::default();
-        let handed: Vec<Vec<u8>> = sink.offers.iter().map(|o| o.2.clone()).collect();
+        let handed: Vec<Vec<u8>> = sink.offers.iter().map(|o| o.frame.clone()).collect();
         run(&mut w1, &handed, &mut sink1);
         w1.flush_counters();
         assert!(sink1.offers.is_empty());
@@ -186,6 +200,46 @@ fn declined_steer_or_own_bit_processes_locally() {
     run(&mut w0, &[frame(9, 1)], &mut sink);
     assert!(sink.offers.is_empty());
     assert_eq!(w0.stats().drop_table_miss, 1);
+}
+
+/// A decapsulated packet's `tunnel_id` travels with the steered frame: a
+/// configured rule on the tunnel id sends key 7 to worker 1, and the offer
+/// carries the key (the frame's bytes do not hold it), cached or not.
+#[test]
+fn steered_packets_carry_their_tunnel_id() {
+    let control = control_with_mask(0b1, false);
+    let mut m = Match::ANY;
+    m.set_exact(Field::TunnelId, 7);
+    let table = SteeringTable::new([SteerRule {
+        matcher: m,
+        workers: 0b10,
+    }]);
+    for cache in [true, false] {
+        let mut w0 = worker(&control, 0, cache);
+        w0.set_steering(table.clone());
+        let mut sink = SteerSink {
+            take: true,
+            ..SteerSink::default()
+        };
+        for _ in 0..2 {
+            let mut bufs: Vec<PacketBuf> = [Some(7), Some(8), None]
+                .into_iter()
+                .map(|id| {
+                    let mut b = PacketBuf::from_frame(&frame(2, 3000), 16);
+                    b.set_tunnel_id(id);
+                    b
+                })
+                .collect();
+            w0.process(&mut bufs, IN_PORT, &mut sink);
+        }
+        let offered: Vec<(u32, Option<u64>)> = sink
+            .offers
+            .iter()
+            .map(|o| (o.in_port, o.tunnel_id))
+            .collect();
+        assert_eq!(offered, vec![(IN_PORT, Some(7)); 2], "cache {cache}");
+        assert_eq!(w0.stats().steered_out, 2);
+    }
 }
 
 #[test]
@@ -271,9 +325,9 @@ fn configured_steering_table() {
         ];
         run(&mut w0, &frames, &mut sink);
         run(&mut w0, &frames, &mut sink);
-        let masks: Vec<u64> = sink.offers.iter().map(|o| o.0).collect();
+        let masks: Vec<u64> = sink.offers.iter().map(|o| o.mask).collect();
         assert_eq!(masks, vec![0b10, 0b100, 0b10, 0b10, 0b100, 0b10]);
-        assert!(sink.offers.iter().all(|o| o.2 != frame(1, 1001)));
+        assert!(sink.offers.iter().all(|o| o.frame != frame(1, 1001)));
         assert_eq!(sink.sent.len(), 4, "the sport-1001 flow is served here");
         assert_eq!(w0.stats().steered_out, 6);
         // Worker 1 processes sport 1000 itself.
@@ -319,10 +373,10 @@ impl OutputSink for MultiSink {
     fn port_info(&self, _index: usize) -> Option<PortInfo> {
         None
     }
-    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], _in_port: u32) -> bool {
+    fn steer(&mut self, mask: u64, hash: u64, p: SteeredFrame<'_>) -> bool {
         match pick(mask, hash, self.n) {
             Some(to) if to != self.me => {
-                self.inbox.push((to, frame.to_vec()));
+                self.inbox.push((to, p.frame.to_vec()));
                 true
             }
             _ => false,

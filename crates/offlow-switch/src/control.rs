@@ -259,7 +259,8 @@ fn start_ports(
     // A tunnel without a configured outer source address sends with its
     // underlay interface's (read just above; a missing or capture
     // underlay has none, so its tunnel sends from 00:00:00:00:00:00 until
-    // configured: said once here).
+    // configured: said once here). Its switch port then gets the finished
+    // endpoint, for packet-outs.
     for d in data_ports.iter_mut() {
         let PortKind::Tunnel(t) = &mut d.kind else {
             continue;
@@ -274,11 +275,7 @@ fn start_ports(
                 ),
             }
         }
-    }
-    for d in &data_ports {
-        if let (PortKind::Tunnel(t), Some(p)) =
-            (&d.kind, ports.iter_mut().find(|p| p.number == d.number))
-        {
+        if let Some(p) = ports.iter_mut().find(|p| p.number == d.number) {
             p.tunnel = Some((t.endpoint, t.underlay));
         }
     }

@@ -33,7 +33,7 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use offlow_datapath::{OutputMeta, OutputSink, PortInfo};
+use offlow_datapath::{OutputMeta, OutputSink, PortInfo, SteeredFrame};
 use offlow_io::{Port, PortStats};
 use offlow_openflow::packet_in_reason::{
     ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
@@ -49,8 +49,20 @@ pub const INBOX_FRAMES: usize = 1024;
 #[derive(Debug, Default)]
 pub(crate) struct SteerBatch {
     pub(crate) data: Vec<u8>,
-    /// `(in_port, start, len)` of each frame in `data`, in arrival order.
-    pub(crate) frames: Vec<(u32, usize, usize)>,
+    /// Where each frame is in `data` and what it carries besides its
+    /// bytes, in arrival order.
+    pub(crate) frames: Vec<StagedFrame>,
+}
+
+/// One frame of a [`SteerBatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StagedFrame {
+    in_port: u32,
+    /// The packet's `tunnel_id` (a decapsulated frame's key), restored on
+    /// the receiving worker so its rules see what the sender's would have.
+    tunnel_id: Option<u64>,
+    start: usize,
+    len: usize,
 }
 
 impl SteerBatch {
@@ -58,10 +70,15 @@ impl SteerBatch {
         self.frames.len()
     }
 
-    pub(crate) fn push(&mut self, in_port: u32, frame: &[u8]) {
+    pub(crate) fn push(&mut self, packet: SteeredFrame<'_>) {
         let start = self.data.len();
-        self.data.extend_from_slice(frame);
-        self.frames.push((in_port, start, frame.len()));
+        self.data.extend_from_slice(packet.frame);
+        self.frames.push(StagedFrame {
+            in_port: packet.in_port,
+            tunnel_id: packet.tunnel_id,
+            start,
+            len: packet.frame.len(),
+        });
     }
 
     pub(crate) fn clear(&mut self) {
@@ -69,9 +86,14 @@ impl SteerBatch {
         self.frames.clear();
     }
 
-    pub(crate) fn frame(&self, i: usize) -> Option<(u32, &[u8])> {
-        let &(port, start, len) = self.frames.get(i)?;
-        Some((port, self.data.get(start..start + len)?))
+    /// The `i`-th frame with its metadata, as it was pushed.
+    pub(crate) fn packet(&self, i: usize) -> Option<SteeredFrame<'_>> {
+        let f = self.frames.get(i)?;
+        Some(SteeredFrame {
+            frame: self.data.get(f.start..f.start + f.len)?,
+            in_port: f.in_port,
+            tunnel_id: f.tunnel_id,
+        })
     }
 }
 
@@ -469,7 +491,7 @@ impl OutputSink for PortSink {
         self.infos.get(index).copied()
     }
 
-    fn steer(&mut self, mask: u64, hash: u64, frame: &[u8], in_port: u32) -> bool {
+    fn steer(&mut self, mask: u64, hash: u64, packet: SteeredFrame<'_>) -> bool {
         if self.no_steer {
             return false;
         }
@@ -482,7 +504,7 @@ impl OutputSink for PortSink {
         if batch.len() >= INBOX_FRAMES {
             self.drop_steer_inbox_full += 1;
         } else {
-            batch.push(in_port, frame);
+            batch.push(packet);
         }
         true
     }
@@ -594,7 +616,7 @@ mod tests {
     #[test]
     fn steering_is_off_unless_asked_for() {
         let mut s = PortSink::new(Vec::new(), Vec::new(), None);
-        assert!(!s.steer(u64::MAX, 1 << 32, b"x", 1));
+        assert!(!s.steer(u64::MAX, 1 << 32, plain(b"x", 1)));
         assert!(s.staged.iter().all(|b| b.len() == 0));
     }
 
@@ -624,25 +646,43 @@ mod tests {
         assert_eq!(sink(0, 64).steer_target(1 << 63, 5 << 32), Some(63));
     }
 
+    /// A frame as received on `in_port`, no tunnel metadata.
+    fn plain(frame: &[u8], in_port: u32) -> SteeredFrame<'_> {
+        SteeredFrame {
+            frame,
+            in_port,
+            tunnel_id: None,
+        }
+    }
+
     #[test]
     fn steer_stages_copies_and_bounds() {
         let mut s = sink(0, 2);
         // One worker, or a mask naming only this one: nothing taken.
-        assert!(!sink(0, 1).steer(0b10, 0, b"x", 1));
-        assert!(!s.steer(0b01, 0, b"x", 1));
-        assert!(s.steer(0b10, 9, b"frame-a", 3));
-        assert!(s.steer(0b10, 9, b"frame-b", 4));
-        assert_eq!(s.staged[1].frame(0), Some((3, &b"frame-a"[..])));
-        assert_eq!(s.staged[1].frame(1), Some((4, &b"frame-b"[..])));
+        assert!(!sink(0, 1).steer(0b10, 0, plain(b"x", 1)));
+        assert!(!s.steer(0b01, 0, plain(b"x", 1)));
+        assert!(s.steer(0b10, 9, plain(b"frame-a", 3)));
+        // A decapsulated frame keeps its key across workers.
+        let tunnelled = SteeredFrame {
+            frame: b"frame-b",
+            in_port: 4,
+            tunnel_id: Some(0x7_0000_0001),
+        };
+        assert!(s.steer(0b10, 9, tunnelled));
+        assert_eq!(s.staged[1].packet(0), Some(plain(b"frame-a", 3)));
+        assert_eq!(s.staged[1].packet(1), Some(tunnelled));
         assert_eq!(s.staged[0].len(), 0);
         // Frames from an inbox are never steered again.
         s.no_steer = true;
-        assert!(!s.steer(0b10, 9, b"frame-c", 3));
+        assert!(!s.steer(0b10, 9, plain(b"frame-c", 3)));
         s.no_steer = false;
         for _ in 2..INBOX_FRAMES {
-            assert!(s.steer(0b10, 9, b"f", 3));
+            assert!(s.steer(0b10, 9, plain(b"f", 3)));
         }
-        assert!(s.steer(0b10, 9, b"f", 3), "taken, and counted as dropped");
+        assert!(
+            s.steer(0b10, 9, plain(b"f", 3)),
+            "taken, and counted as dropped"
+        );
         assert_eq!(
             (s.staged[1].len(), s.drop_steer_inbox_full),
             (INBOX_FRAMES, 1)

@@ -356,6 +356,90 @@ fn gre_and_vxlan_ports_decapsulate_encapsulate_and_drop_malformed() {
     drop(d);
 }
 
+/// Decapsulated frames handed between workers keep their key: with two
+/// workers and `[[steer]]` sending key 7 to worker 1 and key 8 to worker 0,
+/// every frame of a GRE `key=flow` port leaves tagged with its own key,
+/// whichever worker the kernel gave the outer frames to (one of the two
+/// keys is steered across, the worker lines say how many). A receiving
+/// worker that lost the key would run the frame with `tun_id` 0 and tag it
+/// 0x999.
+#[test]
+fn steered_tunnel_frames_keep_their_key() {
+    if !can_run("tunnel ports", true, &["ip", "ovs-ofctl"]) {
+        return;
+    }
+    let net = Net::new("tus", &["tx", "off"]);
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let gre = format!(
+        "gre0=10,type=gre,local_ip=192.168.50.1,remote_ip=192.168.50.2,underlay=1,remote_mac={},local_mac={},key=flow",
+        mac(REMOTE_MAC),
+        mac(LOCAL_MAC)
+    );
+    let dir = std::env::temp_dir().join(format!("offlow-tus-{}-{}", std::process::id(), net.sw));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let config = dir.join("switch.toml");
+    std::fs::write(
+        &config,
+        "[[steer]]\nmatch = \"in_port=10,tun_id=7\"\nworkers = [1]\n\n\
+         [[steer]]\nmatch = \"in_port=10,tun_id=8\"\nworkers = [0]\n",
+    )
+    .expect("write config");
+    let config = config.to_str().expect("utf-8 path").to_string();
+    let args = [
+        "--netns",
+        net.sw.as_str(),
+        "--port",
+        net.ports[0].as_str(),
+        "--port",
+        net.ports[1].as_str(),
+        "--port",
+        &gre,
+        "--workers",
+        "2",
+        "--config",
+        &config,
+    ];
+    let (d, log) = Daemon::start_logged(&args);
+    for flow in [
+        "priority=10,in_port=10,tun_id=7,actions=push_vlan:0x8100,set_field:0x1007->vlan_vid,output:2",
+        "priority=10,in_port=10,tun_id=8,actions=push_vlan:0x8100,set_field:0x1008->vlan_vid,output:2",
+        "priority=5,in_port=10,actions=push_vlan:0x8100,set_field:0x1999->vlan_vid,output:2",
+    ] {
+        d.ofctl(&["add-flow", flow]);
+    }
+    let mut far = raw(&net.h[0]);
+    let mut host = raw(&net.h[1]);
+    let mut want = Vec::new();
+    for n in 0..60u8 {
+        let key = if n % 2 == 0 { 7 } else { 8 };
+        send(
+            &mut far,
+            &gre_frame(&gre_header(false, Some(key), 0x6558, 0), &inner(n)),
+        );
+        want.push(tagged(&inner(n), key as u16));
+    }
+    let mut got = receive(&mut host, Duration::from_millis(800), is_experiment);
+    let log = stop(d, log);
+    let _ = std::fs::remove_dir_all(&dir);
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "every frame tagged with its own key");
+    let steered: u64 = log
+        .lines()
+        .filter(|l| l.contains("worker stopped"))
+        .map(|l| first_number_after(l, "steered_out="))
+        .sum();
+    assert!(
+        steered >= 30,
+        "one key's frames crossed workers: {steered}\n{log}"
+    );
+}
+
 /// A UDP frame from 10.1.0.1:`sport` to 10.1.0.2:9 (the inner frame of the
 /// offloaded rows: inside the offloadable class).
 fn inner_udp(sport: u16) -> Vec<u8> {

@@ -968,8 +968,8 @@ impl WorkerThread {
             let room = INBOX_FRAMES.saturating_sub(q.len());
             let mut moved = 0;
             for i in 0..batch.len().min(room) {
-                if let Some((port, f)) = batch.frame(i) {
-                    q.push(port, f);
+                if let Some(packet) = batch.packet(i) {
+                    q.push(packet);
                     moved += 1;
                 }
             }
@@ -1007,16 +1007,17 @@ impl WorkerThread {
         let total = self.incoming.len();
         let mut i = 0;
         while i < total {
-            let Some((in_port, _)) = self.incoming.frame(i) else {
+            let Some(in_port) = self.incoming.packet(i).map(|p| p.in_port) else {
                 break;
             };
             let mut n = 0;
             while i < total && n < bufs.len() {
-                match self.incoming.frame(i) {
-                    Some((p, f)) if p == in_port => {
+                match self.incoming.packet(i) {
+                    Some(p) if p.in_port == in_port => {
                         // They fitted a buffer on the sending worker, so
                         // they fit ours (same size); counted if not.
-                        if bufs[n].load(f).is_ok() {
+                        if bufs[n].load(p.frame).is_ok() {
+                            bufs[n].set_tunnel_id(p.tunnel_id);
                             n += 1;
                         } else {
                             self.drop_oversize += 1;
