@@ -1,5 +1,6 @@
 //! `offlow bench latency`, short: offlow with AF_PACKET ports and the
-//! Linux-bridge baseline, two frame sizes, 300 probes each; then the
+//! Linux-bridge baseline, two frame sizes, 300 probes each in two passes
+//! over the switches (a row joins its passes' probes); then the
 //! bridge and the AF_XDP floor (the bare reflector) at one frame size and
 //! under one background load. Every probe must be accounted for (sent =
 //! received + lost, nearly all received), and the timestamps must be
@@ -122,6 +123,8 @@ fn every_probe_is_accounted_for_and_timestamps_are_monotonic() {
         sweeps: vec![Sweep::Sizes],
         sizes: vec![72, 1526],
         switches: vec![SwitchKind::OfflowAfpacket, SwitchKind::LinuxBridge],
+        // Two passes of 150: a row joins them, numbered on.
+        passes: 2,
         warmup_ms: 200,
         out: out.clone(),
         ..LatencyArgs::default()
@@ -164,6 +167,7 @@ fn the_bridge_and_the_floor_loop_probes_under_load() {
         sizes: vec![72],
         loads: vec![50],
         switches: vec![SwitchKind::LinuxBridge, SwitchKind::AfxdpFloor],
+        passes: 1,
         warmup_ms: 100,
         ..LatencyArgs::default()
     };

@@ -6,7 +6,18 @@
 //! time's mean, standard deviation, minimum and p50/p99/p99.9 ([`stats`]),
 //! and the processing delay Δt_proc = Δt_rtt − 2·Δt_prop − Δt_trans.
 //!
-//! # Topology (one per switch, kept for all its configurations)
+//! # Passes
+//! The switches run one after another, each on its own topology, and a
+//! shared machine's load drifts over the minutes a run takes: a switch
+//! whose block met the busy minutes would look slower than it is. So the
+//! probes are split into passes (`--passes`, default 4): every pass runs
+//! every switch over every configuration with its share of the probes, and
+//! a configuration's row is its probes from all passes, in send order
+//! (sequence numbers continue across passes). Drift then reaches every
+//! switch in each pass; the price is a switch start, table installs and a
+//! warm-up per pass.
+//!
+//! # Topology (one per switch and pass, kept for all its configurations)
 //! ```text
 //!  ns A: eth0 ──veth── p1 ┐ ns SW: the switch ┌ p2 ──veth── eth0 :ns B
 //!  prober (port 1)                               background stream (port 2)
@@ -104,7 +115,10 @@ its main thread, which sleeps) keep one core at 100% for as long as the switch r
 (here: half of the machine's 2 vCPUs); the other offlow rows poll for 50 µs after their last frame, then sleep in poll(2) \
 (about 1% of a core at idle, 2.6% at 400 frames/s, journal 2026-11-26). The load rows' \
 background stream carries its own eth_dst (the Linux bridge loops it back to host B through a \
-second hairpin port); its rate is a share of each switch's own maximum.";
+second hairpin port); its rate is a share of each switch's own maximum. Passes: the probes of a \
+configuration are split over passes, each running every switch over every configuration in turn \
+(a switch start, table installs and a warm-up per pass), so a drifting machine load reaches \
+every switch alike; a row is its probes from all passes.";
 
 /// A switch configuration (a row family).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -210,8 +224,13 @@ pub struct LatencyArgs {
     /// Milliseconds after which an unanswered probe counts as lost.
     #[arg(long, default_value_t = 100)]
     pub timeout_ms: u64,
-    /// Milliseconds of unmeasured probes before each configuration (the
-    /// offloaded rows take at least 1000, for the promotion).
+    /// Passes the probes are split over (each runs every switch over every
+    /// configuration with its share), so a drifting machine load reaches
+    /// every switch alike.
+    #[arg(long, default_value_t = 4)]
+    pub passes: usize,
+    /// Milliseconds of unmeasured probes before each configuration and pass
+    /// (the offloaded rows take at least 1000, for the promotion).
     #[arg(long, default_value_t = 300)]
     pub warmup_ms: u64,
     /// Which sweeps (comma-separated).
@@ -292,6 +311,7 @@ impl Default for LatencyArgs {
     fn default() -> LatencyArgs {
         LatencyArgs {
             probes: 1000,
+            passes: 4,
             interval_us: 1000,
             timeout_ms: 100,
             warmup_ms: 300,
@@ -327,6 +347,13 @@ fn check_args(a: &LatencyArgs) -> anyhow::Result<()> {
     let frame_ok = |s: usize| (64 + 8..=1518 + 8).contains(&s);
     if a.probes == 0 {
         bail!("--probes must be at least 1");
+    }
+    if a.passes == 0 || a.passes > a.probes {
+        bail!(
+            "--passes must be between 1 and --probes ({}), not {}",
+            a.probes,
+            a.passes
+        );
     }
     if let Some(s) = a
         .sizes
@@ -722,11 +749,12 @@ impl Running {
 const WARMUP_SEQ: u64 = 1 << 40;
 
 /// Warm up for `warmup`, then send `n` probes of `frame_size` (wire) every
-/// `interval` (or as soon as the previous one is back or timed out).
+/// `interval` (or as soon as the previous one is back or timed out),
+/// numbered from `first_seq`.
 fn probe_run(
     p: &mut Prober,
     frame_size: usize,
-    n: usize,
+    (first_seq, n): (u64, usize),
     a: &LatencyArgs,
     warmup: Duration,
 ) -> Vec<ProbeRecord> {
@@ -749,13 +777,14 @@ fn probe_run(
         if interrupted() {
             break;
         }
-        let f = PROBE.frame(i as u64, len);
+        let seq = first_seq + i as u64;
+        let f = PROBE.frame(seq, len);
         let due = start + interval * i as u32;
         let now = Instant::now();
         if due > now {
             std::thread::sleep(due - now);
         }
-        out.push(p.probe(i as u64, &f, timeout));
+        out.push(p.probe(seq, &f, timeout));
     }
     out
 }
@@ -811,9 +840,43 @@ fn max_rate(t: &Topo, frames: &Arc<Vec<Vec<u8>>>) -> anyhow::Result<f64> {
 }
 
 /// Run every configuration of one switch on one topology.
+/// What the passes gathered for one configuration of one switch.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Probes of every pass so far, in send order.
+    records: Vec<ProbeRecord>,
+    /// Passes that reached this configuration (measured or failed).
+    passes: usize,
+    /// The first error of any pass.
+    error: Option<String>,
+    background_pps: Option<f64>,
+}
+
+impl Slot {
+    fn fail(&mut self, e: String) {
+        self.error.get_or_insert(e);
+        self.passes += 1;
+    }
+}
+
+/// How many probes pass `pass` of `a.passes` sends per configuration (the
+/// remainder goes to the first passes), and the first one's number.
+fn pass_share(a: &LatencyArgs, pass: usize) -> (u64, usize) {
+    let (q, r) = (a.probes / a.passes, a.probes % a.passes);
+    let n = q + usize::from(pass < r);
+    let first = pass * q + pass.min(r);
+    (first as u64, n)
+}
+
+/// Run one pass of `kind` over `configs`, appending to `slots` (one per
+/// configuration). An error before the first configuration is returned
+/// (the caller fails the configurations this pass did not reach).
+#[allow(clippy::too_many_arguments)]
 fn run_switch(
     kind: SwitchKind,
     configs: &[Config],
+    slots: &mut [Slot],
+    pass: usize,
     a: &LatencyArgs,
     bin: &Path,
     pb: &ProgressBar,
@@ -849,13 +912,25 @@ fn run_switch(
     });
     let frames = Arc::new(background_frames());
     let mut installed: Option<(Tuple, usize, bool)> = None;
-    let mut max_pps: Option<f64> = None;
-    for c in configs {
+    // Measured once per switch (in the first pass that needs it): every
+    // pass loads it alike.
+    let mut max_pps: Option<f64> = report
+        .max_pps
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map(|(_, m)| *m);
+    for (c, slot) in configs.iter().zip(slots.iter_mut()) {
         if interrupted() {
             break;
         }
-        pb.set_message(format!("{} {} {}", kind.name(), c.sweep.name(), c.label()));
-        let mut r = ConfigResult::new(kind, *c);
+        pb.set_message(format!(
+            "pass {}/{} {} {} {}",
+            pass + 1,
+            a.passes,
+            kind.name(),
+            c.sweep.name(),
+            c.label()
+        ));
         let outcome = (|| -> anyhow::Result<()> {
             let background = c.sweep == Sweep::Load;
             let want = (c.tuple, c.entries, background);
@@ -876,7 +951,7 @@ fn run_switch(
                         }
                     };
                     let pps = (max * f64::from(pct) / 100.0).max(1.0);
-                    r.background_pps = Some(pps);
+                    slot.background_pps = Some(pps);
                     let tr =
                         Traffic::start(&t, &frames, BACKGROUND_FRAME, Some(pps as u64), "lat-bg")?;
                     tr.wait_first_frame();
@@ -884,13 +959,14 @@ fn run_switch(
                 }
                 None => None,
             };
-            r.fill(probe_run(&mut prober, c.frame_size, a.probes, a, warmup));
+            let records = probe_run(&mut prober, c.frame_size, pass_share(a, pass), a, warmup);
+            slot.records.extend(records);
             Ok(())
         })();
-        if let Err(e) = outcome {
-            r.error = Some(format!("{e:#}"));
+        match outcome {
+            Ok(()) => slot.passes += 1,
+            Err(e) => slot.fail(format!("pass {}: {e:#}", pass + 1)),
         }
-        report.results.push(r);
         pb.inc(1);
     }
     drop(prober);
@@ -906,9 +982,10 @@ fn run_switch(
         let hits = crate::offload::ping::log_field(&text, "offload tier stopped", "hits");
         let user = crate::offload::ping::log_field(&text, "data plane stopped", "packets");
         report.notes.push(format!(
-            "{}: offload tier hits {}, userspace worker packets {} (whole run, warm-up and \
-             background included)",
+            "{} pass {}: offload tier hits {}, userspace worker packets {} (whole pass, warm-up \
+             and background included)",
             kind.name(),
+            pass + 1,
             hits.map_or("unknown".into(), |h| h.to_string()),
             user.map_or("unknown".into(), |h| h.to_string()),
         ));
@@ -956,33 +1033,41 @@ pub fn run(a: &LatencyArgs) -> anyhow::Result<LatencyReport> {
         .map(|&k| (k, configs_for(k, a, baseline)))
         .collect();
     let total: usize = plans.iter().map(|(_, c)| c.len()).sum();
-    let pb = ProgressBar::new(total as u64);
+    let pb = ProgressBar::new((total * a.passes) as u64);
     pb.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
     let mut report = LatencyReport::default();
-    for (kind, configs) in &plans {
-        if interrupted() {
-            break;
-        }
-        if configs.is_empty() {
-            continue;
-        }
-        let before = report.results.len();
-        if let Err(e) = run_switch(*kind, configs, a, &bin, &pb, &mut report) {
-            // Whatever did not run fails with the switch's error.
-            let done = report.results.len() - before;
-            for c in &configs[done..] {
-                let mut r = ConfigResult::new(*kind, *c);
-                r.error = Some(format!("{e:#}"));
-                report.results.push(r);
-                pb.inc(1);
+    let mut slots: Vec<Vec<Slot>> = plans
+        .iter()
+        .map(|(_, c)| c.iter().map(|_| Slot::default()).collect())
+        .collect();
+    for pass in 0..a.passes {
+        for ((kind, configs), slots) in plans.iter().zip(slots.iter_mut()) {
+            if interrupted() {
+                break;
+            }
+            if let Err(e) = run_switch(*kind, configs, slots, pass, a, &bin, &pb, &mut report) {
+                // What this pass did not reach fails with the switch's error.
+                for slot in slots.iter_mut().filter(|s| s.passes <= pass) {
+                    slot.fail(format!("pass {}: {e:#}", pass + 1));
+                    pb.inc(1);
+                }
             }
         }
     }
     pb.finish_and_clear();
+    for ((kind, configs), slots) in plans.iter().zip(slots) {
+        for (c, slot) in configs.iter().zip(slots) {
+            let mut r = ConfigResult::new(*kind, *c);
+            r.fill(slot.records);
+            r.error = slot.error;
+            r.background_pps = slot.background_pps;
+            report.results.push(r);
+        }
+    }
     apply_baseline(&mut report);
     Ok(report)
 }
@@ -1029,6 +1114,25 @@ mod tests {
     }
 
     #[test]
+    fn passes_share_the_probes_and_number_them_on() {
+        for (probes, passes) in [(1000, 4), (1000, 3), (7, 7), (10, 1), (5, 2)] {
+            let a = LatencyArgs {
+                probes,
+                passes,
+                ..LatencyArgs::default()
+            };
+            let mut next = 0u64;
+            for pass in 0..passes {
+                let (first, n) = pass_share(&a, pass);
+                assert_eq!(first, next, "{probes}/{passes} pass {pass}");
+                assert!(n >= probes / passes && n <= probes.div_ceil(passes));
+                next += n as u64;
+            }
+            assert_eq!(next, probes as u64, "{probes}/{passes}");
+        }
+    }
+
+    #[test]
     fn bad_arguments_are_refused() {
         assert!(check_args(&LatencyArgs::default()).is_ok());
         for f in [
@@ -1037,6 +1141,11 @@ mod tests {
             |a: &mut LatencyArgs| a.frame_size = 1527,
             |a: &mut LatencyArgs| a.tables = vec![0],
             |a: &mut LatencyArgs| a.loads = vec![101],
+            |a: &mut LatencyArgs| a.passes = 0,
+            |a: &mut LatencyArgs| {
+                a.probes = 3;
+                a.passes = 4;
+            },
         ] {
             let mut a = LatencyArgs::default();
             f(&mut a);

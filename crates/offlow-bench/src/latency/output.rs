@@ -135,8 +135,9 @@ pub fn markdown(r: &LatencyReport, a: &LatencyArgs) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "### offlow bench latency: {} probes per configuration, {} µs apart, {} ms timeout\n",
-        a.probes, a.interval_us, a.timeout_ms
+        "### offlow bench latency: {} probes per configuration in {} passes over the switches, \
+         {} µs apart, {} ms timeout\n",
+        a.probes, a.passes, a.interval_us, a.timeout_ms
     );
     let _ = writeln!(
         out,
