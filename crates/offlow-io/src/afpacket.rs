@@ -839,6 +839,14 @@ impl Port for AfPacketPort {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
                     Some(libc::EINTR) => continue,
+                    // This one frame is wrong for the interface (longer
+                    // than its MTU): `sendmmsg` stopped at it, so it is
+                    // dropped alone and the frames behind it still go.
+                    Some(libc::EMSGSIZE | libc::EINVAL) => {
+                        self.stats.tx_dropped += 1;
+                        done += 1;
+                        continue;
+                    }
                     // Queue full, interface down or gone: the frames are
                     // dropped, as on a wire.
                     _ => {

@@ -230,6 +230,32 @@ fn a_full_transmit_batch_drops_and_counts() {
     assert_eq!((st.tx_packets, st.tx_dropped), (4, 3));
 }
 
+/// A frame the interface cannot carry (longer than its MTU) is dropped
+/// and counted alone: the frames queued behind it in the same batch still
+/// go out (a `sendmmsg` stops at the first message that fails).
+#[test]
+fn an_oversize_frame_drops_alone_not_the_rest_of_its_batch() {
+    let Some(ns) = netns() else { return };
+    ip(&["-n", &ns.0, "link", "set", "vb", "mtu", "1000"]);
+    let mut a = open(&ns, "va");
+    let mut b = open(&ns, "vb");
+    let sent: Vec<Vec<u8>> = (0..6)
+        .map(|i| common::test_frame(i, false, if i == 1 || i == 4 { 1200 } else { 0 }))
+        .collect();
+    for f in &sent {
+        assert!(b.send(f), "queued");
+    }
+    b.flush().unwrap();
+    let want: Vec<Vec<u8>> = [0, 2, 3, 5].iter().map(|&i| sent[i].clone()).collect();
+    let got: Vec<Vec<u8>> = receive(&mut a, want.len(), is_test)
+        .into_iter()
+        .map(|(f, _)| f)
+        .collect();
+    assert_eq!(got, want, "every frame that fits, in order");
+    let st = b.stats();
+    assert_eq!((st.tx_packets, st.tx_dropped), (4, 2));
+}
+
 #[test]
 fn partial_udp_checksums_are_flagged_and_finished() {
     let Some(ns) = netns() else { return };
