@@ -179,6 +179,32 @@ fn transmit_drops_are_counted_and_frames_come_back() {
     assert_eq!(ok, 4);
 }
 
+/// A frame longer than the interface's MTU is lost alone: the frames
+/// behind it in the batch still arrive in the same flush.
+#[test]
+fn an_oversize_frame_does_not_hold_up_the_rest_of_its_batch() {
+    let Some(ns) = netns() else { return };
+    // The peer's MTU is the one a veth checks (it forwards to `vb`).
+    for dev in ["va", "vb"] {
+        ip(&["-n", &ns.0, "link", "set", dev, "mtu", "1000"]);
+    }
+    let mut xdp = afxdp(&ns, &AfXdpConfig::new("va"));
+    let mut b = afpacket(&ns, "vb");
+    let sent: Vec<Vec<u8>> = (0..6)
+        .map(|i| common::test_frame(i, false, if i == 1 || i == 4 { 1200 } else { 0 }))
+        .collect();
+    for f in &sent {
+        assert!(xdp.send(f), "queued");
+    }
+    xdp.flush().unwrap();
+    let want: Vec<Vec<u8>> = [0, 2, 3, 5].iter().map(|&i| sent[i].clone()).collect();
+    assert_eq!(collect(&mut b, want.len()), want, "every frame that fits");
+    let st = xdp.stats();
+    let fits: u64 = want.iter().map(|f| f.len() as u64).sum();
+    assert_eq!((st.tx_packets, st.tx_bytes, st.tx_dropped), (4, fits, 2));
+    assert_eq!(xdp.counters().drop_tx_kernel, 2);
+}
+
 /// Whether `dev` shows no XDP program, waiting up to half a second (older
 /// kernels release a link from a work item).
 fn detached(ns: &Netns, dev: &str) -> Result<(), String> {

@@ -132,6 +132,10 @@ pub struct AfXdpCounters {
     pub bad_completion: u64,
     /// `sendto` kicks made.
     pub tx_kicks: u64,
+    /// Frames the kernel took from the TX ring and dropped (`EBUSY`: the
+    /// device refused the frame, e.g. longer than the MTU); counted in
+    /// `tx_dropped`, not `tx_packets`.
+    pub drop_tx_kernel: u64,
     /// `recvfrom` wakeups made for the fill ring.
     pub rx_wakeups: u64,
 }
@@ -408,6 +412,20 @@ impl AfXdpPort {
         Ok(st)
     }
 
+    /// The TX descriptor at `idx`, which the kernel consumed, was dropped
+    /// by the device: move it from the sent counts to the dropped ones.
+    fn count_kernel_drop(&mut self, idx: u32) {
+        let slot = self.tx.slot(idx, XDP_DESC_SIZE);
+        // SAFETY: a descriptor slot inside the TX ring mapping; the kernel
+        // consumed it (never writes TX descriptors) and `send` writes only
+        // at `tx.local`, ahead of it, so it still holds what we wrote.
+        let len = unsafe { ptr::read_unaligned(slot.add(8).cast::<u32>()) };
+        self.counters.drop_tx_kernel += 1;
+        self.stats.tx_dropped += 1;
+        self.stats.tx_packets = self.stats.tx_packets.saturating_sub(1);
+        self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(len));
+    }
+
     /// Take finished TX frames back from the completion ring.
     fn reclaim(&mut self) {
         let n = self.comp.ready();
@@ -444,14 +462,19 @@ impl AfXdpPort {
     /// In copy mode each call sends at most 32 frames (and returns
     /// `EAGAIN` when more remain), so it is repeated, reclaiming
     /// completions in between, until the kernel took everything or says
-    /// it cannot now (`ENOBUFS`, `EBUSY`, `ENETDOWN`: retried at the next
-    /// flush, the descriptors stay queued).
+    /// it cannot now (`ENOBUFS`, `ENETDOWN`, `EBUSY` without progress:
+    /// retried at the next flush, the descriptors stay queued). `EBUSY`
+    /// after the kernel consumed descriptors means the last one it took
+    /// was dropped by the device (copy mode: "completed but not sent");
+    /// it is counted as dropped and the kicks go on, so one frame the
+    /// device refuses does not hold up the frames behind it.
     fn kick(&mut self) -> io::Result<()> {
         // Enough rounds for the whole ring at 32 per call, plus slack.
         let mut rounds = self.tx.size / 32 + 4;
         while rounds > 0 && self.tx_pending_in_kernel() {
             rounds -= 1;
             self.counters.tx_kicks += 1;
+            let taken_before = self.tx.consumer().load(Ordering::Acquire);
             // SAFETY: a zero-length send on our own socket; no buffers.
             let rc = unsafe {
                 libc::sendto(
@@ -465,8 +488,12 @@ impl AfXdpPort {
             };
             if rc < 0 {
                 let e = io::Error::last_os_error();
+                let taken = self.tx.consumer().load(Ordering::Acquire);
                 match e.raw_os_error() {
                     Some(libc::EAGAIN | libc::EINTR) => {}
+                    Some(libc::EBUSY) if taken != taken_before => {
+                        self.count_kernel_drop(taken.wrapping_sub(1));
+                    }
                     Some(libc::ENOBUFS | libc::EBUSY | libc::ENETDOWN) => break,
                     _ => return Err(io::Error::new(e.kind(), format!("AF_XDP tx kick: {e}"))),
                 }
