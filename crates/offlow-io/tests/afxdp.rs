@@ -205,6 +205,32 @@ fn an_oversize_frame_does_not_hold_up_the_rest_of_its_batch() {
     assert_eq!(xdp.counters().drop_tx_kernel, 2);
 }
 
+/// A port whose interface is gone stops retrying: the frames left in its
+/// TX ring are counted dropped once, nothing stays outstanding (the
+/// switch would otherwise kick the dead socket every round), and later
+/// sends are refused and counted.
+#[test]
+fn a_port_whose_interface_is_gone_stops_retrying() {
+    let Some(ns) = netns() else { return };
+    let mut xdp = afxdp(&ns, &AfXdpConfig::new("va"));
+    ip(&["-n", &ns.0, "link", "del", "va"]);
+    for i in 0..4 {
+        assert!(xdp.send(&test_frame(i, false)), "queued");
+    }
+    let first = xdp.flush();
+    assert!(first.is_err(), "the first flush reports the loss");
+    let kicks = xdp.counters().tx_kicks;
+    for _ in 0..10 {
+        xdp.flush().expect("later flushes have nothing to do");
+    }
+    assert!(!xdp.tx_outstanding(), "nothing left to retry");
+    assert_eq!(xdp.counters().tx_kicks, kicks, "no more kicks");
+    assert!(!xdp.send(&test_frame(9, false)), "refused");
+    let st = xdp.stats();
+    assert_eq!((st.tx_packets, st.tx_bytes, st.tx_dropped), (0, 0, 5));
+    assert_eq!(xdp.counters().drop_tx_gone, 5);
+}
+
 /// Whether `dev` shows no XDP program, waiting up to half a second (older
 /// kernels release a link from a work item).
 fn detached(ns: &Netns, dev: &str) -> Result<(), String> {

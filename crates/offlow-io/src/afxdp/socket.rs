@@ -136,6 +136,9 @@ pub struct AfXdpCounters {
     /// device refused the frame, e.g. longer than the MTU); counted in
     /// `tx_dropped`, not `tx_packets`.
     pub drop_tx_kernel: u64,
+    /// Frames dropped because the interface is gone (`ENXIO`): those left
+    /// in the TX ring then, and every later `send`.
+    pub drop_tx_gone: u64,
     /// `recvfrom` wakeups made for the fill ring.
     pub rx_wakeups: u64,
 }
@@ -162,6 +165,10 @@ pub struct AfXdpPort {
     /// TX descriptors written but not yet published, and their bytes.
     tx_unpublished: u32,
     tx_unpublished_bytes: u64,
+    /// The interface went away (a kick said `ENXIO`): the socket will never
+    /// transmit again, so nothing is queued or retried (the switch opens a
+    /// fresh port when the interface is back).
+    gone: bool,
     zerocopy: bool,
     queue_id: u32,
     counters: AfXdpCounters,
@@ -373,6 +380,7 @@ impl AfXdpPort {
             tx_frames: half as usize,
             tx_unpublished: 0,
             tx_unpublished_bytes: 0,
+            gone: false,
             zerocopy,
             queue_id: cfg.queue_id,
             counters: AfXdpCounters::default(),
@@ -424,6 +432,24 @@ impl AfXdpPort {
         self.stats.tx_dropped += 1;
         self.stats.tx_packets = self.stats.tx_packets.saturating_sub(1);
         self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(len));
+    }
+
+    /// The interface is gone: the descriptors the kernel has not taken
+    /// never will be; move them from the sent counts to the dropped ones.
+    fn drop_left_in_ring(&mut self) {
+        let taken = self.tx.consumer().load(Ordering::Acquire);
+        let left = self.tx.local.wrapping_sub(taken);
+        for k in 0..left {
+            let slot = self.tx.slot(taken.wrapping_add(k), XDP_DESC_SIZE);
+            // SAFETY: a descriptor slot inside the TX ring mapping, between
+            // the kernel's consumer index and ours: written by `send`.
+            let len = unsafe { ptr::read_unaligned(slot.add(8).cast::<u32>()) };
+            self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(len));
+        }
+        let left = u64::from(left);
+        self.counters.drop_tx_gone += left;
+        self.stats.tx_dropped += left;
+        self.stats.tx_packets = self.stats.tx_packets.saturating_sub(left);
     }
 
     /// Take finished TX frames back from the completion ring.
@@ -495,6 +521,11 @@ impl AfXdpPort {
                         self.count_kernel_drop(taken.wrapping_sub(1));
                     }
                     Some(libc::ENOBUFS | libc::EBUSY | libc::ENETDOWN) => break,
+                    Some(libc::ENXIO) => {
+                        self.gone = true;
+                        self.drop_left_in_ring();
+                        return Err(io::Error::new(e.kind(), format!("AF_XDP tx kick: {e}")));
+                    }
                     _ => return Err(io::Error::new(e.kind(), format!("AF_XDP tx kick: {e}"))),
                 }
             }
@@ -575,6 +606,11 @@ impl Port for AfXdpPort {
     }
 
     fn send(&mut self, frame: &[u8]) -> bool {
+        if self.gone {
+            self.counters.drop_tx_gone += 1;
+            self.stats.tx_dropped += 1;
+            return false;
+        }
         if frame.len() as u64 > self.umem.frame_size {
             self.counters.drop_tx_too_long += 1;
             self.stats.tx_dropped += 1;
@@ -631,7 +667,7 @@ impl Port for AfXdpPort {
         }
         // Copy mode transmits only inside the kick; zero-copy drivers only
         // need one when they said so (need_wakeup).
-        if self.tx_pending_in_kernel() && (!self.zerocopy || self.tx.needs_wakeup()) {
+        if !self.gone && self.tx_pending_in_kernel() && (!self.zerocopy || self.tx.needs_wakeup()) {
             self.kick()?;
         }
         self.reclaim();
@@ -645,7 +681,7 @@ impl Port for AfXdpPort {
     fn tx_outstanding(&self) -> bool {
         // Copy mode transmits only inside a kick: descriptors left in the
         // ring after one that stopped early wait for the next flush.
-        !self.zerocopy && self.tx_pending_in_kernel()
+        !self.zerocopy && !self.gone && self.tx_pending_in_kernel()
     }
 
     fn stats(&mut self) -> PortStats {
