@@ -158,6 +158,19 @@ fn af_packet_ports_missing_at_start_or_deleted_come_back() {
     scenario(&t, &ports, &["--workers", "2"], |_, _| {});
 }
 
+/// The adaptive ring polls two sockets per port (the frames ring and the
+/// blocks ring it spills into): a deleted interface fails both, and the
+/// port must be taken for down and re-opened like any other.
+#[test]
+fn af_packet_adaptive_ring_ports_deleted_come_back() {
+    if !can_run("the port failure test", true, &["ovs-ofctl", "ethtool"]) {
+        return;
+    }
+    let t = Net::with_hosts("ofa", OFFLOADS, 3, &[0, 1]);
+    let ports = t.ports.clone();
+    scenario(&t, &ports, &["--af-packet-ring", "adaptive"], |_, _| {});
+}
+
 #[test]
 fn af_xdp_ports_missing_at_start_or_deleted_come_back() {
     if !can_run("the port failure test", true, &["ovs-ofctl", "ethtool"]) {

@@ -1062,20 +1062,37 @@ impl WorkerThread {
                     &mut len,
                 );
             }
-            let index = self.ports.iter().position(|p| p.poll_fd() == Some(pfd.fd));
+            // Any of a port's descriptors (an AF_PACKET port may poll an
+            // overflow socket beside its ring) names the port.
+            let mut fds = Vec::new();
+            let index = self.ports.iter().position(|p| {
+                fds.clear();
+                p.poll_fds(&mut fds);
+                fds.contains(&pfd.fd)
+            });
+            // poll(2) ignores negative descriptors.
+            pfd.fd = -1;
+            if let Some(d) = index.and_then(|i| self.dead.get_mut(i)) {
+                if std::mem::replace(d, true) {
+                    continue; // its other descriptor said so already
+                }
+            }
             let name = index
                 .and_then(|i| self.ports.get(i))
                 .map_or("?", |p| p.name());
-            if let Some(d) = index.and_then(|i| self.dead.get_mut(i)) {
-                *d = true;
-            }
             warn!(
                 port = name,
                 error = %std::io::Error::from_raw_os_error(err),
                 "port failed (interface gone or down); not polled until re-opened, the others keep forwarding"
             );
             self.failed_ports += 1;
-            // poll(2) ignores negative descriptors.
+        }
+        // A failed port's other descriptors are not polled either.
+        let mut dead_fds = Vec::new();
+        for (p, _) in self.ports.iter().zip(&self.dead).filter(|(_, &d)| d) {
+            p.poll_fds(&mut dead_fds);
+        }
+        for pfd in pollfds.iter_mut().filter(|f| dead_fds.contains(&f.fd)) {
             pfd.fd = -1;
         }
     }
