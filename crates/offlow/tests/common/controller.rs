@@ -3,8 +3,9 @@
 //! configurations and logs ([`Scratch`]), children in process groups of
 //! their own ([`Proc`], the whole group killed on drop: Faucet re-executes
 //! itself as `osken-manager`, and a panicking test must leave nothing
-//! running), and the wait for a listener that does not itself connect
-//! ([`wait_listening`]: a probe connection would open an OpenFlow session).
+//! running), and the wait for the child's own listener that does not
+//! itself connect ([`wait_listening`]: a probe connection would open an
+//! OpenFlow session).
 //! Used by `controllers.rs` and `nat.rs`.
 
 use std::os::unix::process::CommandExt;
@@ -14,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use super::{can_run, skip_or_fail, SEQ};
+use super::{can_run, listens_on, skip_or_fail, SEQ};
 
 /// Longest wait for a controller to listen, or to program the switch.
 pub(crate) const PROGRAM_WAIT: Duration = Duration::from_secs(20);
@@ -159,23 +160,34 @@ impl Drop for Proc {
     }
 }
 
-/// Whether something listens on 127.0.0.1:`port` (read from
-/// /proc/net/tcp, so the probe does not itself open an OpenFlow session).
-pub(crate) fn listening(port: u16) -> bool {
-    let want = format!("0100007F:{port:04X}");
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .lines()
-        .skip(1)
-        .any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 3 && f[1] == want && f[3] == "0A"
-        })
+/// Whether a process of `pgid`'s group owns the socket listening on
+/// 127.0.0.1:`port` (read from /proc, so the probe does not itself open an
+/// OpenFlow session). Any listener would not do: another test's process
+/// may take a port between its pick and the controller's bind, and the
+/// switch would then talk to it.
+pub(crate) fn group_listening(pgid: u32, port: u16) -> bool {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            return false;
+        };
+        // /proc/PID/stat: "pid (comm) state ppid pgrp ..."; comm may hold
+        // spaces, so count from the closing parenthesis.
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let group = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(2))
+            .and_then(|g| g.parse::<u32>().ok());
+        group == Some(pgid) && listens_on(pid, port)
+    })
 }
 
 pub(crate) fn wait_listening(p: &mut Proc, port: u16) {
     let deadline = Instant::now() + PROGRAM_WAIT;
-    while !listening(port) {
+    // The child leads its group (process_group(0)).
+    while !group_listening(p.child.id(), port) {
         p.check_alive();
         assert!(
             Instant::now() < deadline,

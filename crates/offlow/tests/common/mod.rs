@@ -1076,8 +1076,34 @@ impl Ovs {
                 &format!("ofport_request={i}"),
             ]);
         }
-        wait_accepting(port, "ovs-vswitchd", None);
+        // Ready when ovs-vswitchd itself listens (any listener on a freed
+        // port would not do: see `wait_listening`).
+        let deadline = Instant::now() + START_WAIT;
+        while !ovs
+            .pid("ovs-vswitchd")
+            .is_some_and(|pid| listens_on(pid, port))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "ovs-vswitchd did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         ovs
+    }
+
+    /// The pid of this instance's `daemon` (`ovs-vswitchd` or
+    /// `ovsdb-server`) from its pidfile, if that process is still that
+    /// daemon (a stale pidfile's pid may belong to another process now).
+    fn pid(&self, daemon: &str) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.dir.join(format!("{daemon}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+        // comm is cut to 15 bytes ("ovs-vswitchd", "ovsdb-server" fit).
+        (comm.trim() == daemon).then_some(pid)
     }
 
     /// `ovs-appctl -t ovs-vswitchd ARGS...` of this instance, required to
@@ -1103,9 +1129,13 @@ impl Ovs {
 
 impl Drop for Ovs {
     fn drop(&mut self) {
-        for pidfile in ["ovs-vswitchd.pid", "ovsdb-server.pid"] {
-            if let Ok(pid) = std::fs::read_to_string(self.dir.join(pidfile)) {
-                let _ = Command::new("kill").arg(pid.trim()).status();
+        for daemon in ["ovs-vswitchd", "ovsdb-server"] {
+            if let Some(pid) = self.pid(daemon) {
+                // SAFETY: kill(2) on a process checked to be this
+                // instance's daemon; no memory is involved.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGTERM);
+                }
             }
         }
         std::thread::sleep(Duration::from_millis(100));
