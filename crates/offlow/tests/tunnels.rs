@@ -52,6 +52,22 @@ const REMOTE: [u8; 4] = [192, 168, 50, 2];
 const REMOTE_MAC: [u8; 6] = [0x02, 0xee, 0, 0, 0, 0x02];
 const LOCAL_MAC: [u8; 6] = [0x02, 0xee, 0, 0, 0, 0x01];
 
+/// The `--port` options every tunnel here shares: this end LOCAL over
+/// underlay port 1, the far end REMOTE at REMOTE_MAC.
+fn endpoint_options() -> String {
+    let mac = |m: [u8; 6]| {
+        m.iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    format!(
+        "local_ip=192.168.50.1,remote_ip=192.168.50.2,underlay=1,remote_mac={},local_mac={}",
+        mac(REMOTE_MAC),
+        mac(LOCAL_MAC)
+    )
+}
+
 /// A raw packet socket on `eth0` of namespace `ns`.
 fn raw(ns: &str) -> AfPacketPort {
     in_netns(Some(ns), || {
@@ -175,17 +191,7 @@ fn gre_and_vxlan_ports_decapsulate_encapsulate_and_drop_malformed() {
         return;
     }
     let net = Net::new("tun", &["tx", "off"]);
-    let mac = |m: [u8; 6]| {
-        m.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let opts = format!(
-        "local_ip=192.168.50.1,remote_ip=192.168.50.2,underlay=1,remote_mac={},local_mac={}",
-        mac(REMOTE_MAC),
-        mac(LOCAL_MAC)
-    );
+    let opts = endpoint_options();
     let gre_flow = format!("gre0=10,type=gre,{opts},key=flow");
     let gre_5 = format!("gre5=11,type=gre,{opts},key=5,csum=true");
     let vxlan = format!("vx0=12,type=vxlan,{opts},key=flow");
@@ -369,17 +375,7 @@ fn steered_tunnel_frames_keep_their_key() {
         return;
     }
     let net = Net::new("tus", &["tx", "off"]);
-    let mac = |m: [u8; 6]| {
-        m.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let gre = format!(
-        "gre0=10,type=gre,local_ip=192.168.50.1,remote_ip=192.168.50.2,underlay=1,remote_mac={},local_mac={},key=flow",
-        mac(REMOTE_MAC),
-        mac(LOCAL_MAC)
-    );
+    let gre = format!("gre0=10,type=gre,{},key=flow", endpoint_options());
     let dir = std::env::temp_dir().join(format!("offlow-tus-{}-{}", std::process::id(), net.sw));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let config = dir.join("switch.toml");
@@ -477,17 +473,7 @@ fn the_offload_tier_decapsulates_and_encapsulates_in_the_kernel() {
         );
         assert!(out.status.success(), "sysctl in {ns}");
     }
-    let mac = |m: [u8; 6]| {
-        m.iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<Vec<_>>()
-            .join(":")
-    };
-    let opts = format!(
-        "local_ip=192.168.50.1,remote_ip=192.168.50.2,underlay=1,remote_mac={},local_mac={}",
-        mac(REMOTE_MAC),
-        mac(LOCAL_MAC)
-    );
+    let opts = endpoint_options();
     let config = std::env::temp_dir().join(format!("offlow-tunnels-{}.toml", std::process::id()));
     std::fs::write(&config, "[offload]\nmode = \"xdp\"\npin_down = [\"udp\"]\n").expect("config");
     let gre = format!("gre0=10,type=gre,{opts},key=flow");
