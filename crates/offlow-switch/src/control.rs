@@ -854,17 +854,37 @@ async fn serve(
                 let now = shared.borrow().now_ns();
                 conn.handle_timeout(now);
             }
-            ev = events.recv() => match ev {
-                Ok(body) => {
-                    let s = shared.borrow();
-                    conn.send_async((*body).clone(), &s.roles);
+            ev = events.recv() => {
+                let s = shared.borrow();
+                let mut ev = Some(ev);
+                // Take what else is queued before writing: one write (and
+                // one reply spin) per batch, not per message. An expiry
+                // scan queues hundreds of FLOW_REMOVEDs at once, and each
+                // spin in between held the packet-ins behind them for its
+                // 100 µs (measured: FLOW_REMOVEDs leaving 106 µs apart).
+                // Bounded like the reads.
+                while let Some(r) = ev.take() {
+                    match r {
+                        Ok(body) => {
+                            conn.send_async((*body).clone(), &s.roles);
+                        }
+                        Err(broadcast::error::RecvError::Lagged(n)) => {
+                            warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
+                        }
+                        // The sender lives in `Shared` as long as any connection.
+                        Err(broadcast::error::RecvError::Closed) => {}
+                    }
+                    if conn.transmit_len() < DRAIN_MAX_OUTBOX {
+                        ev = match events.try_recv() {
+                            Ok(body) => Some(Ok(body)),
+                            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                                Some(Err(broadcast::error::RecvError::Lagged(n)))
+                            }
+                            Err(_) => None,
+                        };
+                    }
                 }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
-                }
-                // The sender lives in `Shared` as long as any connection.
-                Err(broadcast::error::RecvError::Closed) => {}
-            },
+            }
             _ = stopped(&mut stop) => conn.close("switch stopping"),
         }
     };
