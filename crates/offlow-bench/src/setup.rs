@@ -24,6 +24,13 @@
 //!   datapath, `system` ports, secure fail mode, the same controller).
 //!   Controller and switch both run inside the switch namespace and meet
 //!   on its loopback (ovs-vswitchd must run where its ports are).
+//! - `synthetic` (`nat` only): no switch, hosts or clients; a synthetic
+//!   switch ([`crate::synthetic_switch`]) keeps `--concurrency` setups in
+//!   flight at the controller and reports the flows removed after their
+//!   idle timeout, so the controller does a real connection's work per
+//!   setup. Its rate is the controller's capacity on this machine: no
+//!   switch can set up more connections a second with this controller,
+//!   so its ratio to Open vSwitch bounds every switch's.
 //! - A server on B:5001 accepting and closing, and `--concurrency` client
 //!   threads on A, each connecting again and again (a fresh source port
 //!   each time), then closing with an RST (`SO_LINGER` 0, so no TIME_WAIT
@@ -95,6 +102,10 @@ pub enum SwitchKind {
     OfflowOffload,
     /// Open vSwitch 3.1, netdev datapath, `system` ports.
     Ovs,
+    /// No switch: [`crate::synthetic_switch`] fires the NAT app's
+    /// packet-ins at the controller and counts its answers (the
+    /// controller's own capacity; `nat` only).
+    Synthetic,
 }
 
 impl SwitchKind {
@@ -103,6 +114,7 @@ impl SwitchKind {
             SwitchKind::Offlow => "offlow",
             SwitchKind::OfflowOffload => "offlow --offload xdp",
             SwitchKind::Ovs => "ovs 3.1 netdev system",
+            SwitchKind::Synthetic => "synthetic (controller alone)",
         }
     }
 }
@@ -117,7 +129,7 @@ pub struct SetupArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "offlow,offlow-offload,ovs"
+        default_value = "offlow,offlow-offload,ovs,synthetic"
     )]
     pub switches: Vec<SwitchKind>,
     /// Seconds counted per row.
@@ -444,7 +456,67 @@ fn wait_programmed(ns: &str, server: SocketAddr) -> anyhow::Result<()> {
     }
 }
 
+/// The controller alone: [`crate::synthetic_switch`] in the switch's
+/// place, `--concurrency` setups in flight (as many as the client threads
+/// have), counted like the other rows.
+fn run_synthetic_row(a: &SetupArgs, app: App) -> anyhow::Result<SetupRow> {
+    use crate::synthetic_switch as synth;
+    let topo = Topo::hosts(true, 1)?;
+    let sw = topo.sw()?.to_string();
+    let scratch = std::env::temp_dir().join(format!("offlow-setup-{}", unique_tag()));
+    std::fs::create_dir_all(&scratch)?;
+    let _scratch = ScratchDir(scratch.clone());
+    let log = scratch.join("controller.log");
+    let (ctl, target) = start_controller(a, app, &sw, &log)?;
+    let addr: SocketAddr = target.trim_start_matches("tcp:").parse()?;
+    let stream = in_netns(Some(&sw), || TcpStream::connect(addr))
+        .context("entering the switch namespace")?
+        .with_context(|| format!("connecting to the controller at {addr}"))?;
+    let phase = Arc::new(AtomicU8::new(synth::WARMUP));
+    let window = a.concurrency.max(1);
+    let runner = {
+        let phase = phase.clone();
+        std::thread::spawn(move || synth::run(stream, window, &phase, PROGRAM_WAIT))
+    };
+    // The warm-up starts once the app is ready: give it the program wait
+    // at most, as the other rows do.
+    sleep_unless_interrupted(Duration::from_secs_f64(a.warmup + 1.0));
+    let ctl_pid = ctl.child.id();
+    phase.store(synth::COUNT, Ordering::Relaxed);
+    let t0 = Instant::now();
+    let cpu0 = cpu_seconds(ctl_pid);
+    sleep_unless_interrupted(Duration::from_secs_f64(a.seconds));
+    let cpu1 = cpu_seconds(ctl_pid);
+    phase.store(synth::STOP, Ordering::Relaxed);
+    let elapsed = t0.elapsed().as_secs_f64();
+    let mut lat = runner
+        .join()
+        .map_err(|_| anyhow::anyhow!("the synthetic switch panicked"))?
+        .with_context(|| format!("the controller's log is {}", log.display()))?
+        .latencies_ms;
+    lat.sort_by(f64::total_cmp);
+    Ok(SetupRow {
+        app,
+        switch: SwitchKind::Synthetic.name().into(),
+        conns_per_s: lat.len() as f64 / elapsed,
+        conns: lat.len() as u64,
+        failed: 0,
+        p50_ms: percentile(&lat, 50.0),
+        p99_ms: percentile(&lat, 99.0),
+        max_ms: lat.last().copied(),
+        vs_ovs: None,
+        controller_cpu: match (cpu0, cpu1) {
+            (Some(c0), Some(c1)) => Some((c1 - c0) / elapsed),
+            _ => None,
+        },
+        switch_cpu: None,
+    })
+}
+
 fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow> {
+    if kind == SwitchKind::Synthetic {
+        return run_synthetic_row(a, app);
+    }
     let topo = Topo::hosts(true, 1)?;
     let (ha, hb, sw) = (
         topo.gen.0.clone(),
@@ -507,6 +579,7 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
             });
         }
         SwitchKind::Ovs => _ovs = Some(Ovs::start_with(&sw, "system", &[], Some(&target))?),
+        SwitchKind::Synthetic => unreachable!("run_synthetic_row"),
     }
     let stop = Arc::new(AtomicBool::new(false));
     let server = start_server(&hb, p.server, stop.clone())?;
@@ -590,6 +663,11 @@ pub fn run(a: &SetupArgs) -> anyhow::Result<SetupReport> {
         for &kind in &a.switches {
             if interrupted() {
                 bail!("interrupted");
+            }
+            if kind == SwitchKind::Synthetic && app != App::Nat {
+                // simple_switch_13 sets up per MAC, not per connection:
+                // there is no per-connection exchange to replay.
+                continue;
             }
             eprintln!("setup: {app:?} on {} ...", kind.name());
             rows.push(run_row(a, app, kind)?);
