@@ -7,7 +7,11 @@
 //!   namespace (`p1` = port 1 to A, `p2` = port 2 to B). The hosts' segment
 //!   and checksum offloads are off (`tso gso tx off`): the offload tier
 //!   serves frames as they are, and a veth's partial checksums would only
-//!   be finished on the software path.
+//!   be finished on the software path. GRO is on (a veth's default here
+//!   is off): a veth takes frames an XDP program redirects into its peer
+//!   only while it runs NAPI, so without it every frame the offload tier
+//!   served would be dropped at the host (the other benches and the demo
+//!   do the same; every row gets it, so the anchors see the same hosts).
 //! - The controller: `osken-manager` from the controllers' environment
 //!   (`scripts/controllers-venv.sh`, `--venv`) on a free loopback port,
 //!   running
@@ -528,6 +532,7 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
         ip(&["-n", h, "addr", "add", addr, "dev", "eth0"])?;
         run_cmd(Command::new("ip").args([
             "netns", "exec", h, "ethtool", "-K", "eth0", "tso", "off", "gso", "off", "tx", "off",
+            "gro", "on",
         ]))?;
     }
     if let Some(gw) = p.a_route {
@@ -565,7 +570,9 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
                 cmd.args(["--offload", "xdp"]);
             }
             let child = cmd
-                .env("RUST_LOG", "warn")
+                // Info: the exit log holds the per-tier counters (kept with
+                // OFFLOW_BENCH_KEEP).
+                .env("RUST_LOG", "info")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::from(std::fs::File::create(
