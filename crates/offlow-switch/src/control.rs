@@ -94,8 +94,15 @@ use crate::standalone::Standalone;
 use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
 use offlow_offload::OffloadBackend;
 
-/// How often timed-out flow entries are looked for.
-pub const EXPIRY_EVERY: Duration = Duration::from_millis(250);
+/// How often timed-out flow entries are looked for. Each scan sends its
+/// FLOW_REMOVEDs in one burst, which a controller handles before the
+/// packet-ins queued behind it: with per-connection flows (the source-NAT
+/// app at ~1,000 connections/s, two flows each) a 250 ms period made
+/// bursts of ~500 that held packet-ins back by tens of milliseconds
+/// (connect p99 39 ms; 15–17 ms at 50 ms, bursts of ~100). A scan with
+/// nothing timed costs nothing; one with timed entries asks the workers
+/// to credit their counters first, a wakeup each.
+pub const EXPIRY_EVERY: Duration = Duration::from_millis(50);
 /// How often port link state is re-read.
 pub const LINK_POLL: Duration = Duration::from_secs(1);
 /// Asynchronous messages queued per connection before the oldest are lost.
