@@ -30,8 +30,11 @@
 #                 dec_nw_ttl, output:inside
 #   and sends the first packet out through the forward translation (a
 #   packet-out carrying the forward flow's actions, so it does not depend on
-#   the flow being installed yet). The switch updates the IPv4 and TCP/UDP
-#   checksums; the app never touches packet bytes.
+#   the flow being installed yet). The flow-mods and the packet-out leave
+#   in one write (one TCP segment, one read for the switch), flow-mods
+#   first, so a switch that applies messages in order has both flows in
+#   place before the packet's answer comes back. The switch updates the
+#   IPv4 and TCP/UDP checksums; the app never touches packet bytes.
 # - On FLOW_REMOVED (idle timeout, or a deletion) marks that direction gone;
 #   when both directions of a connection are gone its pool port goes back
 #   to the pool. A packet-in for a connection that still has one direction
@@ -67,6 +70,10 @@
 #   SNAT_PORT_MAX        last pool port, inclusive (default 20999)
 #   SNAT_IDLE_TIMEOUT    idle timeout of both flows, seconds (default 30)
 #   SNAT_PRIORITY        priority of the per-connection flows (default 100)
+#   SNAT_LOG_CONNECTIONS 1: log every mapping, install and free (the lines
+#                        below marked "per connection"); default 0, since at
+#                        hundreds of connections a second the log lines
+#                        cost the controller's one thread a tenth of its time
 #
 # The pool is one range shared by TCP and UDP; ports are handed out
 # least-recently-freed first, so a port freed by a timeout is not reused at
@@ -74,8 +81,9 @@
 #
 # Log lines the tests read (stable wording):
 #   snat: map <proto> <in ip>:<in port> -> <nat ip>:<pool port> to <dst ip>:<dst port>
-#   snat: install forward|reverse <pool port> cookie=<cookie>
-#   snat: free <pool port> (<n> of <total> free)
+#                                                        (per connection)
+#   snat: install forward|reverse <pool port> cookie=<cookie>  (per connection)
+#   snat: free <pool port> (<n> of <total> free)         (per connection)
 #   snat: pool exhausted, dropping <proto> <in ip>:<in port> to <dst ip>:<dst port>
 
 import collections
@@ -170,6 +178,7 @@ class SourceNat(app_manager.OSKenApp):
         self.port_max = int(env("SNAT_PORT_MAX", "20999"))
         self.idle_timeout = int(env("SNAT_IDLE_TIMEOUT", "30"))
         self.priority = int(env("SNAT_PRIORITY", "100"))
+        self.log_connections = env("SNAT_LOG_CONNECTIONS", "0") == "1"
         if not 0 < self.port_min <= self.port_max <= 65535:
             raise RuntimeError("snat: bad pool %d-%d" % (self.port_min, self.port_max))
         self.cookie_seq = 0
@@ -246,7 +255,7 @@ class SourceNat(app_manager.OSKenApp):
             opcode=arp.ARP_REPLY, src_mac=self.mac, src_ip=req.dst_ip,
             dst_mac=req.src_mac, dst_ip=req.src_ip))
         reply.serialize()
-        self.packet_out(dp, reply.data, [dp.ofproto_parser.OFPActionOutput(in_port)])
+        dp.send_msg(self.packet_out(dp, reply.data, [dp.ofproto_parser.OFPActionOutput(in_port)]))
 
     def from_inside(self, dp, state, data, eth, ip, l4):
         key = (ip.proto, ip.src, l4.src_port, ip.dst, l4.dst_port)
@@ -261,25 +270,28 @@ class SourceNat(app_manager.OSKenApp):
                         state.free.popleft())
             state.by_inside[key] = conn
             state.by_outside[(ip.proto, ip.dst, l4.dst_port, conn.pool_port)] = conn
-            self.logger.info(
-                "snat: map %s %s:%d -> %s:%d to %s:%d", proto_name(ip.proto),
-                ip.src, l4.src_port, self.nat_ip, conn.pool_port, ip.dst, l4.dst_port)
+            if self.log_connections:
+                self.logger.info(
+                    "snat: map %s %s:%d -> %s:%d to %s:%d", proto_name(ip.proto),
+                    ip.src, l4.src_port, self.nat_ip, conn.pool_port, ip.dst, l4.dst_port)
         # Install whichever direction has no flow (both, for a new
         # connection). A direction that has one is left alone: this
         # packet overtook the flow's installation.
-        for direction in (FORWARD, REVERSE):
-            if conn.cookie[direction] is None:
-                self.install(dp, state, conn, direction)
-        self.packet_out(dp, data, self.actions(dp, conn, FORWARD), in_port=self.inside)
+        msgs = [self.install(dp, state, conn, direction)
+                for direction in (FORWARD, REVERSE) if conn.cookie[direction] is None]
+        msgs.append(self.packet_out(dp, data, self.actions(dp, conn, FORWARD),
+                                    in_port=self.inside))
+        self.send_all(dp, msgs)
 
     def from_outside(self, dp, state, data, ip, l4):
         conn = state.by_outside.get((ip.proto, ip.src, l4.src_port, l4.dst_port))
         if conn is None:
             return  # nobody inside opened this: dropped
-        for direction in (FORWARD, REVERSE):
-            if conn.cookie[direction] is None:
-                self.install(dp, state, conn, direction)
-        self.packet_out(dp, data, self.actions(dp, conn, REVERSE), in_port=self.outside)
+        msgs = [self.install(dp, state, conn, direction)
+                for direction in (FORWARD, REVERSE) if conn.cookie[direction] is None]
+        msgs.append(self.packet_out(dp, data, self.actions(dp, conn, REVERSE),
+                                    in_port=self.outside))
+        self.send_all(dp, msgs)
 
     # ------------------------------------------------------------------
     # Flows.
@@ -321,28 +333,41 @@ class SourceNat(app_manager.OSKenApp):
         return parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ip_proto=conn.proto,
                                **fields)
 
+    def send_all(self, dp, msgs):
+        """Send msgs, in order, in one write: os-ken's send_msg queues each
+        message for its own sendall (a TCP segment each, a wakeup of the
+        send loop each); Datapath.send takes bytes, so serialize here."""
+        for m in msgs:
+            dp.set_xid(m)
+            m.serialize()
+        dp.send(b"".join(m.buf for m in msgs))
+
     def install(self, dp, state, conn, direction):
+        """The flow-mod installing one direction (to send), its cookie
+        recorded."""
         ofp = dp.ofproto
         parser = dp.ofproto_parser
         self.cookie_seq = (self.cookie_seq + 1) & 0xFFFFFFFF
         cookie = COOKIE_PREFIX | self.cookie_seq
         conn.cookie[direction] = cookie
         state.by_cookie[cookie] = (conn, direction)
-        self.logger.info("snat: install %s %d cookie=%#x",
-                         "forward" if direction == FORWARD else "reverse",
-                         conn.pool_port, cookie)
-        dp.send_msg(parser.OFPFlowMod(
+        if self.log_connections:
+            self.logger.info("snat: install %s %d cookie=%#x",
+                             "forward" if direction == FORWARD else "reverse",
+                             conn.pool_port, cookie)
+        return parser.OFPFlowMod(
             dp, cookie=cookie, priority=self.priority, idle_timeout=self.idle_timeout,
             flags=ofp.OFPFF_SEND_FLOW_REM, match=self.match(dp, conn, direction),
             instructions=[parser.OFPInstructionActions(
-                ofp.OFPIT_APPLY_ACTIONS, self.actions(dp, conn, direction))]))
+                ofp.OFPIT_APPLY_ACTIONS, self.actions(dp, conn, direction))])
 
     def packet_out(self, dp, data, actions, in_port=None):
+        """A packet-out (to send) of data through actions."""
         ofp = dp.ofproto
-        dp.send_msg(dp.ofproto_parser.OFPPacketOut(
+        return dp.ofproto_parser.OFPPacketOut(
             dp, buffer_id=ofp.OFP_NO_BUFFER,
             in_port=ofp.OFPP_CONTROLLER if in_port is None else in_port,
-            actions=actions, data=data))
+            actions=actions, data=data)
 
     # ------------------------------------------------------------------
     # Expiry.
@@ -364,5 +389,6 @@ class SourceNat(app_manager.OSKenApp):
                                  conn.dst_port)]
             del state.by_outside[(conn.proto, conn.dst_ip, conn.dst_port, conn.pool_port)]
             state.free.append(conn.pool_port)
-            self.logger.info("snat: free %d (%d of %d free)", conn.pool_port,
-                             len(state.free), state.total)
+            if self.log_connections:
+                self.logger.info("snat: free %d (%d of %d free)", conn.pool_port,
+                                 len(state.free), state.total)

@@ -30,6 +30,7 @@ pub mod latency;
 pub mod offload;
 pub mod report;
 pub mod setup;
+pub mod synthetic_switch;
 pub mod topo;
 pub mod traffic;
 pub mod update;

@@ -159,7 +159,9 @@ impl Nat {
             .env("SNAT_NEXT_HOP_MAC", &next_hop_mac)
             .env("SNAT_PORT_MIN", pool.0.to_string())
             .env("SNAT_PORT_MAX", pool.1.to_string())
-            .env("SNAT_IDLE_TIMEOUT", idle_timeout.to_string());
+            .env("SNAT_IDLE_TIMEOUT", idle_timeout.to_string())
+            // The per-connection log lines this test reads.
+            .env("SNAT_LOG_CONNECTIONS", "1");
         let osken_log = scratch.file("osken.log");
         let mut ctl = Proc::spawn("osken-manager", cmd, &osken_log);
         wait_listening(&mut ctl, ctl_port);
