@@ -35,6 +35,11 @@
 //!   setup. Its rate is the controller's capacity on this machine: no
 //!   switch can set up more connections a second with this controller,
 //!   so its ratio to Open vSwitch bounds every switch's.
+//! - `bridge` (`l2` only): no controller; the Linux bridge joins `p1` and
+//!   `p2` in the switch namespace. The kernel's own switch adds the least
+//!   any switch can between the hosts, so its rate is what the hosts' TCP
+//!   stacks, the clients and the server reach on this machine: the ceiling
+//!   of every L2 row, and its ratio to Open vSwitch bounds every switch's.
 //! - A server on B:5001 accepting and closing, and `--concurrency` client
 //!   threads on A, each connecting again and again, then closing with an
 //!   RST (`SO_LINGER` 0, so no TIME_WAIT limits the rate). Source ports are
@@ -115,6 +120,9 @@ pub enum SwitchKind {
     /// packet-ins at the controller and counts its answers (the
     /// controller's own capacity; `nat` only).
     Synthetic,
+    /// No controller: the Linux bridge between the hosts (their own
+    /// ceiling; `l2` only).
+    Bridge,
 }
 
 impl SwitchKind {
@@ -124,6 +132,7 @@ impl SwitchKind {
             SwitchKind::OfflowOffload => "offlow --offload xdp",
             SwitchKind::Ovs => "ovs 3.1 netdev system",
             SwitchKind::Synthetic => "synthetic (controller alone)",
+            SwitchKind::Bridge => "linux bridge (no controller)",
         }
     }
 }
@@ -138,7 +147,7 @@ pub struct SetupArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "offlow,offlow-offload,ovs,synthetic"
+        default_value = "offlow,offlow-offload,ovs,synthetic,bridge"
     )]
     pub switches: Vec<SwitchKind>,
     /// Seconds counted per row.
@@ -572,7 +581,23 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
     let scratch = std::env::temp_dir().join(format!("offlow-setup-{}", unique_tag()));
     std::fs::create_dir_all(&scratch)?;
     let _scratch = ScratchDir(scratch.clone());
-    let (_ctl, target) = start_controller(a, app, &sw, &scratch.join("controller.log"))?;
+    let ctl = if kind == SwitchKind::Bridge {
+        // The kernel's bridge between the ports: nothing to program.
+        ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
+        for dev in ["p1", "p2"] {
+            ip(&["-n", &sw, "link", "set", dev, "master", "br0"])?;
+        }
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        None
+    } else {
+        Some(start_controller(
+            a,
+            app,
+            &sw,
+            &scratch.join("controller.log"),
+        )?)
+    };
+    let target = ctl.as_ref().map_or("", |(_, t)| t.as_str()).to_string();
     let offlow = match &a.offlow {
         Some(p) => p.clone(),
         None => std::env::current_exe()?,
@@ -618,11 +643,12 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
         }
         SwitchKind::Ovs => _ovs = Some(Ovs::start_with(&sw, "system", &[], Some(&target))?),
         SwitchKind::Synthetic => unreachable!("run_synthetic_row"),
+        SwitchKind::Bridge => {}
     }
     let stop = Arc::new(AtomicBool::new(false));
     let server = start_server(&hb, p.server, stop.clone())?;
     let sa: SocketAddr = format!("{}:{SERVER_PORT}", p.server).parse()?;
-    let ctl_pid = _ctl.child.id();
+    let ctl_pid = ctl.as_ref().map(|(g, _)| g.child.id());
     let switch_pid = match (&_switch, &_ovs) {
         (Some(g), _) => Some(g.child.id()),
         (None, Some(o)) => o.vswitchd_pid(),
@@ -643,9 +669,15 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
         sleep_unless_interrupted(Duration::from_secs_f64(a.warmup));
         phase.store(COUNT, Ordering::Relaxed);
         let t0 = Instant::now();
-        let cpu0 = (cpu_seconds(ctl_pid), switch_pid.and_then(cpu_seconds));
+        let cpu0 = (
+            ctl_pid.and_then(cpu_seconds),
+            switch_pid.and_then(cpu_seconds),
+        );
         sleep_unless_interrupted(Duration::from_secs_f64(a.seconds));
-        let cpu1 = (cpu_seconds(ctl_pid), switch_pid.and_then(cpu_seconds));
+        let cpu1 = (
+            ctl_pid.and_then(cpu_seconds),
+            switch_pid.and_then(cpu_seconds),
+        );
         phase.store(STOP, Ordering::Relaxed);
         let elapsed = t0.elapsed().as_secs_f64();
         let share = |a: Option<f64>, b: Option<f64>| Some((b? - a?) / elapsed);
@@ -707,6 +739,10 @@ pub fn run(a: &SetupArgs) -> anyhow::Result<SetupReport> {
             if kind == SwitchKind::Synthetic && app != App::Nat {
                 // simple_switch_13 sets up per MAC, not per connection:
                 // there is no per-connection exchange to replay.
+                continue;
+            }
+            if kind == SwitchKind::Bridge && app != App::L2 {
+                // A bridge does no NAT.
                 continue;
             }
             eprintln!("setup: {app:?} on {} ...", kind.name());
