@@ -170,6 +170,10 @@ pub struct SetupArgs {
     /// The offlow binary to run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub offlow: Option<PathBuf>,
+    /// An extra argument for every `offlow run` of the offlow rows
+    /// (repeatable), e.g. `--offlow-arg=--idle-spin-us=0`.
+    #[arg(long = "offlow-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub offlow_args: Vec<String>,
     /// Print one JSON object as the last line.
     #[arg(long)]
     pub json: bool,
@@ -621,7 +625,8 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
                     "--fail-mode",
                     "secure",
                 ])
-                .args(["--workers", "1", "--controller", &target]);
+                .args(["--workers", "1", "--controller", &target])
+                .args(&a.offlow_args);
             if kind == SwitchKind::OfflowOffload {
                 cmd.args(["--offload", "xdp"]);
             }

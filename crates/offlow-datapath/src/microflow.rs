@@ -61,7 +61,7 @@
 
 use core::cell::Cell;
 use offlow_flow::{FlowKey, KEY_WORDS};
-use offlow_sync::prefetch;
+use offlow_sync::{prefetch, HugeSlice};
 
 /// Ways per bucket: 8 signatures of 4 bytes plus 8 credits fill one line.
 pub const WAYS: usize = 8;
@@ -306,10 +306,10 @@ pub struct MicroflowCache<V: Copy> {
     /// Bucket metadata lines.
     buckets: Box<[Bucket]>,
     /// Core words and values, `bucket * WAYS + way`.
-    slots: Box<[Slot<V>]>,
+    slots: HugeSlice<Slot<V>>,
     /// Full keys, parallel to `slots`: read by lookups of extended keys
     /// only, and by `invalidate` and `iter`.
-    keys: Box<[FlowKey]>,
+    keys: HugeSlice<FlowKey>,
     /// `buckets.len() - 1` (the bucket count is a power of two).
     bucket_mask: u64,
     hits: Cell<u64>,
@@ -333,8 +333,11 @@ impl<V: Copy> MicroflowCache<V> {
         let nb = entries / WAYS;
         MicroflowCache {
             buckets: (0..nb).map(|_| Bucket::empty()).collect(),
-            slots: vec![Slot::EMPTY; entries].into_boxed_slice(),
-            keys: vec![FlowKey::ZERO; entries].into_boxed_slice(),
+            // In huge pages: inserts land at random, and on 4 KiB pages
+            // each paid a TLB miss (a nested page walk on a VM); see
+            // `HugeSlice`.
+            slots: HugeSlice::new(entries, Slot::EMPTY),
+            keys: HugeSlice::new(entries, FlowKey::ZERO),
             bucket_mask: (nb - 1) as u64,
             hits: Cell::new(0),
             misses: Cell::new(0),

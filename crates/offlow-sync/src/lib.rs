@@ -16,6 +16,9 @@
 //! - [`IdMap`]: a `HashMap` with a one-multiply hasher for keys the switch
 //!   allocates itself (rule ids, action refs), where SipHash's flooding
 //!   defence buys nothing and costs more than the lookup.
+//! - [`HugeSlice<T>`]: a large table in transparent huge pages, for
+//!   structures touched at random (a worker's microflow cache), where 4 KiB
+//!   pages cost a TLB miss per access.
 //!
 //! Invariants (proved in [`versioned`], next to the code that keeps them):
 //! - a copy is never mutated while any reader holds a reference into it;
@@ -36,11 +39,13 @@
 // Exports are what other crates use; the rest is `pub(crate)`. (Crate
 // level until the lint can be a workspace one: see the root Cargo.toml.)
 
+mod huge;
 pub mod idmap;
 mod padded;
 mod prefetch;
 pub mod versioned;
 
+pub use huge::{HugeSlice, HUGE_PAGE};
 pub use idmap::{IdBuildHasher, IdHasher, IdMap};
 pub use padded::CachePadded;
 pub use prefetch::prefetch;
