@@ -33,6 +33,8 @@
 
 use std::fmt;
 
+use offlow_sync::HugeSlice;
+
 use crate::lpm::{check, prefix_mask, BinaryTrie};
 
 /// Bit 31 of a `tbl24` entry: the rest is a `tbl8` group index.
@@ -43,8 +45,6 @@ pub const NO_ROUTE: u32 = 0x7fff_ffff;
 pub const MAX_NEXT_HOP: u32 = NO_ROUTE - 1;
 
 const TBL24_LEN: usize = 1 << 24;
-const TBL24_BYTES: usize = TBL24_LEN * 4;
-const HUGE_PAGE: usize = 2 << 20;
 /// Block size of `lookup_batch`: a whole 64-address burst (the size callers
 /// and dpdk-test-fib use) in one first pass keeps all its table reads in
 /// flight at once; measured 1.4x faster than blocks of 32 on ipasn_20140513.
@@ -70,106 +70,32 @@ impl fmt::Display for FibError {
 
 impl std::error::Error for FibError {}
 
-/// The 2^24-entry first table: an mmap'd region or, failing that, the heap.
-enum Tbl24 {
-    Mapped {
-        /// Start of the whole mapping (for `munmap`).
-        base: *mut libc::c_void,
-        /// Length of the whole mapping.
-        len: usize,
-        /// 2 MiB-aligned table start inside the mapping.
-        table: *mut [u32; TBL24_LEN],
-        huge: bool,
-    },
-    Heap(Box<[u32; TBL24_LEN]>),
-}
-
-// SAFETY: the mapping is owned exclusively by this value (like a Box); it is
-// only written through `&mut self` and read through `&self`.
-unsafe impl Send for Tbl24 {}
-// SAFETY: as above: shared access is read-only.
-unsafe impl Sync for Tbl24 {}
+/// The 2^24-entry first table, in huge pages where the kernel gives them
+/// ([`HugeSlice`]: an aligned anonymous mapping advised `MADV_HUGEPAGE`,
+/// or the heap if the mapping fails). Cloning makes a deep copy: the second
+/// copy of a left-right pair starts as a clone.
+#[derive(Clone)]
+struct Tbl24(HugeSlice<u32>);
 
 impl Tbl24 {
     /// A table with every entry `NO_ROUTE`.
     fn new() -> Tbl24 {
-        let len = TBL24_BYTES + HUGE_PAGE;
-        // SAFETY: an anonymous private mapping with no address hint has no
-        // preconditions; the result is checked against MAP_FAILED.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Tbl24::Heap(
-                vec![NO_ROUTE; TBL24_LEN]
-                    .into_boxed_slice()
-                    .try_into()
-                    .unwrap_or_else(|_| unreachable!("vec has TBL24_LEN entries")),
-            );
-        }
-        // Transparent huge pages need 2 MiB-aligned virtual addresses; the
-        // mapping is over-allocated by one huge page to leave room.
-        let pad = (HUGE_PAGE - (base as usize % HUGE_PAGE)) % HUGE_PAGE;
-        // SAFETY: pad < HUGE_PAGE, so `base + pad .. + TBL24_BYTES` lies inside
-        // the mapping of `TBL24_BYTES + HUGE_PAGE` bytes.
-        let table = unsafe { base.cast::<u8>().add(pad) }.cast::<[u32; TBL24_LEN]>();
-        // SAFETY: the range is inside our mapping; madvise only changes
-        // paging policy. Failure (no THP support) is harmless.
-        let huge = unsafe { libc::madvise(table.cast(), TBL24_BYTES, libc::MADV_HUGEPAGE) } == 0;
-        let mut t = Tbl24::Mapped {
-            base,
-            len,
-            table,
-            huge,
-        };
-        t.as_mut().fill(NO_ROUTE);
-        t
+        Tbl24(HugeSlice::new(TBL24_LEN, NO_ROUTE))
     }
 
+    /// As a fixed-size array: indexes by `addr >> 8` need no bounds check.
     #[inline(always)]
     fn as_ref(&self) -> &[u32; TBL24_LEN] {
-        match self {
-            // SAFETY: `table` is aligned, inside a live read-write mapping
-            // owned by self, and zero-initialised by mmap (a valid [u32]).
-            Tbl24::Mapped { table, .. } => unsafe { &**table },
-            Tbl24::Heap(b) => b,
-        }
+        (&*self.0)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("tbl24 has TBL24_LEN entries"))
     }
 
     #[inline]
     fn as_mut(&mut self) -> &mut [u32; TBL24_LEN] {
-        match self {
-            // SAFETY: as in `as_ref`; `&mut self` gives exclusive access.
-            Tbl24::Mapped { table, .. } => unsafe { &mut **table },
-            Tbl24::Heap(b) => b,
-        }
-    }
-}
-
-impl Clone for Tbl24 {
-    /// A deep copy (a fresh mapping holding the same entries): the second
-    /// copy of a left-right pair starts as a clone.
-    fn clone(&self) -> Self {
-        let mut t = Tbl24::new();
-        t.as_mut().copy_from_slice(self.as_ref());
-        t
-    }
-}
-
-impl Drop for Tbl24 {
-    fn drop(&mut self) {
-        if let Tbl24::Mapped { base, len, .. } = *self {
-            // SAFETY: `base`/`len` are exactly what mmap returned; no
-            // reference into the mapping outlives `self`.
-            unsafe { libc::munmap(base, len) };
-        }
+        (&mut *self.0)
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("tbl24 has TBL24_LEN entries"))
     }
 }
 
@@ -213,7 +139,7 @@ impl Dir24 {
 
     /// Was `tbl24` mapped and advised to use transparent huge pages?
     pub fn huge_pages_advised(&self) -> bool {
-        matches!(self.tbl24, Tbl24::Mapped { huge: true, .. })
+        self.tbl24.0.huge_pages_advised()
     }
 
     /// Number of prefixes held.

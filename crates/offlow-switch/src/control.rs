@@ -101,8 +101,17 @@ use offlow_offload::OffloadBackend;
 /// bursts of ~500 that held packet-ins back by tens of milliseconds
 /// (connect p99 39 ms; 15–17 ms at 50 ms, bursts of ~100). A scan with
 /// nothing timed costs nothing; one with timed entries asks the workers
-/// to credit their counters first, a wakeup each.
+/// to credit their counters first, a wakeup each. Large tables stretch the
+/// period (see [`EXPIRY_DUTY`]).
 pub const EXPIRY_EVERY: Duration = Duration::from_millis(50);
+/// A scan reads every timed entry (about 2 ms for 100K of them, see
+/// offlow-pipeline's expiry module): the period is at least this many
+/// times the last scan's duration, so scans take at most 1/40 of the
+/// control thread whatever the table size.
+pub const EXPIRY_DUTY: u32 = 40;
+/// The longest period: idle expiry is late by at most one period, and
+/// timeouts are whole seconds.
+pub const EXPIRY_MAX: Duration = Duration::from_millis(500);
 /// How often port link state is re-read.
 pub const LINK_POLL: Duration = Duration::from_secs(1);
 /// Asynchronous messages queued per connection before the oldest are lost.
@@ -1099,9 +1108,11 @@ async fn offload_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
 /// Remove timed-out flow entries; report those flagged SEND_FLOW_REM;
 /// compile the tables once their rules are quiet.
 async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+    let last_scan = std::cell::Cell::new(Duration::ZERO);
     loop {
+        let period = (last_scan.get() * EXPIRY_DUTY).clamp(EXPIRY_EVERY, EXPIRY_MAX);
         tokio::select! {
-            _ = tokio::time::sleep(EXPIRY_EVERY) => {}
+            _ = tokio::time::sleep(period) => {}
             _ = stopped(&mut stop) => return,
         }
         // Idle timeouts read the counters: have the workers credit them
@@ -1111,7 +1122,9 @@ async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
             let Shared {
                 switch, standalone, ..
             } = s;
+            let scan = Instant::now();
             let removed = switch.expire(now);
+            last_scan.set(scan.elapsed());
             standalone.expired(switch, &removed, now);
             switch.maybe_compile(now);
             for fr in s.switch.take_flow_removed(now) {
