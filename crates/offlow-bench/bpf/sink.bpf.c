@@ -51,6 +51,10 @@ struct counts {
 	__u64 bytes;
 	__u64 other;
 	__u64 translated;
+	/* Counted apart rather than derived: userspace reads a CPU's counts
+	 * while the program updates them, so frames - translated from one
+	 * read can be off by one; a window's untranslated count cannot. */
+	__u64 untranslated;
 };
 
 struct {
@@ -150,6 +154,8 @@ int sink(struct xdp_md *ctx)
 	if (expect_saddr || expect_vid) {
 		if (expect_saddr ? ip->saddr == expect_saddr : tagged)
 			c->translated += 1;
+		else
+			c->untranslated += 1;
 		if (n % SAMPLE_EVERY == 0)
 			take_sample(ctx, n, frame_len);
 	}

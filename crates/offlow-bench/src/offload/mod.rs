@@ -890,12 +890,7 @@ fn measure(
         .into_iter()
         .filter(|&p| seen.contains(&u32::from(p)))
         .count();
-    Ok(SinkCounts {
-        frames: row.received,
-        bytes: s1.rx.bytes - s0.rx.bytes,
-        other: row.other,
-        translated: s1.rx.translated - s0.rx.translated,
-    })
+    Ok(s1.rx.since(&s0.rx))
 }
 
 /// Turn GRO on on `ifname` in `ns` (NAPI for redirected frames, see the

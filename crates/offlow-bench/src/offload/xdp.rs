@@ -163,6 +163,25 @@ pub struct SinkCounts {
     /// or, for a sink from [`Sink::attach_tagged`], that carried its VLAN
     /// tag (0 when neither is set).
     pub translated: u64,
+    /// Experiment frames that were not [`SinkCounts::translated`] (0 when
+    /// the sink looks for neither). Counted apart: `frames - translated`
+    /// of a snapshot taken while frames arrive can be off by one per CPU
+    /// (the per-CPU counters are read while the program updates them),
+    /// a window's `untranslated` cannot.
+    pub untranslated: u64,
+}
+
+impl SinkCounts {
+    /// The counts between `earlier` and these (a window).
+    pub fn since(&self, earlier: &SinkCounts) -> SinkCounts {
+        SinkCounts {
+            frames: self.frames.saturating_sub(earlier.frames),
+            bytes: self.bytes.saturating_sub(earlier.bytes),
+            other: self.other.saturating_sub(earlier.other),
+            translated: self.translated.saturating_sub(earlier.translated),
+            untranslated: self.untranslated.saturating_sub(earlier.untranslated),
+        }
+    }
 }
 
 /// What the sink looks for.
@@ -249,12 +268,14 @@ impl Sink {
 
     /// The counters, summed over CPUs.
     pub fn counts(&self) -> anyhow::Result<SinkCounts> {
-        let [frames, bytes, other, translated] = percpu_sum::<4>(&map(&self.obj, "rx_counts")?)?;
+        let [frames, bytes, other, translated, untranslated] =
+            percpu_sum::<5>(&map(&self.obj, "rx_counts")?)?;
         Ok(SinkCounts {
             frames,
             bytes,
             other,
             translated,
+            untranslated,
         })
     }
 
