@@ -8,6 +8,9 @@
 //!   class (Ethernet, ≤ 1 VLAN tag, option-less unfragmented IPv4, TCP/UDP/
 //!   ICMP or a protocol without ports); it is the [`offlow_flow::FlowKey`]
 //!   of those frames, losslessly ([`key`]).
+//! - [`OffloadMatch`]: the frames an entry serves, its key under an
+//!   [`OffloadMask`] (a megaflow: every microflow that agrees on the bits
+//!   the pipeline's decision looks at), or one microflow ([`mask`]).
 //! - [`OffloadProgram`] and [`compile`]: an entry's rewrites and verdict in
 //!   a fixed order of stages, compiled exactly from the pipeline's final
 //!   action list or refused with a [`Refusal`] ([`program`]).
@@ -56,6 +59,7 @@
 pub mod backend;
 pub mod caps;
 pub mod key;
+pub mod mask;
 pub mod model;
 pub mod placement;
 pub mod program;
@@ -66,6 +70,7 @@ pub mod xdp;
 pub use backend::{EntryCounters, OffloadBackend, OffloadError};
 pub use caps::{ActionKinds, Capabilities, CLASS_FIELDS};
 pub use key::{OffloadKey, VlanTag};
+pub use mask::{OffloadMask, OffloadMatch};
 pub use model::ModelBackend;
 pub use placement::{Pin, Placement, PlacementConfig, Plan, Tier};
 pub use program::{compile, OffloadProgram, TtlOp, Verdict, VlanOp};
