@@ -135,14 +135,14 @@ fn run() -> anyhow::Result<()> {
     };
     let entry = |b: &mut XdpBackend, sport: u16, actions: &[Action]| -> anyhow::Result<()> {
         let key = OffloadKey::parse(&udp(sport), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
-        b.install(&key, &compile(&key, actions)?)?;
+        b.install(&key.into(), &compile(&key, actions)?)?;
         Ok(())
     };
     entry(&mut b, 1, &[])?;
     entry(&mut b, 2, &[Action::output(PortNo(2))])?;
     for sport in [3, 4, 5] {
         let key = OffloadKey::parse(&tcp(sport, 0), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
-        b.install(&key, &compile(&key, &[Action::output(PortNo(2))])?)?;
+        b.install(&key.into(), &compile(&key, &[Action::output(PortNo(2))])?)?;
     }
     let arp = FrameBuilder::default()
         .arp(1, [2, 0, 0, 0, 0, 1], [10, 0, 0, 1], [0; 6], [10, 0, 0, 2])
@@ -263,7 +263,7 @@ fn tunnel_rows(b: &mut XdpBackend, va: u32, vb: u32) -> anyhow::Result<()> {
             .build()
     };
     let install = |b: &mut XdpBackend, key: OffloadKey, out: u32| -> anyhow::Result<()> {
-        b.install(&key, &compile(&key, &[Action::output(PortNo(out))])?)?;
+        b.install(&key.into(), &compile(&key, &[Action::output(PortNo(out))])?)?;
         Ok(())
     };
     let key = |f: &[u8], port: u32, id: u64| {

@@ -1,7 +1,7 @@
 //! The interface every backend implements, and the errors it reports.
 
 use crate::caps::Capabilities;
-use crate::key::OffloadKey;
+use crate::mask::OffloadMatch;
 use crate::program::OffloadProgram;
 use crate::Refusal;
 
@@ -30,8 +30,8 @@ pub enum OffloadError {
     /// The backend cannot serve the entry; it stays in software.
     #[error("not offloadable: {0}")]
     Refused(#[from] Refusal),
-    /// No entry for this key.
-    #[error("no offloaded entry for this key")]
+    /// No entry for this match.
+    #[error("no offloaded entry for this match")]
     NotFound,
     /// The backend itself failed (a map update, a syscall); the message says
     /// what and why. The entry is in software.
@@ -39,10 +39,13 @@ pub enum OffloadError {
     Backend(String),
 }
 
-/// A place beside the CPU that serves exact-match microflows.
+/// A place beside the CPU that serves microflows (exact entries) and
+/// megaflows (masked ones, where the capabilities allow: `masks`).
 ///
-/// Contract: after [`install`](Self::install) returns `Ok`, frames of `key`
-/// arriving on the backend's ports are served with `program`; after
+/// Contract: after [`install`](Self::install) returns `Ok`, frames that
+/// `m` matches arriving on the backend's ports are served with `program`
+/// (a frame that an exact entry and a masked one both match may be served
+/// by either: the switch installs only entries that decide alike); after
 /// [`remove`](Self::remove) (or an `install` that replaces the program)
 /// returns, no frame is served with the old program any more — the backend
 /// waits out frames in flight — so the switch can send a barrier reply.
@@ -56,34 +59,34 @@ pub trait OffloadBackend: Send {
     /// (e.g. "xdp native on s1, s2").
     fn describe(&self) -> String;
 
-    /// Install or replace the entry for `key`. Fails, and changes nothing,
+    /// Install or replace the entry for `m`. Fails, and changes nothing,
     /// when the capabilities do not admit it or there is no room.
-    fn install(&mut self, key: &OffloadKey, program: &OffloadProgram) -> Result<(), OffloadError>;
+    fn install(&mut self, m: &OffloadMatch, program: &OffloadProgram) -> Result<(), OffloadError>;
 
     /// Install or replace several entries, then wait once for frames in
     /// flight: one grace period for a whole batch. Each result says whether
     /// that entry went down.
     fn install_batch(
         &mut self,
-        entries: &[(OffloadKey, OffloadProgram)],
+        entries: &[(OffloadMatch, OffloadProgram)],
     ) -> Vec<Result<(), OffloadError>> {
         entries.iter().map(|(k, p)| self.install(k, p)).collect()
     }
 
-    /// Remove the entry for `key`; its final counters.
-    fn remove(&mut self, key: &OffloadKey) -> Result<EntryCounters, OffloadError>;
+    /// Remove the entry for `m`; its final counters.
+    fn remove(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError>;
 
     /// Remove several entries with one wait for frames in flight; each
     /// entry's final counters (or why not).
-    fn remove_batch(&mut self, keys: &[OffloadKey]) -> Vec<Result<EntryCounters, OffloadError>> {
+    fn remove_batch(&mut self, keys: &[OffloadMatch]) -> Vec<Result<EntryCounters, OffloadError>> {
         keys.iter().map(|k| self.remove(k)).collect()
     }
 
     /// The entry's cumulative counters.
-    fn counters(&mut self, key: &OffloadKey) -> Result<EntryCounters, OffloadError>;
+    fn counters(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError>;
 
     /// Every entry's cumulative counters.
-    fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadKey, EntryCounters));
+    fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadMatch, EntryCounters));
 
     /// The backend's own named counters (where frames went, every drop in
     /// the device by reason), cumulative; none by default.

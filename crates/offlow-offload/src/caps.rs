@@ -6,7 +6,7 @@ use core::ops::{BitOr, BitOrAssign};
 
 use offlow_flow::Field;
 
-use crate::key::OffloadKey;
+use crate::mask::OffloadMatch;
 use crate::program::{OffloadProgram, Verdict};
 use crate::tunnel::TunnelSupport;
 use crate::Refusal;
@@ -141,9 +141,9 @@ pub struct Capabilities {
     /// Fields it matches exactly (UDP ports and ICMP type/code share the
     /// TCP port fields' storage in the key: `TcpSrc`/`TcpDst` cover them).
     pub match_fields: Vec<Field>,
-    /// Whether it can match with masks (wildcards). The tier places exact
-    /// microflows, so this is informational today.
-    pub masks: bool,
+    /// How many distinct masks its masked entries may use at once
+    /// ([`crate::OffloadMatch`]); 0: exact entries only.
+    pub masks: usize,
     /// The action kinds it executes.
     pub actions: ActionKinds,
     /// How many entries fit.
@@ -161,10 +161,14 @@ pub struct Capabilities {
 impl Capabilities {
     /// Can the backend serve `key` with `program`? The reason if not.
     /// (Room is the backend's to check: it knows its occupancy.)
-    pub fn admits(&self, key: &OffloadKey, program: &OffloadProgram) -> Result<(), Refusal> {
+    pub fn admits(&self, m: &OffloadMatch, program: &OffloadProgram) -> Result<(), Refusal> {
         if !self.counters {
             return Err(Refusal::NoCounters);
         }
+        if self.masks == 0 && !m.is_exact() {
+            return Err(Refusal::Masked);
+        }
+        let key = &m.key;
         if let Some(&f) = CLASS_FIELDS.iter().find(|f| !self.match_fields.contains(f)) {
             return Err(Refusal::MatchField(f));
         }
@@ -212,12 +216,13 @@ impl Capabilities {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::OffloadKey;
     use crate::program::{TtlOp, VlanOp};
 
     fn caps() -> Capabilities {
         Capabilities {
             match_fields: CLASS_FIELDS.to_vec(),
-            masks: false,
+            masks: 0,
             actions: ActionKinds::OUTPUT | ActionKinds::DROP | ActionKinds::SET_IPV4,
             room: 4,
             counters: true,
@@ -240,8 +245,8 @@ mod tests {
         }
     }
 
-    fn key() -> OffloadKey {
-        crate::key::udp_key(1)
+    fn key() -> OffloadMatch {
+        crate::key::udp_key(1).into()
     }
 
     #[test]
@@ -257,8 +262,9 @@ mod tests {
             c.admits(
                 &OffloadKey {
                     in_port: 9,
-                    ..key()
-                },
+                    ..key().key
+                }
+                .into(),
                 &fwd
             ),
             Err(Refusal::Port(9))
@@ -283,15 +289,23 @@ mod tests {
         let mut blind = caps();
         blind.counters = false;
         assert_eq!(blind.admits(&key(), &fwd), Err(Refusal::NoCounters));
+        // A masked entry needs a backend that holds masks.
+        let per_pair = OffloadMatch::new(&key().key, crate::OffloadMask::SHAPE);
+        assert_eq!(c.admits(&per_pair, &fwd), Err(Refusal::Masked));
+        let masking = Capabilities { masks: 4, ..caps() };
+        assert_eq!(masking.admits(&per_pair, &fwd), Ok(()));
     }
 
     #[test]
     fn tunnel_ports_are_admitted_as_declared() {
         let c = caps();
-        let on = |port: u32, tunnel_id: u64| OffloadKey {
-            in_port: port,
-            tunnel_id,
-            ..key()
+        let on = |port: u32, tunnel_id: u64| -> OffloadMatch {
+            OffloadKey {
+                in_port: port,
+                tunnel_id,
+                ..key().key
+            }
+            .into()
         };
         let to = |p: u32| OffloadProgram::plain(Verdict::Port(p));
         // Decapsulated frames, any key, out of an interface or a tunnel.

@@ -110,4 +110,10 @@ pub enum Refusal {
     /// The backend is full.
     #[error("backend full ({0} entries)")]
     Full(usize),
+    /// The backend matches exactly only (no masked entries).
+    #[error("backend matches exactly only")]
+    Masked,
+    /// The backend holds no further distinct mask (its limit).
+    #[error("backend holds {0} masks at most")]
+    MaskRoom(usize),
 }

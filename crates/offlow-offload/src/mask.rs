@@ -20,9 +20,10 @@
 //! fields outside the mask, which the fields that are always exact see to:
 //!
 //! - `in_port` (an output to `IN_PORT`, a flood, tunnel ports), the
-//!   protocol and the VLAN tag's presence (the frame's shape: where the
-//!   stages find the L4 checksum, whether a tag is there to rewrite or
-//!   strip) are always matched exactly;
+//!   protocol (where the stages find the L4 checksum) and the VLAN tag
+//!   whole (whether one is there to rewrite or strip, and its VID and
+//!   priority, which the compiler copies into a tag it pushes) are always
+//!   matched exactly;
 //! - every [`FlowKey`] field the [`OffloadKey`] does not carry is constant
 //!   over the offloadable class (EtherType, IPv6, ARP, MPLS, metadata at
 //!   the pipeline's entry, ...) or a function of fields that are always
@@ -35,20 +36,16 @@
 
 use offlow_flow::{Field, FlowMask};
 
-use crate::key::{OffloadKey, VlanTag};
+use crate::key::OffloadKey;
 
 /// Which bits of an [`OffloadKey`] an entry matches; `in_port`, `ip_proto`
-/// and the VLAN tag's presence always (module docs). A set bit must match.
+/// and the VLAN tag always (module docs). A set bit must match.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct OffloadMask {
     /// Destination MAC bits (48).
     pub eth_dst: u64,
     /// Source MAC bits (48).
     pub eth_src: u64,
-    /// VLAN id bits (12) of a tagged frame.
-    pub vlan_vid: u16,
-    /// VLAN priority bits (3) of a tagged frame.
-    pub vlan_pcp: u8,
     /// IPv4 source bits.
     pub ipv4_src: u32,
     /// IPv4 destination bits.
@@ -72,8 +69,6 @@ impl OffloadMask {
     pub const EXACT: OffloadMask = OffloadMask {
         eth_dst: MAC_BITS,
         eth_src: MAC_BITS,
-        vlan_vid: 0x0fff,
-        vlan_pcp: 0x7,
         ipv4_src: u32::MAX,
         ipv4_dst: u32::MAX,
         ip_dscp: 0x3f,
@@ -87,8 +82,6 @@ impl OffloadMask {
     pub const SHAPE: OffloadMask = OffloadMask {
         eth_dst: 0,
         eth_src: 0,
-        vlan_vid: 0,
-        vlan_pcp: 0,
         ipv4_src: 0,
         ipv4_dst: 0,
         ip_dscp: 0,
@@ -111,9 +104,6 @@ impl OffloadMask {
         OffloadMask {
             eth_dst: bits(Field::EthDst) as u64 & MAC_BITS,
             eth_src: bits(Field::EthSrc) as u64 & MAC_BITS,
-            // OFPVID_PRESENT's bit is the tag's presence: always exact.
-            vlan_vid: bits(Field::VlanVid) as u16 & 0x0fff,
-            vlan_pcp: bits(Field::VlanPcp) as u8 & 0x7,
             ipv4_src: bits(Field::Ipv4Src) as u32,
             ipv4_dst: bits(Field::Ipv4Dst) as u32,
             ip_dscp: bits(Field::IpDscp) as u8 & 0x3f,
@@ -130,8 +120,6 @@ impl OffloadMask {
         OffloadMask {
             eth_dst: self.eth_dst | other.eth_dst,
             eth_src: self.eth_src | other.eth_src,
-            vlan_vid: self.vlan_vid | other.vlan_vid,
-            vlan_pcp: self.vlan_pcp | other.vlan_pcp,
             ipv4_src: self.ipv4_src | other.ipv4_src,
             ipv4_dst: self.ipv4_dst | other.ipv4_dst,
             ip_dscp: self.ip_dscp | other.ip_dscp,
@@ -145,16 +133,13 @@ impl OffloadMask {
 
 impl OffloadKey {
     /// The key with the bits outside `mask` cleared (`in_port`,
-    /// `ip_proto` and the tag's presence kept).
+    /// `ip_proto` and the tag kept).
     pub fn masked(&self, mask: &OffloadMask) -> OffloadKey {
         OffloadKey {
             in_port: self.in_port,
             eth_dst: self.eth_dst & mask.eth_dst,
             eth_src: self.eth_src & mask.eth_src,
-            vlan: self.vlan.map(|t| VlanTag {
-                vid: t.vid & mask.vlan_vid,
-                pcp: t.pcp & mask.vlan_pcp,
-            }),
+            vlan: self.vlan,
             ipv4_src: self.ipv4_src & mask.ipv4_src,
             ipv4_dst: self.ipv4_dst & mask.ipv4_dst,
             ip_proto: self.ip_proto,
@@ -174,6 +159,12 @@ pub struct OffloadMatch {
     pub key: OffloadKey,
     /// The bits that must match.
     pub mask: OffloadMask,
+}
+
+impl From<OffloadKey> for OffloadMatch {
+    fn from(key: OffloadKey) -> OffloadMatch {
+        OffloadMatch::exact(key)
+    }
 }
 
 impl OffloadMatch {
@@ -207,6 +198,7 @@ impl OffloadMatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::key::VlanTag;
     use offlow_flow::FlowKey;
     use proptest::prelude::*;
 

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use crate::backend::{EntryCounters, OffloadBackend, OffloadError};
 use crate::caps::{ActionKinds, Capabilities, CLASS_FIELDS};
 use crate::key::OffloadKey;
+use crate::mask::{OffloadMask, OffloadMatch};
 use crate::program::OffloadProgram;
 use crate::tunnel::TunnelPort;
 use crate::Refusal;
@@ -21,7 +22,7 @@ use crate::Refusal;
 #[derive(Debug, Clone)]
 pub struct ModelBackend {
     caps: Capabilities,
-    entries: HashMap<OffloadKey, (OffloadProgram, EntryCounters)>,
+    entries: HashMap<OffloadMatch, (OffloadProgram, EntryCounters)>,
     /// Operations that reached the table (installs and removals), for tests
     /// of churn and hysteresis.
     pub operations: u64,
@@ -42,7 +43,7 @@ impl ModelBackend {
     pub fn full(ports: Vec<u32>, room: usize) -> ModelBackend {
         ModelBackend::new(Capabilities {
             match_fields: CLASS_FIELDS.to_vec(),
-            masks: false,
+            masks: 0,
             actions: ActionKinds::ALL,
             room,
             counters: true,
@@ -59,15 +60,34 @@ impl ModelBackend {
         m
     }
 
-    /// The program installed for `key`, if any.
-    pub fn program(&self, key: &OffloadKey) -> Option<&OffloadProgram> {
-        self.entries.get(key).map(|(p, _)| p)
+    /// The program installed for `m`, if any.
+    pub fn program(&self, m: &OffloadMatch) -> Option<&OffloadProgram> {
+        self.entries.get(m).map(|(p, _)| p)
+    }
+
+    /// Distinct masks of the masked entries installed.
+    fn masks_in_use(&self) -> Vec<OffloadMask> {
+        let mut masks: Vec<OffloadMask> = Vec::new();
+        for m in self.entries.keys().filter(|m| !m.is_exact()) {
+            if !masks.contains(&m.mask) {
+                masks.push(m.mask);
+            }
+        }
+        masks
     }
 
     /// Play the device: a frame of `key` with `bytes` bytes arrives. The
-    /// program that serves it, counted, or `None` (it goes up).
+    /// program that serves it (its exact entry's, else the first masked
+    /// entry's that matches it), counted, or `None` (it goes up).
     pub fn serve(&mut self, key: &OffloadKey, bytes: u64) -> Option<OffloadProgram> {
-        let (p, c) = self.entries.get_mut(key)?;
+        let hit = std::iter::once(OffloadMatch::exact(*key))
+            .chain(
+                self.masks_in_use()
+                    .into_iter()
+                    .map(|mask| OffloadMatch::new(key, mask)),
+            )
+            .find(|m| self.entries.contains_key(m))?;
+        let (p, c) = self.entries.get_mut(&hit)?;
         c.packets += 1;
         c.bytes += bytes;
         Some(*p)
@@ -88,9 +108,13 @@ impl OffloadBackend for ModelBackend {
         )
     }
 
-    fn install(&mut self, key: &OffloadKey, program: &OffloadProgram) -> Result<(), OffloadError> {
-        self.caps.admits(key, program)?;
-        if let Some((p, _)) = self.entries.get_mut(key) {
+    fn install(&mut self, m: &OffloadMatch, program: &OffloadProgram) -> Result<(), OffloadError> {
+        self.caps.admits(m, program)?;
+        let masks = self.masks_in_use();
+        if !m.is_exact() && !masks.contains(&m.mask) && masks.len() >= self.caps.masks {
+            return Err(Refusal::MaskRoom(self.caps.masks).into());
+        }
+        if let Some((p, _)) = self.entries.get_mut(m) {
             // A replacement keeps the entry's counters: it is the same
             // microflow, now with a new decision.
             *p = *program;
@@ -99,26 +123,26 @@ impl OffloadBackend for ModelBackend {
                 return Err(Refusal::Full(self.caps.room).into());
             }
             self.entries
-                .insert(*key, (*program, EntryCounters::default()));
+                .insert(*m, (*program, EntryCounters::default()));
         }
         self.operations += 1;
         Ok(())
     }
 
-    fn remove(&mut self, key: &OffloadKey) -> Result<EntryCounters, OffloadError> {
-        let (_, c) = self.entries.remove(key).ok_or(OffloadError::NotFound)?;
+    fn remove(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
+        let (_, c) = self.entries.remove(m).ok_or(OffloadError::NotFound)?;
         self.operations += 1;
         Ok(c)
     }
 
-    fn counters(&mut self, key: &OffloadKey) -> Result<EntryCounters, OffloadError> {
+    fn counters(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
         self.entries
-            .get(key)
+            .get(m)
             .map(|(_, c)| *c)
             .ok_or(OffloadError::NotFound)
     }
 
-    fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadKey, EntryCounters)) {
+    fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadMatch, EntryCounters)) {
         for (k, (_, c)) in &self.entries {
             visit(k, *c);
         }
@@ -134,7 +158,11 @@ mod tests {
     use super::*;
     use crate::program::Verdict;
 
-    fn key(n: u16) -> OffloadKey {
+    fn key(n: u16) -> OffloadMatch {
+        crate::key::udp_key(n).into()
+    }
+
+    fn key_of(n: u16) -> OffloadKey {
         crate::key::udp_key(n)
     }
 
@@ -162,9 +190,9 @@ mod tests {
         m.install(&key(1), &OffloadProgram::plain(Verdict::Port(2)))
             .unwrap();
         for _ in 0..3 {
-            assert!(m.serve(&key(1), 64).is_some());
+            assert!(m.serve(&key_of(1), 64).is_some());
         }
-        assert!(m.serve(&key(2), 64).is_none());
+        assert!(m.serve(&key_of(2), 64).is_none());
         let c = m.counters(&key(1)).unwrap();
         assert_eq!(
             c,
@@ -173,7 +201,7 @@ mod tests {
                 bytes: 192
             }
         );
-        m.serve(&key(1), 100);
+        m.serve(&key_of(1), 100);
         assert_eq!(
             m.remove(&key(1)).unwrap().since(c),
             EntryCounters {
@@ -182,5 +210,47 @@ mod tests {
             }
         );
         assert_eq!(m.remove(&key(1)), Err(OffloadError::NotFound));
+    }
+
+    #[test]
+    fn masked_entries_serve_every_matching_microflow_within_the_mask_room() {
+        let mut m = ModelBackend::full(vec![1, 2], 8);
+        let fwd = OffloadProgram::plain(Verdict::Port(2));
+        let per_pair = OffloadMatch::new(&key_of(1), OffloadMask::SHAPE);
+        assert_eq!(
+            m.install(&per_pair, &fwd),
+            Err(OffloadError::Refused(Refusal::Masked))
+        );
+        m.caps.masks = 1;
+        m.install(&per_pair, &fwd).unwrap();
+        for port in [1, 2, 3] {
+            assert!(m.serve(&key_of(port), 64).is_some());
+        }
+        let other = OffloadKey {
+            in_port: 2,
+            ..key_of(1)
+        };
+        assert!(m.serve(&other, 64).is_none());
+        assert_eq!(m.counters(&per_pair).unwrap().packets, 3);
+        // An exact entry is found first.
+        m.install(&key(1), &OffloadProgram::plain(Verdict::Drop))
+            .unwrap();
+        assert_eq!(m.serve(&key_of(1), 64).unwrap().verdict, Verdict::Drop);
+        // A second distinct mask exceeds the room; the same mask does not.
+        let by_dst = OffloadMask {
+            tp_dst: u16::MAX,
+            ..OffloadMask::SHAPE
+        };
+        assert_eq!(
+            m.install(&OffloadMatch::new(&key_of(1), by_dst), &fwd),
+            Err(OffloadError::Refused(Refusal::MaskRoom(1)))
+        );
+        m.install(&OffloadMatch::new(&other, OffloadMask::SHAPE), &fwd)
+            .unwrap();
+        m.remove(&per_pair).unwrap();
+        m.remove(&OffloadMatch::new(&other, OffloadMask::SHAPE))
+            .unwrap();
+        m.install(&OffloadMatch::new(&key_of(1), by_dst), &fwd)
+            .unwrap();
     }
 }

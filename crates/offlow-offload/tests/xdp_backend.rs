@@ -92,7 +92,7 @@ fn counters_equal_the_frames_served() {
     ns.run(|| {
         let mut b = common::detached(2, Vec::new());
         let key = OffloadKey::parse(&tcp(0), 1, 0).unwrap();
-        b.install(&key, &OffloadProgram::plain(Verdict::Port(2)))
+        b.install(&key.into(), &OffloadProgram::plain(Verdict::Port(2)))
             .unwrap();
         let mut want = EntryCounters::default();
         for len in [0, 1, 17, 300, 1000] {
@@ -105,9 +105,9 @@ fn counters_equal_the_frames_served() {
         }
         // The same flow on another port is another microflow: a miss.
         assert_eq!(run(&b, &tcp(0), 3).2, "up_pass");
-        assert_eq!(b.counters(&key).unwrap(), want);
+        assert_eq!(b.counters(&key.into()).unwrap(), want);
         // A replacement keeps the microflow's counters.
-        b.install(&key, &OffloadProgram::plain(Verdict::Drop))
+        b.install(&key.into(), &OffloadProgram::plain(Verdict::Drop))
             .unwrap();
         let (ret, _, stat, _) = run(&b, &tcp(5), 1);
         assert_eq!((ret, stat), (action::DROP, "hit_drop"));
@@ -115,14 +115,14 @@ fn counters_equal_the_frames_served() {
         want.bytes += tcp(5).len() as u64;
         let mut all = Vec::new();
         b.all_counters(&mut |k, c| all.push((*k, c)));
-        assert_eq!(all, vec![(key, want)]);
-        assert_eq!(b.remove(&key).unwrap(), want);
-        assert_eq!(b.remove(&key), Err(OffloadError::NotFound));
+        assert_eq!(all, vec![(key.into(), want)]);
+        assert_eq!(b.remove(&key.into()).unwrap(), want);
+        assert_eq!(b.remove(&key.into()), Err(OffloadError::NotFound));
         assert_eq!(run(&b, &tcp(0), 1).2, "up_pass");
         // A new installation starts from zero (its slot was zeroed).
-        b.install(&key, &OffloadProgram::plain(Verdict::InPort))
+        b.install(&key.into(), &OffloadProgram::plain(Verdict::InPort))
             .unwrap();
-        assert_eq!(b.counters(&key).unwrap(), EntryCounters::default());
+        assert_eq!(b.counters(&key.into()).unwrap(), EntryCounters::default());
         let stats = b.stats().unwrap();
         assert_eq!(stats.get("hit_port"), 5);
         assert_eq!(stats.get("hit_drop"), 1);
@@ -133,23 +133,23 @@ fn counters_equal_the_frames_served() {
         let k2 = OffloadKey { tp_src: 2, ..key };
         let k3 = OffloadKey { tp_src: 3, ..key };
         let fwd = OffloadProgram::plain(Verdict::Port(3));
-        b.install(&k2, &fwd).unwrap();
-        assert_eq!(b.install(&k3, &fwd), Err(Refusal::Full(2).into()));
+        b.install(&k2.into(), &fwd).unwrap();
+        assert_eq!(b.install(&k3.into(), &fwd), Err(Refusal::Full(2).into()));
         assert_eq!(
-            b.install(&k2, &OffloadProgram::plain(Verdict::Port(9))),
+            b.install(&k2.into(), &OffloadProgram::plain(Verdict::Port(9))),
             Err(Refusal::Port(9).into())
         );
         assert_eq!(b.len(), 2);
 
         // Batches: one grace period, every entry's final counters.
-        let removed = b.remove_batch(&[key, k2, k3]);
+        let removed = b.remove_batch(&[key.into(), k2.into(), k3.into()]);
         assert_eq!(removed[0], Ok(EntryCounters::default()));
         assert_eq!(removed[1], Ok(EntryCounters::default()));
         assert_eq!(removed[2], Err(OffloadError::NotFound));
         let res = b.install_batch(&[
-            (key, fwd),
-            (k2, fwd),
-            (key, OffloadProgram::plain(Verdict::Drop)),
+            (key.into(), fwd),
+            (k2.into(), fwd),
+            (key.into(), OffloadProgram::plain(Verdict::Drop)),
         ]);
         assert!(res.iter().all(Result::is_ok), "{res:?}");
         assert_eq!(run(&b, &tcp(0), 1).2, "hit_drop");
@@ -177,7 +177,7 @@ fn steering_goes_to_the_workers_cpu_or_up() {
         )
         .unwrap();
         assert_eq!(p.verdict, Verdict::Cpu(1 << 5));
-        b.install(&key, &p).unwrap();
+        b.install(&key.into(), &p).unwrap();
         // No CPU for worker 5 yet: up, untouched, not counted.
         let (ret, out, stat, _) = run(&b, &f, 1);
         assert_eq!((ret, stat), (action::PASS, "up_pass"));
@@ -187,7 +187,7 @@ fn steering_goes_to_the_workers_cpu_or_up() {
         let (ret, out, stat, cpu) = run(&b, &f, 1);
         assert_eq!((ret, stat, cpu), (action::REDIRECT, "hit_cpu", 0));
         assert_eq!(out, f);
-        assert_eq!(b.counters(&key).unwrap().packets, 1);
+        assert_eq!(b.counters(&key.into()).unwrap().packets, 1);
         b.clear_worker_cpu(5).unwrap();
         assert_eq!(run(&b, &f, 1).2, "up_pass");
         assert_eq!(b.stats().unwrap().get("up_no_cpu"), 2);
@@ -256,7 +256,8 @@ fn a_udp_checksum_computing_to_zero_is_sent_as_ffff() {
             Action::SetField(Field::UdpSrc, port.into()),
             Action::output(PortNo(2)),
         ];
-        b.install(&key, &compile(&key, &actions).unwrap()).unwrap();
+        b.install(&key.into(), &compile(&key, &actions).unwrap())
+            .unwrap();
         let (ret, out, stat, _) = run(&b, &f, 1);
         assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
         let parsed = offlow_flow::extract(&f, 1, &mut Default::default());
@@ -302,7 +303,8 @@ fn partial_checksum_edges() {
         f[52..54].copy_from_slice(&urg.to_be_bytes());
         assert_eq!(fold(sum(&f[34..], u32::from(pseudo))), 0xffff, "valid");
         let key = OffloadKey::parse(&f, 1, 0).unwrap();
-        b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
+        b.install(&key.into(), &compile(&key, &out2).unwrap())
+            .unwrap();
         let finished = b.stats().unwrap().get("csum_finished");
         let (ret, out, stat, _) = run(&b, &f, 1);
         assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
@@ -327,7 +329,8 @@ fn partial_checksum_edges() {
             })
             .expect("some payload makes the sum 0");
         let key = OffloadKey::parse(&f, 1, 0).unwrap();
-        b.install(&key, &compile(&key, &out2).unwrap()).unwrap();
+        b.install(&key.into(), &compile(&key, &out2).unwrap())
+            .unwrap();
         let (ret, out, stat, _) = run(&b, &f, 1);
         assert_eq!((ret, stat), (action::REDIRECT, "hit_port"));
         assert_eq!(out, want, "finished as the AF_PACKET path finishes it");
@@ -402,11 +405,12 @@ fn frames_in_flight_see_whole_programs_during_replacement() {
         let c2 = compile(&key, &p2).unwrap();
         let drop_all = OffloadProgram::plain(Verdict::Drop);
         for i in 0..200 {
-            b.install(&key, if i % 2 == 0 { &c1 } else { &c2 }).unwrap();
-            b.install(&other, &drop_all).unwrap();
-            b.remove(&other).unwrap();
+            b.install(&key.into(), if i % 2 == 0 { &c1 } else { &c2 })
+                .unwrap();
+            b.install(&other.into(), &drop_all).unwrap();
+            b.remove(&other.into()).unwrap();
             if i % 50 == 49 {
-                b.remove(&key).unwrap();
+                b.remove(&key.into()).unwrap();
             }
         }
         stop.store(true, Ordering::Relaxed);
@@ -429,7 +433,7 @@ fn attached_program_serves_live_frames() {
         let mut b = XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
         let f = tcp(30);
         let key = OffloadKey::parse(&f, 1, 0).unwrap();
-        b.install(&key, &OffloadProgram::plain(Verdict::Drop))
+        b.install(&key.into(), &OffloadProgram::plain(Verdict::Drop))
             .unwrap();
         let vb = common::ifindex_by_name("vb");
         for _ in 0..5 {
@@ -446,15 +450,15 @@ fn attached_program_serves_live_frames() {
             packets: 5,
             bytes: 5 * f.len() as u64,
         };
-        while b.counters(&key).unwrap() != want && std::time::Instant::now() < deadline {
+        while b.counters(&key.into()).unwrap() != want && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert_eq!(b.counters(&key).unwrap(), want);
+        assert_eq!(b.counters(&key.into()).unwrap(), want);
         let stats = b.stats().unwrap();
         assert_eq!(stats.get("hit_drop"), 5, "{stats:?}");
         // The miss, and anything the kernel sent on its own (IPv6 router
         // solicitations, ...), went up.
         assert!(stats.get("up_pass") >= 1, "{stats:?}");
-        assert_eq!(b.remove(&key).unwrap(), want);
+        assert_eq!(b.remove(&key.into()).unwrap(), want);
     });
 }

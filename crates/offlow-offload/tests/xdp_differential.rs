@@ -526,7 +526,7 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
         let actions = concrete(&c.acts, &k, c.fix);
         match compile(&k, &actions) {
             Ok(p) => {
-                b.install(&k, &p)
+                b.install(&k.into(), &p)
                     .map_err(|e| TestCaseError::fail(format!("install: {e}")))?;
                 installed = Some((k, actions));
             }
@@ -600,7 +600,7 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
     };
     if let Some((k, _)) = installed {
         let c = b
-            .remove(&k)
+            .remove(&k.into())
             .map_err(|e| TestCaseError::fail(format!("remove: {e}")))?;
         let want = if served {
             EntryCounters {

@@ -225,7 +225,8 @@ fn reference(frame: &[u8], port: u32, entry: &Installed) -> Expect {
 /// Compile and install `actions` for `key`.
 fn install(b: &mut XdpBackend, key: OffloadKey, actions: Vec<Action>) -> Installed {
     let p = compile(&key, &actions).unwrap_or_else(|r| panic!("{actions:?}: {r}"));
-    b.install(&key, &p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    b.install(&key.into(), &p)
+        .unwrap_or_else(|e| panic!("{p}: {e}"));
     Installed { key, actions }
 }
 
@@ -335,7 +336,7 @@ fn gre_and_vxlan_frames_are_decapsulated_as_classify_picks_them() {
                 let want = reference(&frame, t.underlay, &e);
                 check(&b, &frame, t.underlay, &want);
                 // Counted as the inner frame, on the tunnel port's entry.
-                let c = b.remove(&key).unwrap();
+                let c = b.remove(&key.into()).unwrap();
                 assert_eq!(
                     c,
                     EntryCounters {
@@ -491,7 +492,7 @@ fn encapsulated_frames_classify_back_to_the_executors_bytes() {
         let k = OffloadKey::parse(&inner_udp(7001), 12, 1).unwrap();
         let p = compile(&k, &[Action::output(PortNo::IN_PORT)]).unwrap();
         assert_eq!(
-            b.install(&k, &p),
+            b.install(&k.into(), &p),
             Err(OffloadError::Refused(Refusal::Tunnel(
                 12,
                 "output back into the ingress tunnel"
@@ -534,14 +535,14 @@ fn attached_program_decapsulates_and_encapsulates_live_frames() {
         // veth delivers through NAPI on the receiving side: wait for it.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let done = |b: &mut XdpBackend| {
-            b.counters(&decap).unwrap() == want(&inner)
-                && b.counters(&encap).unwrap() == want(&plain)
+            b.counters(&decap.into()).unwrap() == want(&inner)
+                && b.counters(&encap.into()).unwrap() == want(&plain)
         };
         while !done(&mut b) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        assert_eq!(b.counters(&decap).unwrap(), want(&inner));
-        assert_eq!(b.counters(&encap).unwrap(), want(&plain));
+        assert_eq!(b.counters(&decap.into()).unwrap(), want(&inner));
+        assert_eq!(b.counters(&encap.into()).unwrap(), want(&plain));
         let stats = b.stats().unwrap();
         assert_eq!(
             (stats.get("tunnel_decap"), stats.get("tunnel_encap")),
@@ -843,7 +844,7 @@ fn run_case(b: &mut XdpBackend, c: &Case, hits: &mut u32) -> Result<(), TestCase
     let Ok(p) = compile(&key, &acts) else {
         return Ok(());
     };
-    if b.install(&key, &p).is_err() {
+    if b.install(&key.into(), &p).is_err() {
         // Refused (back into the ingress tunnel): software.
         return Ok(());
     }

@@ -7,7 +7,7 @@
 //! build.rs), fills its port maps, attaches it to each port (native XDP,
 //! or generic where the driver has none) and implements [`OffloadBackend`]
 //! over its maps:
-//! - `flows`: [`OffloadKey`] → a slot of `progs`;
+//! - `flows`: [`crate::OffloadKey`] → a slot of `progs`;
 //! - `progs`: the slot's [`OffloadProgram`] and the key it serves, plus the
 //!   entry's slot of `counters` (per-CPU packets and bytes);
 //! - `rx_ports` (ifindex → OpenFlow port and miss path: an ARRAY indexed by
@@ -83,7 +83,7 @@ use libbpf_rs::{MapCore, MapFlags, MapHandle, PrintLevel, Xdp, XdpFlags};
 
 use crate::backend::{EntryCounters, OffloadBackend, OffloadError};
 use crate::caps::{ActionKinds, Capabilities, CLASS_FIELDS};
-use crate::key::OffloadKey;
+use crate::mask::OffloadMatch;
 use crate::program::OffloadProgram;
 use crate::tunnel::TunnelPort;
 use crate::Refusal;
@@ -351,7 +351,7 @@ pub struct XdpBackend {
     maps: Maps,
     ports: Vec<Attached>,
     caps: Capabilities,
-    entries: HashMap<OffloadKey, Entry>,
+    entries: HashMap<OffloadMatch, Entry>,
     /// OpenFlow port → its index in `tx_ports`.
     tx_index: HashMap<u32, u32>,
     /// The tunnel ports; a tunnel's index here is its `tun_tx` index.
@@ -398,7 +398,7 @@ impl XdpBackend {
             ports: Vec::new(),
             caps: Capabilities {
                 match_fields: CLASS_FIELDS.to_vec(),
-                masks: false,
+                masks: 0,
                 actions: ActionKinds::ALL,
                 room: cfg.room,
                 counters: true,
@@ -927,12 +927,13 @@ impl XdpBackend {
     /// program slot was retired (a replacement: the caller must wait).
     fn install_nowait(
         &mut self,
-        key: &OffloadKey,
+        m: &OffloadMatch,
         program: &OffloadProgram,
     ) -> Result<bool, OffloadError> {
-        self.caps.admits(key, program)?;
+        self.caps.admits(m, program)?;
+        let key = &m.key;
         let krec = layout::key_record(key);
-        if let Some(e) = self.entries.get(key).copied() {
+        if let Some(e) = self.entries.get(m).copied() {
             let slot = self.alloc_prog_slot()?;
             let rec = layout::prog_record(key, program, e.counter_slot, &*self);
             let published = self
@@ -951,7 +952,7 @@ impl XdpBackend {
             }
             self.retired_progs.push(e.prog_slot);
             self.entries.insert(
-                *key,
+                *m,
                 Entry {
                     prog_slot: slot,
                     counter_slot: e.counter_slot,
@@ -995,7 +996,7 @@ impl XdpBackend {
             return Err(OffloadError::Backend(format!("installing an entry: {err}")));
         }
         self.entries.insert(
-            *key,
+            *m,
             Entry {
                 prog_slot: slot,
                 counter_slot,
@@ -1004,14 +1005,14 @@ impl XdpBackend {
         Ok(false)
     }
 
-    /// Unlink `key` without waiting; its slots, to free after a grace period.
-    fn unlink(&mut self, key: &OffloadKey) -> Result<Entry, OffloadError> {
-        let e = *self.entries.get(key).ok_or(OffloadError::NotFound)?;
+    /// Unlink `m` without waiting; its slots, to free after a grace period.
+    fn unlink(&mut self, m: &OffloadMatch) -> Result<Entry, OffloadError> {
+        let e = *self.entries.get(m).ok_or(OffloadError::NotFound)?;
         self.maps
             .flows
-            .delete(bytes_of(&layout::key_record(key)))
+            .delete(bytes_of(&layout::key_record(&m.key)))
             .map_err(backend_err("removing an entry"))?;
-        self.entries.remove(key);
+        self.entries.remove(m);
         Ok(e)
     }
 
@@ -1086,8 +1087,8 @@ impl OffloadBackend for XdpBackend {
         )
     }
 
-    fn install(&mut self, key: &OffloadKey, program: &OffloadProgram) -> Result<(), OffloadError> {
-        if self.install_nowait(key, program)? {
+    fn install(&mut self, m: &OffloadMatch, program: &OffloadProgram) -> Result<(), OffloadError> {
+        if self.install_nowait(m, program)? {
             self.grace_period()?;
             self.free_progs.append(&mut self.retired_progs);
         }
@@ -1096,7 +1097,7 @@ impl OffloadBackend for XdpBackend {
 
     fn install_batch(
         &mut self,
-        entries: &[(OffloadKey, OffloadProgram)],
+        entries: &[(OffloadMatch, OffloadProgram)],
     ) -> Vec<Result<(), OffloadError>> {
         let mut wait = false;
         let mut out: Vec<Result<(), OffloadError>> = entries
@@ -1117,14 +1118,14 @@ impl OffloadBackend for XdpBackend {
         out
     }
 
-    fn remove(&mut self, key: &OffloadKey) -> Result<EntryCounters, OffloadError> {
-        let e = self.unlink(key)?;
+    fn remove(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
+        let e = self.unlink(m)?;
         self.grace_period()?;
         self.free_progs.append(&mut self.retired_progs);
         self.finish_removal(e)
     }
 
-    fn remove_batch(&mut self, keys: &[OffloadKey]) -> Vec<Result<EntryCounters, OffloadError>> {
+    fn remove_batch(&mut self, keys: &[OffloadMatch]) -> Vec<Result<EntryCounters, OffloadError>> {
         let unlinked: Vec<Result<Entry, OffloadError>> =
             keys.iter().map(|k| self.unlink(k)).collect();
         if let Err(e) = self.grace_period() {
@@ -1140,12 +1141,12 @@ impl OffloadBackend for XdpBackend {
             .collect()
     }
 
-    fn counters(&mut self, key: &OffloadKey) -> Result<EntryCounters, OffloadError> {
-        let e = *self.entries.get(key).ok_or(OffloadError::NotFound)?;
+    fn counters(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
+        let e = *self.entries.get(m).ok_or(OffloadError::NotFound)?;
         self.read_counters(e.counter_slot)
     }
 
-    fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadKey, EntryCounters)) {
+    fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadMatch, EntryCounters)) {
         for (k, e) in &self.entries {
             if let Ok(c) = self.read_counters(e.counter_slot) {
                 visit(k, c);

@@ -594,7 +594,7 @@ impl OffloadTier {
             }
         }
         // Refused here rather than by the backend a round trip later.
-        self.caps.admits(key, &program)?;
+        self.caps.admits(&(*key).into(), &program)?;
         let rules = res
             .path
             .iter()
@@ -656,8 +656,11 @@ impl OffloadTier {
         self.sent += 1;
         let cmd = Cmd::Apply {
             seq: self.sent,
-            remove,
-            install,
+            remove: remove.into_iter().map(|(k, g)| (k.into(), g)).collect(),
+            install: install
+                .into_iter()
+                .map(|(k, g, p)| (k.into(), g, p))
+                .collect(),
         };
         if !self.link.send(cmd) {
             self.backend_gone();
@@ -671,7 +674,8 @@ impl OffloadTier {
             Done::Applied {
                 removed, installed, ..
             } => {
-                for (key, gen, r) in removed {
+                for (m, gen, r) in removed {
+                    let key = m.key;
                     let Some(e) = self.retiring.remove(&(key, gen)) else {
                         continue;
                     };
@@ -689,7 +693,8 @@ impl OffloadTier {
                         }
                     }
                 }
-                for (key, gen, r) in installed {
+                for (m, gen, r) in installed {
+                    let key = m.key;
                     let current = self.entries.get(&key).is_some_and(|e| e.gen == gen);
                     match r {
                         Ok(()) => {
@@ -729,7 +734,8 @@ impl OffloadTier {
                 if !named.is_empty() {
                     *self.named.lock().unwrap_or_else(|p| p.into_inner()) = named;
                 }
-                for (key, gen, c) in counters {
+                for (m, gen, c) in counters {
+                    let key = m.key;
                     // The entry the counters belong to: live, or on its way out.
                     let (e, live) = match self.entries.get_mut(&key).filter(|e| e.gen == gen) {
                         Some(e) => (e, true),
@@ -838,7 +844,7 @@ mod tests {
     use super::*;
     use offlow_flow::{Field, Match};
     use offlow_offload::{
-        Capabilities, EntryCounters, ModelBackend, OffloadBackend, OffloadError, Pin,
+        Capabilities, EntryCounters, ModelBackend, OffloadBackend, OffloadError, OffloadMatch, Pin,
     };
     use offlow_pipeline::{
         Action, FlowFilter, FlowMod, FlowModCommand, Instruction, PortNo, TABLE_ALL,
@@ -856,16 +862,16 @@ mod tests {
         fn describe(&self) -> String {
             self.0.lock().unwrap().describe()
         }
-        fn install(&mut self, k: &OffloadKey, p: &OffloadProgram) -> Result<(), OffloadError> {
+        fn install(&mut self, k: &OffloadMatch, p: &OffloadProgram) -> Result<(), OffloadError> {
             self.0.lock().unwrap().install(k, p)
         }
-        fn remove(&mut self, k: &OffloadKey) -> Result<EntryCounters, OffloadError> {
+        fn remove(&mut self, k: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
             self.0.lock().unwrap().remove(k)
         }
-        fn counters(&mut self, k: &OffloadKey) -> Result<EntryCounters, OffloadError> {
+        fn counters(&mut self, k: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
             self.0.lock().unwrap().counters(k)
         }
-        fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadKey, EntryCounters)) {
+        fn all_counters(&mut self, visit: &mut dyn FnMut(&OffloadMatch, EntryCounters)) {
             self.0.lock().unwrap().all_counters(visit)
         }
         fn len(&self) -> usize {
@@ -956,7 +962,11 @@ mod tests {
         add_udp_rule(&mut tier, &mut p, vec![set_src, Action::output(PortNo(2))]);
         tier.pin(key(1), Some(Pin::Down));
         settle(&mut tier, &p);
-        let prog = *model.lock().unwrap().program(&key(1)).expect("offloaded");
+        let prog = *model
+            .lock()
+            .unwrap()
+            .program(&key(1).into())
+            .expect("offloaded");
         assert_eq!(prog.verdict, Verdict::Port(2));
         assert_eq!(prog.ipv4_src, Some(0x0b00_0001));
         assert_eq!(tier.tier(&key(1)), Tier::Offloaded);
@@ -984,7 +994,7 @@ mod tests {
         let prog = *model
             .lock()
             .unwrap()
-            .program(&key(1))
+            .program(&key(1).into())
             .expect("still offloaded");
         assert_eq!(prog, OffloadProgram::plain(Verdict::Port(3)));
         assert_eq!(rule_packets(&p), vec![6]);
@@ -1001,7 +1011,7 @@ mod tests {
         let prog = *model
             .lock()
             .unwrap()
-            .program(&key(1))
+            .program(&key(1).into())
             .expect("re-installed");
         assert_eq!(prog, OffloadProgram::plain(Verdict::Drop));
         // The rule is gone from the table; the entry's final counters
@@ -1072,7 +1082,11 @@ mod tests {
         add_udp_rule(&mut tier, &mut p, vec![Action::Group(1)]);
         tier.pin(key(1), Some(Pin::Down));
         settle(&mut tier, &p);
-        let prog = *model.lock().unwrap().program(&key(1)).expect("offloaded");
+        let prog = *model
+            .lock()
+            .unwrap()
+            .program(&key(1).into())
+            .expect("offloaded");
         assert_eq!(prog, OffloadProgram::plain(Verdict::Port(2)));
         for _ in 0..5 {
             model.lock().unwrap().serve(&key(1), 60);
@@ -1091,7 +1105,7 @@ mod tests {
         let prog = *model
             .lock()
             .unwrap()
-            .program(&key(1))
+            .program(&key(1).into())
             .expect("still offloaded");
         assert_eq!(
             (prog.verdict, prog.ipv4_dst),
@@ -1111,7 +1125,7 @@ mod tests {
             ],
         );
         barrier(&mut tier, &p);
-        assert!(model.lock().unwrap().program(&key(1)).is_none());
+        assert!(model.lock().unwrap().program(&key(1).into()).is_none());
         assert_eq!(
             tier.tier(&key(1)),
             Tier::Software(Some(Refusal::Unsupported("a group that copies the packet")))
@@ -1140,7 +1154,7 @@ mod tests {
             &FlowMod::add(0, 20, udp_to(0x0a00_0002), apply(vec![])),
         );
         barrier(&mut tier, &p);
-        let prog = *model.lock().unwrap().program(&key(1)).unwrap();
+        let prog = *model.lock().unwrap().program(&key(1).into()).unwrap();
         assert_eq!(prog.verdict, Verdict::Drop);
     }
 
@@ -1214,7 +1228,11 @@ mod tests {
         tier.pin(decap, Some(Pin::Down));
         tier.pin(encap, Some(Pin::Down));
         settle(&mut tier, &p);
-        let prog = *model.lock().unwrap().program(&decap).expect("offloaded");
+        let prog = *model
+            .lock()
+            .unwrap()
+            .program(&decap.into())
+            .expect("offloaded");
         assert_eq!(prog.verdict, Verdict::Port(2));
         assert_eq!(
             tier.tier(&encap),
@@ -1297,8 +1315,8 @@ mod tests {
             settle(&mut tier, &p);
         }
         let m = model.lock().unwrap();
-        assert!(m.program(&key(1)).is_some());
-        assert!(m.program(&key(2)).is_none());
+        assert!(m.program(&key(1).into()).is_some());
+        assert!(m.program(&key(2).into()).is_none());
     }
 
     #[test]
@@ -1315,6 +1333,6 @@ mod tests {
         }
         let m = model.lock().unwrap();
         assert_eq!(m.len(), 2);
-        assert!(m.program(&key(2)).is_some() && m.program(&key(1)).is_some());
+        assert!(m.program(&key(2).into()).is_some() && m.program(&key(1).into()).is_some());
     }
 }

@@ -4,16 +4,16 @@
 //!
 //! Commands are applied in the order sent and answered in that order, each
 //! answer carrying its sequence number. Every entry travels with a
-//! generation (the tier's count of installs of that key), so an answer about
+//! generation (the tier's count of installs of that match), so an answer about
 //! an entry that has since been replaced is credited to the right one.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
-use offlow_offload::{EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram};
+use offlow_offload::{EntryCounters, OffloadBackend, OffloadError, OffloadMatch, OffloadProgram};
 
-/// Which installation of a key.
+/// Which installation of a match.
 pub(crate) type Gen = u64;
 
 /// Work for the backend thread.
@@ -21,8 +21,8 @@ pub(crate) enum Cmd {
     /// Remove, then install (one grace period each at most).
     Apply {
         seq: u64,
-        remove: Vec<(OffloadKey, Gen)>,
-        install: Vec<(OffloadKey, Gen, OffloadProgram)>,
+        remove: Vec<(OffloadMatch, Gen)>,
+        install: Vec<(OffloadMatch, Gen, OffloadProgram)>,
     },
     /// Read every entry's cumulative counters.
     Read { seq: u64 },
@@ -32,12 +32,12 @@ pub(crate) enum Cmd {
 pub(crate) enum Done {
     Applied {
         seq: u64,
-        removed: Vec<(OffloadKey, Gen, Result<EntryCounters, OffloadError>)>,
-        installed: Vec<(OffloadKey, Gen, Result<(), OffloadError>)>,
+        removed: Vec<(OffloadMatch, Gen, Result<EntryCounters, OffloadError>)>,
+        installed: Vec<(OffloadMatch, Gen, Result<(), OffloadError>)>,
     },
     Read {
         seq: u64,
-        counters: Vec<(OffloadKey, Gen, EntryCounters)>,
+        counters: Vec<(OffloadMatch, Gen, EntryCounters)>,
         /// The backend's named counters at the same moment.
         named: Vec<(&'static str, u64)>,
     },
@@ -66,8 +66,8 @@ impl BackendLink {
         let thread = std::thread::Builder::new()
             .name("offlow-offload".into())
             .spawn(move || {
-                // The generation installed per key, as the backend has it.
-                let mut installed: HashMap<OffloadKey, Gen> = HashMap::new();
+                // The generation installed per match, as the backend has it.
+                let mut installed: HashMap<OffloadMatch, Gen> = HashMap::new();
                 while let Ok(cmd) = cmd_rx.recv() {
                     let done = match cmd {
                         Cmd::Apply {
@@ -75,7 +75,7 @@ impl BackendLink {
                             remove,
                             install,
                         } => {
-                            let keys: Vec<OffloadKey> = remove.iter().map(|(k, _)| *k).collect();
+                            let keys: Vec<OffloadMatch> = remove.iter().map(|(k, _)| *k).collect();
                             let results = if keys.is_empty() {
                                 Vec::new()
                             } else {
@@ -91,7 +91,7 @@ impl BackendLink {
                                     (k, g, r)
                                 })
                                 .collect();
-                            let entries: Vec<(OffloadKey, OffloadProgram)> =
+                            let entries: Vec<(OffloadMatch, OffloadProgram)> =
                                 install.iter().map(|(k, _, p)| (*k, *p)).collect();
                             let results = if entries.is_empty() {
                                 Vec::new()
