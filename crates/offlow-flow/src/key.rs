@@ -482,6 +482,16 @@ impl FlowKey {
         out
     }
 
+    /// `self | other`, word by word (the union of two masks).
+    #[inline]
+    pub fn union(&self, other: &FlowMask) -> FlowKey {
+        let mut out = FlowKey::ZERO;
+        for i in 0..KEY_WORDS {
+            out.words[i] = self.words[i] | other.words[i];
+        }
+        out
+    }
+
     /// True when every bit is zero.
     pub fn is_zero(&self) -> bool {
         self.words.iter().all(|&w| w == 0)

@@ -364,6 +364,22 @@ proptest! {
                 }
             }
         }
+        // The walk mask: every key equal to a walked key on the bits its
+        // walk depended on takes the same walk to the same actions (what
+        // a megaflow entry in the offload tier relies on).
+        for a in &keys {
+            let ra = p.lookup(a);
+            let mask = p.walk_mask(&ra);
+            prop_assert_eq!(copy.walk_mask(&ra), mask, "both copies keep the masks");
+            for b in &keys {
+                if b.masked(&mask) == a.masked(&mask) {
+                    let rb = p.lookup(b);
+                    prop_assert_eq!(&rb.actions, &ra.actions, "keys {:?} and {:?} under {:?}", a, b, mask);
+                    prop_assert_eq!(rb.outcome, ra.outcome);
+                    prop_assert_eq!(&rb.path, &ra.path);
+                }
+            }
+        }
         // What `resolve_along` is for: after a MODIFY gives a rule on a
         // key's path instructions that end the walk, the key's new lookup
         // is the old path rebuilt up to that rule.

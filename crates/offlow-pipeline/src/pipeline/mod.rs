@@ -50,13 +50,14 @@
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use offlow_classifier::{
-    BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, Priority, RuleId,
+    BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, PortRange, Priority, RuleId,
 };
-use offlow_flow::{Field, FlowKey};
+use offlow_flow::{Field, FlowKey, FlowMask};
 use offlow_sync::Apply;
 
 use crate::action::{Instruction, Program};
@@ -97,6 +98,8 @@ struct FlowTable {
     entries: IdTable<Arc<FlowEntry>>,
     /// Shared by clones: table counters are credited through either copy.
     counters: Arc<TableCounters>,
+    /// The bits any of its rules look at ([`Pipeline::walk_mask`]).
+    masks: MaskUnion,
 }
 
 impl FlowTable {
@@ -105,6 +108,57 @@ impl FlowTable {
             classifier: TableClassifier::default(),
             entries: IdTable::new(),
             counters: Arc::new(TableCounters::default()),
+            masks: MaskUnion::default(),
+        }
+    }
+}
+
+/// The union of a table's rule masks, kept as its rules come and go: each
+/// distinct mask with the number of rules that have it, and their OR.
+///
+/// Why: a frame's decision in a table depends only on the bits some rule
+/// there looks at, so two frames equal on the union match the same rule.
+/// The offload tier serves every microflow that agrees on the union of the
+/// tables it walks with one masked entry (a megaflow). A table holds few
+/// distinct masks (TupleMerge's tuples are coarser still), so the OR is
+/// recomputed only when a mask comes or goes.
+#[derive(Debug, Clone, Default)]
+struct MaskUnion {
+    counts: HashMap<FlowMask, u32>,
+    union: FlowMask,
+}
+
+impl MaskUnion {
+    /// The bits a rule looks at: its mask, and the transport port a port
+    /// range constrains (all 16 bits: a range is not a prefix).
+    fn of(m: &FlowMatch) -> FlowMask {
+        let mut mask = m.matcher.mask;
+        for (range, field) in [(m.src_port, Field::TcpSrc), (m.dst_port, Field::TcpDst)] {
+            if range != PortRange::ANY {
+                mask.set(field, field.full_mask());
+            }
+        }
+        mask
+    }
+
+    fn add(&mut self, m: &FlowMatch) {
+        let mask = MaskUnion::of(m);
+        let n = self.counts.entry(mask).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.union = self.union.union(&mask);
+        }
+    }
+
+    fn remove(&mut self, m: &FlowMatch) {
+        let mask = MaskUnion::of(m);
+        let Some(n) = self.counts.get_mut(&mask) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.counts.remove(&mask);
+            self.union = self.counts.keys().fold(FlowKey::ZERO, |u, m| u.union(m));
         }
     }
 }
@@ -888,6 +942,8 @@ impl Pipeline {
                     }
                     // Same id, new match or priority: re-index in general.
                     Some(old) => {
+                        t.masks.remove(&old.matcher);
+                        t.masks.add(&e.matcher);
                         t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
                         if let Some(m) = matches {
                             m.remove(&old);
@@ -895,6 +951,7 @@ impl Pipeline {
                         }
                     }
                     None => {
+                        t.masks.add(&e.matcher);
                         t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
                         if let Some(m) = matches {
                             m.insert(e);
@@ -927,6 +984,7 @@ impl Pipeline {
                         m.remove(&old);
                     }
                     drop(shared);
+                    t.masks.remove(&old.matcher);
                     t.classifier.discard(*id);
                     self.index.remove(u64::from(*id));
                     self.pool.recycle(old);
@@ -1128,6 +1186,26 @@ impl Pipeline {
             // At most 255 tables.
             .filter_map(|(i, t)| Some((i as u8, t.classifier.overlay()?)))
             .collect()
+    }
+
+    /// The bits of a key that `res`'s walk depended on: the union of the
+    /// masks of every rule in every table it visited (the tables of its
+    /// path, and the table it missed in). Every key equal to the walked
+    /// one on these bits takes the same walk: the same rule in each table,
+    /// so the same instructions and the same actions (by induction along
+    /// the path: the first table's decision is the same, its set-fields
+    /// write the same values, so the next table sees keys that still
+    /// differ only outside the mask; property-tested). Only the decision
+    /// is the same: what the executor does per packet with it (a select
+    /// group's bucket by flow hash, a TTL that expires, a meter) still
+    /// depends on the packet.
+    pub fn walk_mask(&self, res: &Resolution) -> FlowMask {
+        res.path
+            .iter()
+            .map(|s| s.table_id)
+            .chain(res.miss_table())
+            .filter_map(|t| self.tables.get(usize::from(t)))
+            .fold(FlowKey::ZERO, |u, t| u.union(&t.masks.union))
     }
 
     /// Resolve `key` through the pipeline (allocating a new [`Resolution`]).
