@@ -116,7 +116,7 @@ impl fmt::Display for ActionKinds {
     }
 }
 
-/// The fields an [`OffloadKey`] matches: a backend must match all of them
+/// The fields an [`crate::OffloadKey`] matches: a backend must match all of them
 /// exactly to serve a microflow (otherwise two microflows with different
 /// decisions could share its entry).
 pub const CLASS_FIELDS: [Field; 13] = [

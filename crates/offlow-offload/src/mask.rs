@@ -24,7 +24,7 @@
 //!   whole (whether one is there to rewrite or strip, and its VID and
 //!   priority, which the compiler copies into a tag it pushes) are always
 //!   matched exactly;
-//! - every [`FlowKey`] field the [`OffloadKey`] does not carry is constant
+//! - every [`offlow_flow::FlowKey`] field the [`OffloadKey`] does not carry is constant
 //!   over the offloadable class (EtherType, IPv6, ARP, MPLS, metadata at
 //!   the pipeline's entry, ...) or a function of fields that are always
 //!   exact (`in_phy_port`, the presence bits), so a mask on it needs no

@@ -1,5 +1,6 @@
-//! Which microflows go down: heavy hitters by measured load, with
-//! hysteresis so entries do not flap, explicit pins, and refusals
+//! Which entries go down (microflows, or megaflows where the backend
+//! holds masks: each an [`OffloadMatch`]): heavy hitters by measured load,
+//! with hysteresis so entries do not flap, explicit pins, and refusals
 //! remembered until the rules change.
 //!
 //! # Why measured load
@@ -38,7 +39,7 @@
 
 use std::collections::HashMap;
 
-use crate::key::OffloadKey;
+use crate::mask::OffloadMatch;
 use crate::Refusal;
 
 /// An explicit placement request for a flow.
@@ -130,10 +131,10 @@ impl FlowState {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Plan {
     /// Flows to bring up first (frees their room).
-    pub remove: Vec<OffloadKey>,
+    pub remove: Vec<OffloadMatch>,
     /// Flows to offload, hottest first. Report each outcome with
     /// [`Placement::installed`].
-    pub install: Vec<OffloadKey>,
+    pub install: Vec<OffloadMatch>,
 }
 
 /// The placement state machine (module docs). Plain data; driven by the
@@ -142,8 +143,8 @@ pub struct Plan {
 pub struct Placement {
     cfg: PlacementConfig,
     room: usize,
-    flows: HashMap<OffloadKey, FlowState>,
-    pins: HashMap<OffloadKey, Pin>,
+    flows: HashMap<OffloadMatch, FlowState>,
+    pins: HashMap<OffloadMatch, Pin>,
 }
 
 impl Placement {
@@ -163,7 +164,7 @@ impl Placement {
     }
 
     /// Pin `key` down or up (see [`Pin`]); `None` removes the pin.
-    pub fn pin(&mut self, key: OffloadKey, pin: Option<Pin>) {
+    pub fn pin(&mut self, key: OffloadMatch, pin: Option<Pin>) {
         match pin {
             Some(p) => self.pins.insert(key, p),
             None => self.pins.remove(&key),
@@ -175,13 +176,13 @@ impl Placement {
         st.pin = pin;
     }
 
-    fn pin_of(&self, key: &OffloadKey) -> Option<Pin> {
+    fn pin_of(&self, key: &OffloadMatch) -> Option<Pin> {
         self.pins.get(key).copied()
     }
 
     /// `packets` of `key` went through the software path this tick (a
     /// sampled estimate is fine).
-    pub fn observe(&mut self, key: OffloadKey, packets: u64) {
+    pub fn observe(&mut self, key: OffloadMatch, packets: u64) {
         let pin = self.pin_of(&key);
         let st = self.flows.entry(key).or_insert_with(|| FlowState::new(pin));
         st.pending += packets;
@@ -190,7 +191,7 @@ impl Placement {
 
     /// `packets` of an offloaded `key` were served by the backend this tick
     /// (the exact counter delta).
-    pub fn observe_offloaded(&mut self, key: OffloadKey, packets: u64) {
+    pub fn observe_offloaded(&mut self, key: OffloadMatch, packets: u64) {
         if let Some(st) = self.flows.get_mut(&key) {
             st.pending += packets;
             if packets > 0 {
@@ -200,7 +201,7 @@ impl Placement {
     }
 
     /// The backend's answer to an install of `key`.
-    pub fn installed(&mut self, key: &OffloadKey, outcome: Result<(), Refusal>) {
+    pub fn installed(&mut self, key: &OffloadMatch, outcome: Result<(), Refusal>) {
         if let Some(st) = self.flows.get_mut(key) {
             st.in_flight = false;
             match outcome {
@@ -218,7 +219,7 @@ impl Placement {
 
     /// `key` is no longer offloaded (removed by a plan, or by the switch
     /// because its rule changed).
-    pub fn removed(&mut self, key: &OffloadKey) {
+    pub fn removed(&mut self, key: &OffloadMatch) {
         if let Some(st) = self.flows.get_mut(key) {
             st.offloaded = false;
             st.in_flight = false;
@@ -234,7 +235,7 @@ impl Placement {
     }
 
     /// Where placement has `key`.
-    pub fn tier(&self, key: &OffloadKey) -> Tier {
+    pub fn tier(&self, key: &OffloadMatch) -> Tier {
         match self.flows.get(key) {
             Some(st) if st.offloaded => Tier::Offloaded,
             Some(st) => Tier::Software(st.refused),
@@ -243,7 +244,7 @@ impl Placement {
     }
 
     /// The last tick's rate of `key` (packets/s).
-    pub fn rate(&self, key: &OffloadKey) -> u64 {
+    pub fn rate(&self, key: &OffloadMatch) -> u64 {
         self.flows.get(key).map_or(0, |s| s.rate)
     }
 
@@ -286,7 +287,7 @@ impl Placement {
             .count();
 
         // Cold offloaded flows come up.
-        let mut cold: Vec<OffloadKey> = self
+        let mut cold: Vec<OffloadMatch> = self
             .flows
             .iter()
             .filter(|(_, s)| {
@@ -307,7 +308,7 @@ impl Placement {
         }
 
         // Candidates, pinned first, then hottest first.
-        let mut cand: Vec<(bool, u64, OffloadKey)> = self
+        let mut cand: Vec<(bool, u64, OffloadMatch)> = self
             .flows
             .iter()
             .filter(|(_, s)| {
@@ -326,7 +327,7 @@ impl Placement {
         });
 
         // Offloaded flows that may be displaced, coldest first.
-        let mut victims: Vec<(u64, OffloadKey)> = self
+        let mut victims: Vec<(u64, OffloadMatch)> = self
             .flows
             .iter()
             .filter(|(k, s)| s.offloaded && s.pin != Some(Pin::Down) && !plan.remove.contains(k))
@@ -365,10 +366,26 @@ impl Placement {
     }
 }
 
-/// A total order on keys for deterministic plans (ties in rate).
-fn key_order(k: &OffloadKey) -> (u32, u64, u64, u32, u32, u8, u16, u16) {
+/// An order on matches for deterministic plans (ties in rate): by key,
+/// then by how much of it the mask covers.
+#[allow(clippy::type_complexity)]
+fn key_order(
+    m: &OffloadMatch,
+) -> (
+    (u32, u64, u64, u32, u32, u8, u16, u16),
+    (u64, u64, u32, u32),
+) {
+    let (k, w) = (&m.key, &m.mask);
     (
-        k.in_port, k.eth_dst, k.eth_src, k.ipv4_src, k.ipv4_dst, k.ip_proto, k.tp_src, k.tp_dst,
+        (
+            k.in_port, k.eth_dst, k.eth_src, k.ipv4_src, k.ipv4_dst, k.ip_proto, k.tp_src, k.tp_dst,
+        ),
+        (
+            w.eth_dst,
+            w.eth_src,
+            w.ipv4_src,
+            u32::from(w.tp_src) << 16 | u32::from(w.tp_dst),
+        ),
     )
 }
 
@@ -377,8 +394,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn key(n: u16) -> OffloadKey {
-        crate::key::udp_key(n)
+    fn key(n: u16) -> OffloadMatch {
+        crate::key::udp_key(n).into()
     }
 
     fn cfg() -> PlacementConfig {

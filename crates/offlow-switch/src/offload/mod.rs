@@ -11,6 +11,18 @@
 //!   action list compiled ([`offlow_offload::compile`]) and checked against
 //!   the backend's capabilities; a refusal keeps it in software with the
 //!   reason, which `offlow trace` shows.
+//! - **Megaflows.** Where the backend holds masks (`Capabilities::masks`),
+//!   a sampled microflow is placed under the match of every microflow that
+//!   agrees with it on the bits its walk looked at
+//!   ([`Pipeline::walk_mask`], [`offlow_offload::mask`]): under a
+//!   controller that installs one rule per host pair, every new connection
+//!   of the pair is then served by one entry from its first frame, where
+//!   an exact entry would serve none (each is a few frames, never hot). A
+//!   decision through a group (a bucket per flow hash), or a mask the
+//!   backend has no room for, places the microflow exactly. A masked entry
+//!   is revalidated like any other; rules that come to look at bits
+//!   outside its mask refuse it (`decide`), and its microflows map to a
+//!   finer match at the next tick.
 //! - **Consistency (DESIGN invariant 3).** Each flow-mod's effect marks the
 //!   rules it changed and the tables it added to; at the next publish
 //!   ([`OffloadTier::revalidate`]) every offloaded entry whose walk used a
@@ -55,8 +67,8 @@ use std::time::{Duration, Instant};
 
 use offlow_datapath::microflow::flow_hash;
 use offlow_offload::{
-    compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram, Placement,
-    PlacementConfig, Refusal, Tier, Verdict,
+    compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadMask, OffloadMatch,
+    OffloadProgram, Placement, PlacementConfig, Refusal, Tier, Verdict,
 };
 use offlow_pipeline::group::GroupUse;
 use offlow_pipeline::{FlowCounters, FlowModEffect, FlowModFlags, PathStep, Pipeline, RuleId};
@@ -169,10 +181,10 @@ pub struct OffloadTier {
     lost_ports: HashSet<u32>,
     /// What the backend declared: checked before an entry is sent.
     caps: offlow_offload::Capabilities,
-    /// Entries installed or on their way, by key.
-    entries: HashMap<OffloadKey, Entry>,
+    /// Entries installed or on their way, by match.
+    entries: HashMap<OffloadMatch, Entry>,
     /// Entries whose removal was sent and not yet answered.
-    retiring: HashMap<(OffloadKey, Gen), Entry>,
+    retiring: HashMap<(OffloadMatch, Gen), Entry>,
     next_gen: Gen,
     link: BackendLink,
     /// Last sequence number sent, and last answered.
@@ -196,8 +208,16 @@ pub struct OffloadTier {
     named: Arc<std::sync::Mutex<Vec<(&'static str, u64)>>>,
     /// Configured pins by match, first match wins.
     pin_rules: Vec<(offlow_flow::Match, offlow_offload::Pin)>,
-    /// Flows already checked against `pin_rules`.
-    pinned_seen: HashSet<OffloadKey>,
+    /// Matches already checked against `pin_rules` (by the first
+    /// microflow seen under each).
+    pinned_seen: HashSet<OffloadMatch>,
+    /// Sampled software-path packets per microflow since the last tick:
+    /// placed under the match they map to (`match_for`) at the tick, when
+    /// the pipeline is at hand.
+    observed: HashMap<OffloadKey, u64>,
+    /// Masks the backend refused for want of room since the rules last
+    /// changed: their microflows are placed exactly meanwhile.
+    full_masks: HashSet<OffloadMask>,
 }
 
 /// Reads the offload tier's statistics from any thread (as of its last
@@ -260,6 +280,8 @@ impl OffloadTier {
             named: Arc::default(),
             pin_rules: Vec::new(),
             pinned_seen: HashSet::new(),
+            observed: HashMap::new(),
+            full_masks: HashSet::new(),
         })
     }
 
@@ -301,14 +323,24 @@ impl OffloadTier {
         self.ports.get(&port).copied().unwrap_or_default()
     }
 
-    /// Where placement has `key`'s microflow.
+    /// Where `key`'s microflow is: offloaded when an installed entry
+    /// (exact or masked) serves it, else where placement has its exact
+    /// match.
     pub fn tier(&self, key: &OffloadKey) -> Tier {
-        self.placement.tier(key)
+        let served = self
+            .entries
+            .iter()
+            .any(|(m, e)| e.installed && m.matches(key));
+        if served {
+            Tier::Offloaded
+        } else {
+            self.placement.tier(&OffloadMatch::exact(*key))
+        }
     }
 
-    /// Pin a flow down or up.
-    pub fn pin(&mut self, key: OffloadKey, pin: Option<offlow_offload::Pin>) {
-        self.placement.pin(key, pin);
+    /// Pin an entry's match down or up.
+    pub fn pin(&mut self, m: OffloadMatch, pin: Option<offlow_offload::Pin>) {
+        self.placement.pin(m, pin);
     }
 
     /// Pin every flow matching `m` (ovs-ofctl match syntax in the
@@ -317,15 +349,45 @@ impl OffloadTier {
         self.pin_rules.push((m, pin));
     }
 
-    /// Sampled software-path packets of a flow (from a worker).
+    /// Sampled software-path packets of a flow (from a worker); placed at
+    /// the next [`tick`](Self::tick).
     pub fn observe(&mut self, key: OffloadKey, packets: u64) {
-        if !self.pin_rules.is_empty() && self.pinned_seen.insert(key) {
-            let k = key.to_flow_key();
-            if let Some((_, pin)) = self.pin_rules.iter().find(|(m, _)| m.matches(&k)) {
-                self.placement.pin(key, Some(*pin));
+        *self.observed.entry(key).or_default() += packets;
+    }
+
+    /// Place the observations under their matches.
+    fn place_observed(&mut self, pipeline: &Pipeline) {
+        for (key, packets) in std::mem::take(&mut self.observed) {
+            let m = self.match_for(&key, pipeline);
+            if !self.pin_rules.is_empty() && self.pinned_seen.insert(m) {
+                let k = key.to_flow_key();
+                if let Some((_, pin)) = self.pin_rules.iter().find(|(pm, _)| pm.matches(&k)) {
+                    self.placement.pin(m, Some(*pin));
+                }
             }
+            self.placement.observe(m, packets);
         }
-        self.placement.observe(key, packets);
+    }
+
+    /// The entry a microflow would be served by: the megaflow of every
+    /// microflow that agrees with it on the bits its walk looked at
+    /// ([`Pipeline::walk_mask`]), where the backend holds masks; else (or
+    /// when its decision depends on more than those bits: a group's
+    /// bucket) the microflow alone.
+    fn match_for(&self, key: &OffloadKey, pipeline: &Pipeline) -> OffloadMatch {
+        if self.caps.masks == 0 {
+            return OffloadMatch::exact(*key);
+        }
+        let res = pipeline.lookup(&key.to_flow_key());
+        let through_group = res
+            .actions
+            .iter()
+            .any(|a| matches!(a, offlow_pipeline::Action::Group(_)));
+        let mask = OffloadMask::from_flow_mask(&pipeline.walk_mask(&res));
+        if through_group || self.full_masks.contains(&mask) {
+            return OffloadMatch::exact(*key);
+        }
+        OffloadMatch::new(key, mask)
     }
 
     /// Every command up to `seq` has been answered (and its answer taken
@@ -409,10 +471,10 @@ impl OffloadTier {
     /// to a tunnel over it.
     fn take_back_port(&mut self, port: u32) {
         let over = |p: u32| p == port || self.underlay_of(p) == Some(port);
-        let touching: Vec<OffloadKey> = self
+        let touching: Vec<OffloadMatch> = self
             .entries
             .iter()
-            .filter(|(k, e)| over(k.in_port) || out_port(k, &e.program).is_some_and(over))
+            .filter(|(m, e)| over(m.key.in_port) || out_port(&m.key, &e.program).is_some_and(over))
             .map(|(k, _)| *k)
             .collect();
         let remove = touching.iter().map(|k| self.retire(*k)).collect();
@@ -441,12 +503,14 @@ impl OffloadTier {
         if !std::mem::take(&mut self.any_change) {
             return None;
         }
-        // A refusal may not hold under the new rules.
+        // A refusal may not hold under the new rules, nor a mask's want
+        // of room.
         self.placement.rules_changed();
+        self.full_masks.clear();
         let changed = std::mem::take(&mut self.changed_rules);
         let tables = std::mem::replace(&mut self.added_tables, [false; 256]);
         let groups = std::mem::take(&mut self.groups_changed);
-        let affected: Vec<OffloadKey> = self
+        let affected: Vec<OffloadMatch> = self
             .entries
             .iter()
             .filter(|(_, e)| {
@@ -491,6 +555,7 @@ impl OffloadTier {
         self.poll(pipeline);
         let secs = self.last_tick.elapsed().as_secs_f64();
         self.last_tick = Instant::now();
+        self.place_observed(pipeline);
         let plan = self.placement.tick(secs);
         let mut remove = Vec::new();
         for key in plan.remove {
@@ -562,13 +627,26 @@ impl OffloadTier {
         self.answered = self.sent;
     }
 
-    /// Look `key` up and compile its decision.
-    fn decide(&self, key: &OffloadKey, pipeline: &Pipeline) -> Result<Decision, Refusal> {
+    /// Look `m` up and compile its decision. A masked match is looked up
+    /// by its own key (the bits outside the mask zero): every microflow it
+    /// matches takes that walk while the walk looks at no bit outside the
+    /// mask, which is checked here, so rules that came to look at more
+    /// bits refuse the entry (its microflows map to a finer one).
+    fn decide(&self, m: &OffloadMatch, pipeline: &Pipeline) -> Result<Decision, Refusal> {
+        let key = &m.key;
         if !self.port_usable(key.in_port) {
             return Err(Refusal::Port(key.in_port));
         }
         let flow = key.to_flow_key();
         let res = pipeline.lookup(&flow);
+        if !m.is_exact() {
+            let needs = OffloadMask::from_flow_mask(&pipeline.walk_mask(&res));
+            if needs.union(&m.mask) != m.mask {
+                return Err(Refusal::Unsupported(
+                    "the rules look at bits outside the entry's mask",
+                ));
+            }
+        }
         // Groups are run as one list when no copy is needed: the bucket
         // each takes for this microflow (the flow hash the workers use)
         // inlined.
@@ -579,6 +657,10 @@ impl OffloadTier {
             .iter()
             .any(|a| matches!(a, offlow_pipeline::Action::Group(_)))
         {
+            if !m.is_exact() {
+                // The bucket hangs on the microflow's hash.
+                return Err(Refusal::Unsupported("a group under a masked entry"));
+            }
             inlined = pipeline
                 .groups()
                 .inline(&res.actions, flow_hash(&flow), &mut groups)
@@ -594,7 +676,7 @@ impl OffloadTier {
             }
         }
         // Refused here rather than by the backend a round trip later.
-        self.caps.admits(&(*key).into(), &program)?;
+        self.caps.admits(m, &program)?;
         let rules = res
             .path
             .iter()
@@ -615,7 +697,7 @@ impl OffloadTier {
     }
 
     /// Record a new entry for `key` (a new generation); its install command.
-    fn admit(&mut self, key: OffloadKey, d: Decision) -> (OffloadKey, Gen, OffloadProgram) {
+    fn admit(&mut self, key: OffloadMatch, d: Decision) -> (OffloadMatch, Gen, OffloadProgram) {
         let gen = self.next_gen;
         self.next_gen += 1;
         let program = d.program;
@@ -637,7 +719,7 @@ impl OffloadTier {
 
     /// Take `key`'s entry out (its removal command); it is credited when
     /// the backend returns its final counters.
-    fn retire(&mut self, key: OffloadKey) -> (OffloadKey, Gen) {
+    fn retire(&mut self, key: OffloadMatch) -> (OffloadMatch, Gen) {
         let e = self.entries.remove(&key).expect("retire of a listed entry");
         let gen = e.gen;
         self.retiring.insert((key, gen), e);
@@ -647,8 +729,8 @@ impl OffloadTier {
 
     fn send_apply(
         &mut self,
-        remove: Vec<(OffloadKey, Gen)>,
-        install: Vec<(OffloadKey, Gen, OffloadProgram)>,
+        remove: Vec<(OffloadMatch, Gen)>,
+        install: Vec<(OffloadMatch, Gen, OffloadProgram)>,
     ) {
         if remove.is_empty() && install.is_empty() {
             return;
@@ -656,11 +738,8 @@ impl OffloadTier {
         self.sent += 1;
         let cmd = Cmd::Apply {
             seq: self.sent,
-            remove: remove.into_iter().map(|(k, g)| (k.into(), g)).collect(),
-            install: install
-                .into_iter()
-                .map(|(k, g, p)| (k.into(), g, p))
-                .collect(),
+            remove,
+            install,
         };
         if !self.link.send(cmd) {
             self.backend_gone();
@@ -674,8 +753,7 @@ impl OffloadTier {
             Done::Applied {
                 removed, installed, ..
             } => {
-                for (m, gen, r) in removed {
-                    let key = m.key;
+                for (key, gen, r) in removed {
                     let Some(e) = self.retiring.remove(&(key, gen)) else {
                         continue;
                     };
@@ -683,7 +761,14 @@ impl OffloadTier {
                         Ok(last) => {
                             self.stats.removals += 1;
                             let delta = last.since(e.credited);
-                            credit(&mut self.stats, &mut self.ports, &key, &e, delta, pipeline);
+                            credit(
+                                &mut self.stats,
+                                &mut self.ports,
+                                &key.key,
+                                &e,
+                                delta,
+                                pipeline,
+                            );
                         }
                         // Never installed (its install was refused).
                         Err(OffloadError::NotFound) => {}
@@ -693,8 +778,7 @@ impl OffloadTier {
                         }
                     }
                 }
-                for (m, gen, r) in installed {
-                    let key = m.key;
+                for (key, gen, r) in installed {
                     let current = self.entries.get(&key).is_some_and(|e| e.gen == gen);
                     match r {
                         Ok(()) => {
@@ -719,8 +803,13 @@ impl OffloadTier {
                                     }
                                     OffloadError::NotFound => Refusal::Unsupported("backend error"),
                                 };
-                                if !matches!(refusal, Refusal::Full(_)) {
-                                    self.stats.refused += 1;
+                                match refusal {
+                                    Refusal::Full(_) => {}
+                                    // Its microflows go down exactly meanwhile.
+                                    Refusal::MaskRoom(_) => {
+                                        self.full_masks.insert(key.mask);
+                                    }
+                                    _ => self.stats.refused += 1,
                                 }
                                 self.placement.installed(&key, Err(refusal));
                             }
@@ -734,8 +823,7 @@ impl OffloadTier {
                 if !named.is_empty() {
                     *self.named.lock().unwrap_or_else(|p| p.into_inner()) = named;
                 }
-                for (m, gen, c) in counters {
-                    let key = m.key;
+                for (key, gen, c) in counters {
                     // The entry the counters belong to: live, or on its way out.
                     let (e, live) = match self.entries.get_mut(&key).filter(|e| e.gen == gen) {
                         Some(e) => (e, true),
@@ -745,7 +833,14 @@ impl OffloadTier {
                         },
                     };
                     let delta = c.since(e.credited);
-                    credit(&mut self.stats, &mut self.ports, &key, e, delta, pipeline);
+                    credit(
+                        &mut self.stats,
+                        &mut self.ports,
+                        &key.key,
+                        e,
+                        delta,
+                        pipeline,
+                    );
                     e.credited = c;
                     if live {
                         self.placement.observe_offloaded(key, delta.packets);
@@ -960,7 +1055,7 @@ mod tests {
         let (mut tier, model, mut p) = setup(16);
         let set_src = Action::SetField(Field::Ipv4Src, 0x0b00_0001);
         add_udp_rule(&mut tier, &mut p, vec![set_src, Action::output(PortNo(2))]);
-        tier.pin(key(1), Some(Pin::Down));
+        tier.pin(key(1).into(), Some(Pin::Down));
         settle(&mut tier, &p);
         let prog = *model
             .lock()
@@ -1025,7 +1120,7 @@ mod tests {
     fn a_flow_the_compiler_refuses_stays_in_software_with_its_reason() {
         let (mut tier, model, mut p) = setup(16);
         add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo::CONTROLLER)]);
-        tier.pin(key(1), Some(Pin::Down));
+        tier.pin(key(1).into(), Some(Pin::Down));
         settle(&mut tier, &p);
         assert!(model.lock().unwrap().is_empty());
         assert_eq!(
@@ -1080,7 +1175,7 @@ mod tests {
             ],
         );
         add_udp_rule(&mut tier, &mut p, vec![Action::Group(1)]);
-        tier.pin(key(1), Some(Pin::Down));
+        tier.pin(key(1).into(), Some(Pin::Down));
         settle(&mut tier, &p);
         let prog = *model
             .lock()
@@ -1136,7 +1231,7 @@ mod tests {
     fn an_add_that_shadows_an_entry_rewrites_it_and_unrelated_adds_do_not() {
         let (mut tier, model, mut p) = setup(16);
         add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
-        tier.pin(key(1), Some(Pin::Down));
+        tier.pin(key(1).into(), Some(Pin::Down));
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().operations, 1);
         // A rule in table 1, which the entry's walk never visits.
@@ -1225,8 +1320,8 @@ mod tests {
             in_port: 3,
             ..key(1)
         };
-        tier.pin(decap, Some(Pin::Down));
-        tier.pin(encap, Some(Pin::Down));
+        tier.pin(decap.into(), Some(Pin::Down));
+        tier.pin(encap.into(), Some(Pin::Down));
         settle(&mut tier, &p);
         let prog = *model
             .lock()
@@ -1261,7 +1356,7 @@ mod tests {
     fn blocked_ports_take_their_entries_back_to_software() {
         let (mut tier, model, mut p) = setup(16);
         add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
-        tier.pin(key(1), Some(Pin::Down));
+        tier.pin(key(1).into(), Some(Pin::Down));
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().len(), 1);
         tier.port_config(2, true);
@@ -1277,7 +1372,7 @@ mod tests {
     fn a_lost_port_stays_in_software_whatever_its_config() {
         let (mut tier, model, mut p) = setup(16);
         add_udp_rule(&mut tier, &mut p, vec![Action::output(PortNo(2))]);
-        tier.pin(key(1), Some(Pin::Down));
+        tier.pin(key(1).into(), Some(Pin::Down));
         settle(&mut tier, &p);
         assert_eq!(model.lock().unwrap().len(), 1);
         assert!(tier.port_lost(2));
@@ -1334,5 +1429,155 @@ mod tests {
         let m = model.lock().unwrap();
         assert_eq!(m.len(), 2);
         assert!(m.program(&key(2).into()).is_some() && m.program(&key(1).into()).is_some());
+    }
+
+    /// A tier over a model backend that holds `masks` masks, with every
+    /// flow pinned down as it is seen (placement's rates aside).
+    fn setup_masked(masks: usize) -> (OffloadTier, Arc<Mutex<ModelBackend>>, Pipeline) {
+        let caps = Capabilities {
+            masks,
+            ..ModelBackend::full(vec![1, 2, 3], 64).capabilities().clone()
+        };
+        let shared = Arc::new(Mutex::new(ModelBackend::new(caps.clone())));
+        let mut tier = OffloadTier::new(
+            Box::new(Shared(shared.clone(), caps)),
+            PlacementConfig::default(),
+        )
+        .unwrap();
+        tier.pin_matching(Match::ANY, Pin::Down);
+        (tier, shared, Pipeline::new(2))
+    }
+
+    /// simple_switch_13's rule: in_port and both MACs, output.
+    fn per_pair(in_port: u32, src: u64, dst: u64, out: u32) -> FlowMod {
+        let mut m = Match::ANY;
+        m.set_exact(Field::InPort, in_port.into())
+            .set_exact(Field::EthSrc, src.into())
+            .set_exact(Field::EthDst, dst.into());
+        FlowMod::add(0, 1, m, apply(vec![Action::output(PortNo(out))]))
+    }
+
+    #[test]
+    fn one_masked_entry_serves_every_connection_of_a_host_pair_until_a_rule_looks_closer() {
+        let (mut tier, model, mut p) = setup_masked(4);
+        let k = key(1000);
+        flow_mod(&mut tier, &mut p, &per_pair(1, k.eth_src, k.eth_dst, 2));
+        // The table-miss entry (to the controller) looks at nothing.
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                0,
+                0,
+                Match::ANY,
+                apply(vec![Action::output(PortNo::CONTROLLER)]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        tier.observe(k, 5);
+        settle(&mut tier, &p);
+        let pair = OffloadMatch::new(
+            &k,
+            OffloadMask {
+                eth_dst: u64::MAX >> 16,
+                eth_src: u64::MAX >> 16,
+                ..OffloadMask::SHAPE
+            },
+        );
+        assert_eq!(
+            model.lock().unwrap().program(&pair).map(|p| p.verdict),
+            Some(Verdict::Port(2)),
+            "the pair's megaflow is offloaded"
+        );
+        assert!(model.lock().unwrap().program(&k.into()).is_none());
+        // Connections never seen before are served, and counted for the rule.
+        for sport in 2000..2010 {
+            assert!(model.lock().unwrap().serve(&key(sport), 60).is_some());
+            assert_eq!(tier.tier(&key(sport)), Tier::Offloaded);
+        }
+        let other_pair = OffloadKey {
+            eth_src: 0x0200_0000_0009,
+            ..k
+        };
+        assert!(model.lock().unwrap().serve(&other_pair, 60).is_none());
+        let seq = tier.request_counters();
+        assert!(tier.wait(seq, &p));
+        assert_eq!(rule_packets(&p), vec![10, 0]);
+
+        // A rule on the TCP/UDP port joins the table: the pair's entry no
+        // longer decides like the pipeline for port 9 and is gone by the
+        // barrier; the flows then go down under the finer mask.
+        let mut to9 = udp_to(0x0a00_0002);
+        to9.set_exact(Field::UdpDst, 9);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(0, 5, to9, apply(vec![Action::output(PortNo(3))])),
+        );
+        barrier(&mut tier, &p);
+        assert!(
+            model.lock().unwrap().program(&pair).is_none(),
+            "removed before the barrier"
+        );
+        assert_eq!(tier.stats().revalidated, 1);
+        tier.observe(k, 5);
+        settle(&mut tier, &p);
+        let m = model.lock().unwrap();
+        let installed = m.program(&OffloadMatch::new(
+            &k,
+            OffloadMask {
+                eth_dst: u64::MAX >> 16,
+                eth_src: u64::MAX >> 16,
+                ipv4_dst: u32::MAX,
+                tp_dst: u16::MAX,
+                ..OffloadMask::SHAPE
+            },
+        ));
+        assert_eq!(installed.map(|p| p.verdict), Some(Verdict::Port(3)));
+    }
+
+    #[test]
+    fn microflows_past_the_mask_room_go_down_exactly() {
+        let (mut tier, model, mut p) = setup_masked(1);
+        let k = key(1000);
+        flow_mod(&mut tier, &mut p, &per_pair(1, k.eth_src, k.eth_dst, 2));
+        barrier(&mut tier, &p);
+        tier.observe(k, 5);
+        settle(&mut tier, &p);
+        assert_eq!(model.lock().unwrap().len(), 1);
+        // Port 3's frames walk on to table 1, which looks at the IPv4
+        // destination: a second mask, which the backend has no room for,
+        // so that flow is offloaded exactly. The pair's entry stays (the
+        // new rule in table 0 looks at no new bit).
+        let other = OffloadKey { in_port: 3, ..k };
+        let mut on3 = Match::ANY;
+        on3.set_exact(Field::InPort, 3);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(0, 1, on3, vec![Instruction::GotoTable(1)]),
+        );
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(
+                1,
+                1,
+                udp_to(0x0a00_0002),
+                apply(vec![Action::output(PortNo(2))]),
+            ),
+        );
+        barrier(&mut tier, &p);
+        assert_eq!(tier.stats().revalidated, 0);
+        tier.observe(other, 5);
+        settle(&mut tier, &p);
+        tier.observe(other, 5);
+        settle(&mut tier, &p);
+        let model = model.lock().unwrap();
+        assert!(
+            model.program(&other.into()).is_some(),
+            "exact after the mask room ran out"
+        );
+        assert_eq!(model.len(), 2);
     }
 }
