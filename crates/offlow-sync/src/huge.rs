@@ -12,9 +12,11 @@
 //! aligned virtual addresses, so the mapping is over-allocated by one
 //! huge page and the slice starts at the first aligned address.
 //!
-//! Invariants: the slice's `len` elements are initialised (filled at
-//! creation) and live exactly as long as the value; without a mapping
-//! (small slices, or `mmap` failed) it is an ordinary boxed slice.
+//! Invariants: `data` points at `len` initialised elements (filled at
+//! creation) that live exactly as long as the value, in its own mapping or,
+//! without one (small slices, or `mmap` failed), in a leaked boxed slice;
+//! `owner` says which, for the drop alone, so an access is a plain slice
+//! from `(data, len)` with no branch on the storage.
 //!
 //! Thread-safety: as `Box<[T]>`: `Send`/`Sync` when `T` is.
 
@@ -27,20 +29,24 @@ pub const HUGE_PAGE: usize = 2 << 20;
 /// A slice of `len` copies of a value, in huge pages where the kernel
 /// gives them (see the module docs).
 pub struct HugeSlice<T: Copy> {
-    storage: Storage<T>,
+    /// The first of `len` initialised elements (dangling when `len` is 0).
+    data: NonNull<T>,
+    len: usize,
+    owner: Owner,
 }
 
-enum Storage<T: Copy> {
-    /// `base`/`map_len` as `mmap` returned them; `data` the aligned start
-    /// of `len` initialised elements inside.
+/// Who frees the elements.
+enum Owner {
+    /// A mapping of our own: `base`/`map_len` as `mmap` returned them
+    /// (`data` is its first 2 MiB-aligned address).
     Mapped {
         base: NonNull<libc::c_void>,
         map_len: usize,
-        data: NonNull<T>,
-        len: usize,
         huge: bool,
     },
-    Heap(Box<[T]>),
+    /// A boxed slice of `len` elements at `data`, leaked by `heap` and
+    /// rebuilt by the drop.
+    Heap,
 }
 
 // SAFETY: a `HugeSlice` owns its elements exactly as a `Box<[T]>` does (no
@@ -88,26 +94,32 @@ impl<T: Copy> HugeSlice<T> {
             unsafe { data.as_ptr().add(i).write(fill) };
         }
         HugeSlice {
-            storage: Storage::Mapped {
+            data,
+            len,
+            owner: Owner::Mapped {
                 base,
                 map_len,
-                data,
-                len,
                 huge,
             },
         }
     }
 
     fn heap(len: usize, fill: T) -> HugeSlice<T> {
+        let boxed = vec![fill; len].into_boxed_slice();
+        // Box::into_raw never returns null (a dangling, aligned pointer for
+        // an empty slice).
+        let data = NonNull::new(Box::into_raw(boxed).cast::<T>()).unwrap_or(NonNull::dangling());
         HugeSlice {
-            storage: Storage::Heap(vec![fill; len].into_boxed_slice()),
+            data,
+            len,
+            owner: Owner::Heap,
         }
     }
 
     /// Whether the slice is in its own mapping and the kernel accepted the
     /// huge-page advice (it may still back parts with small pages).
     pub fn huge_pages_advised(&self) -> bool {
-        matches!(self.storage, Storage::Mapped { huge: true, .. })
+        matches!(self.owner, Owner::Mapped { huge: true, .. })
     }
 }
 
@@ -116,27 +128,17 @@ impl<T: Copy> Deref for HugeSlice<T> {
 
     #[inline(always)]
     fn deref(&self) -> &[T] {
-        match &self.storage {
-            // SAFETY: `len` initialised elements at `data`, inside a live
-            // mapping owned by self.
-            Storage::Mapped { data, len, .. } => unsafe {
-                std::slice::from_raw_parts(data.as_ptr(), *len)
-            },
-            Storage::Heap(b) => b,
-        }
+        // SAFETY: `len` initialised elements at `data`, owned by self and
+        // alive while it is (module invariants).
+        unsafe { std::slice::from_raw_parts(self.data.as_ptr(), self.len) }
     }
 }
 
 impl<T: Copy> DerefMut for HugeSlice<T> {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut [T] {
-        match &mut self.storage {
-            // SAFETY: as in `deref`; `&mut self` gives exclusive access.
-            Storage::Mapped { data, len, .. } => unsafe {
-                std::slice::from_raw_parts_mut(data.as_ptr(), *len)
-            },
-            Storage::Heap(b) => b,
-        }
+        // SAFETY: as in `deref`; `&mut self` gives exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.data.as_ptr(), self.len) }
     }
 }
 
@@ -144,8 +146,12 @@ impl<T: Copy> Clone for HugeSlice<T> {
     /// A deep copy in a fresh mapping.
     fn clone(&self) -> HugeSlice<T> {
         match self.first() {
+            // An empty boxed slice owns no allocation: the drop's
+            // Box::from_raw of a dangling pointer and length 0 frees none.
             None => HugeSlice {
-                storage: Storage::Heap(Box::new([])),
+                data: NonNull::dangling(),
+                len: 0,
+                owner: Owner::Heap,
             },
             Some(&first) => {
                 let mut c = HugeSlice::new(self.len(), first);
@@ -158,11 +164,19 @@ impl<T: Copy> Clone for HugeSlice<T> {
 
 impl<T: Copy> Drop for HugeSlice<T> {
     fn drop(&mut self) {
-        if let Storage::Mapped { base, map_len, .. } = self.storage {
-            // SAFETY: `base`/`map_len` are exactly what mmap returned; no
-            // borrow of the slice outlives `self`, and `T: Copy` needs no
-            // drop.
-            unsafe { libc::munmap(base.as_ptr(), map_len) };
+        match self.owner {
+            Owner::Mapped { base, map_len, .. } => {
+                // SAFETY: `base`/`map_len` are exactly what mmap returned;
+                // no borrow of the slice outlives `self`, and `T: Copy`
+                // needs no drop.
+                unsafe { libc::munmap(base.as_ptr(), map_len) };
+            }
+            Owner::Heap => {
+                let slice = std::ptr::slice_from_raw_parts_mut(self.data.as_ptr(), self.len);
+                // SAFETY: `heap` leaked exactly this boxed slice (pointer and
+                // length), and nothing else frees it.
+                drop(unsafe { Box::from_raw(slice) });
+            }
         }
     }
 }

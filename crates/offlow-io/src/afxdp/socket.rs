@@ -423,15 +423,22 @@ impl AfXdpPort {
     /// The TX descriptor at `idx`, which the kernel consumed, was dropped
     /// by the device: move it from the sent counts to the dropped ones.
     fn count_kernel_drop(&mut self, idx: u32) {
-        let slot = self.tx.slot(idx, XDP_DESC_SIZE);
-        // SAFETY: a descriptor slot inside the TX ring mapping; the kernel
-        // consumed it (never writes TX descriptors) and `send` writes only
-        // at `tx.local`, ahead of it, so it still holds what we wrote.
-        let len = unsafe { ptr::read_unaligned(slot.add(8).cast::<u32>()) };
+        let len = self.tx_desc_len(idx);
         self.counters.drop_tx_kernel += 1;
         self.stats.tx_dropped += 1;
         self.stats.tx_packets = self.stats.tx_packets.saturating_sub(1);
         self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(len));
+    }
+
+    /// The frame length in TX descriptor `idx`, as `send` wrote it. Only
+    /// for a descriptor `send` wrote that is behind `tx.local` (the kernel
+    /// never writes TX descriptors, and `send` writes only at `tx.local`).
+    fn tx_desc_len(&self, idx: u32) -> u32 {
+        let slot = self.tx.slot(idx, XDP_DESC_SIZE);
+        // SAFETY: a descriptor slot inside the TX ring mapping (`slot`
+        // wraps the index); what it holds is ours, per the contract above.
+        // `struct xdp_desc`: u64 addr, u32 len, u32 options.
+        unsafe { ptr::read_unaligned(slot.add(8).cast::<u32>()) }
     }
 
     /// The interface is gone: the descriptors the kernel has not taken
@@ -440,10 +447,7 @@ impl AfXdpPort {
         let taken = self.tx.consumer().load(Ordering::Acquire);
         let left = self.tx.local.wrapping_sub(taken);
         for k in 0..left {
-            let slot = self.tx.slot(taken.wrapping_add(k), XDP_DESC_SIZE);
-            // SAFETY: a descriptor slot inside the TX ring mapping, between
-            // the kernel's consumer index and ours: written by `send`.
-            let len = unsafe { ptr::read_unaligned(slot.add(8).cast::<u32>()) };
+            let len = self.tx_desc_len(taken.wrapping_add(k));
             self.stats.tx_bytes = self.stats.tx_bytes.saturating_sub(u64::from(len));
         }
         let left = u64::from(left);

@@ -1121,6 +1121,16 @@ mod tests {
     use offlow_pipeline::TABLE_ALL;
     use offlow_pipeline::{FlowModCommand, Instruction as PInstr};
 
+    /// A packet-out from the controller of `data` to `port`.
+    fn packet_out_to(port: u32, data: Vec<u8>) -> PacketOut {
+        PacketOut {
+            buffer_id: offlow_openflow::OFP_NO_BUFFER,
+            in_port: PortNo::CONTROLLER.0,
+            actions: vec![offlow_openflow::Action::Output { port, max_len: 0 }],
+            data,
+        }
+    }
+
     fn ip_dst_match(net: u32, bits: u32) -> Match {
         let mut m = Match::ANY;
         m.set_masked(Field::EthType, 0x0800, u128::from(u16::MAX));
@@ -1376,15 +1386,7 @@ mod tests {
         frame[16..18].copy_from_slice(&20u16.to_be_bytes());
         frame[22] = 64;
         frame[30..34].copy_from_slice(&[10, 0, 0, 5]);
-        let po = PacketOut {
-            buffer_id: offlow_openflow::OFP_NO_BUFFER,
-            in_port: PortNo::CONTROLLER.0,
-            actions: vec![offlow_openflow::Action::Output {
-                port: PortNo::TABLE.0,
-                max_len: 0,
-            }],
-            data: frame,
-        };
+        let po = packet_out_to(PortNo::TABLE.0, frame);
         sw.packet_out(&po).unwrap();
         let s = sw.packet_out_stats();
         assert_eq!((s.packets, s.to_table, s.drop_unknown_port), (1, 1, 1));
@@ -1599,15 +1601,7 @@ mod tests {
         assert_eq!(sw.take_port_status()[0].config, OFPPC_NO_FWD);
         assert!(sw.packet_in_allowed(5, true));
 
-        let po = PacketOut {
-            buffer_id: offlow_openflow::OFP_NO_BUFFER,
-            in_port: PortNo::CONTROLLER.0,
-            actions: vec![offlow_openflow::Action::Output {
-                port: 5,
-                max_len: 0,
-            }],
-            data: vec![0; 60],
-        };
+        let po = packet_out_to(5, vec![0; 60]);
         sw.packet_out(&po).unwrap();
         assert_eq!(sw.packet_out_stats().drop_no_fwd, 1);
         assert_eq!(sw.packet_out_stats().drop_unknown_port, 0);
@@ -1642,15 +1636,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(through(&mut worker), 0, "applied, not yet published");
-        let po = PacketOut {
-            buffer_id: offlow_openflow::OFP_NO_BUFFER,
-            in_port: PortNo::CONTROLLER.0,
-            actions: vec![offlow_openflow::Action::Output {
-                port: 1,
-                max_len: 0,
-            }],
-            data: vec![0; 60],
-        };
+        let po = packet_out_to(1, vec![0; 60]);
         sw.packet_out(&po).unwrap();
         assert_eq!(through(&mut worker), 1, "the packet-out published the rule");
     }
