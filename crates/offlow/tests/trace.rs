@@ -128,6 +128,12 @@ fn trace_says_which_tier_serves_the_flow() {
     let out = trace_file(&f, "in_port=1,tcp,nw_dst=10.0.0.2,tp_dst=22");
     assert!(out.contains(" offload: offloadable;"), "{out}");
     assert!(out.contains("once it is hot: output:7\n"), "{out}");
+    // Table 0's rules look at the port, protocol, destination address and
+    // port: every source address and port shares one masked entry.
+    assert!(
+        out.contains(" megaflow: one masked entry serves every microflow matching tcp,in_port=1,nw_dst=10.0.0.2,tp_dst=22 "),
+        "{out}"
+    );
     // ARP is outside the offloadable class.
     let out = trace_file(&f, "in_port=1,arp");
     assert!(

@@ -212,6 +212,10 @@ pub(crate) struct TierReport {
     pub offload_program: Option<String>,
     /// Why it stays in software, if it does.
     pub software_reason: Option<String>,
+    /// The match of the masked entry (megaflow) that would serve it where
+    /// the backend holds masks: the bits its walk looked at, in ovs-ofctl
+    /// syntax (`None`: an exact entry, for a decision through a group).
+    pub megaflow: Option<String>,
 }
 
 /// Run `offlow trace`.
@@ -470,14 +474,27 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
             offlow_offload::compile(&k, &res.actions)
         }
     });
+    // As the tier places it: under the bits its walk looked at, in the
+    // fields the offload key carries (the rest is constant over the class).
+    let megaflow = (offloadable.is_ok()
+        && !res.actions.iter().any(|a| matches!(a, Action::Group(_))))
+    .then(|| {
+        let ok = offlow_offload::OffloadKey::from_flow_key(&key).ok()?;
+        let mask = offlow_offload::OffloadMask::from_flow_mask(&pipeline.walk_mask(&res));
+        let served = offlow_offload::OffloadMatch::new(&ok, mask);
+        Some(megaflow_string(&served))
+    })
+    .flatten();
     let tier = match offloadable {
         Ok(p) => TierReport {
             offload_program: Some(p.to_string()),
             software_reason: None,
+            megaflow,
         },
         Err(r) => TierReport {
             offload_program: None,
             software_reason: Some(r.to_string()),
+            megaflow: None,
         },
     };
     Ok(TraceReport {
@@ -499,6 +516,48 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         verdict,
         exec_counters,
     })
+}
+
+/// A masked offload entry's match in ovs-ofctl syntax: in_port, the
+/// protocol and the VLAN tag always, then the fields its mask covers.
+fn megaflow_string(m: &offlow_offload::OffloadMatch) -> String {
+    let (k, w) = (&m.key, &m.mask);
+    let mut out = Match::ANY;
+    out.set_exact(Field::InPort, k.in_port.into());
+    out.set_exact(Field::EthType, 0x0800);
+    out.set_exact(Field::IpProto, k.ip_proto.into());
+    if let Some(tag) = k.vlan {
+        out.set_exact(Field::VlanVid, (0x1000 | tag.vid).into());
+        out.set_exact(Field::VlanPcp, tag.pcp.into());
+    }
+    let l4 = offlow_offload::key::has_transport_fields(k.ip_proto);
+    let (tp_src, tp_dst) = match k.ip_proto {
+        6 => (Field::TcpSrc, Field::TcpDst),
+        17 => (Field::UdpSrc, Field::UdpDst),
+        _ => (Field::Icmpv4Type, Field::Icmpv4Code),
+    };
+    let fields = [
+        (Field::EthDst, u128::from(k.eth_dst), u128::from(w.eth_dst)),
+        (Field::EthSrc, u128::from(k.eth_src), u128::from(w.eth_src)),
+        (Field::Ipv4Src, k.ipv4_src.into(), w.ipv4_src.into()),
+        (Field::Ipv4Dst, k.ipv4_dst.into(), w.ipv4_dst.into()),
+        (Field::IpDscp, k.ip_dscp.into(), w.ip_dscp.into()),
+        (Field::IpEcn, k.ip_ecn.into(), w.ip_ecn.into()),
+        (Field::TunnelId, k.tunnel_id.into(), w.tunnel_id.into()),
+    ];
+    for (f, v, mask) in fields {
+        if mask != 0 {
+            out.set_masked(f, v, mask);
+        }
+    }
+    if l4 {
+        for (f, v, mask) in [(tp_src, k.tp_src, w.tp_src), (tp_dst, k.tp_dst, w.tp_dst)] {
+            if mask != 0 {
+                out.set_masked(f, v.into(), mask.into());
+            }
+        }
+    }
+    format_match(&out)
 }
 
 /// The extracted key as an exact match in ovs-ofctl syntax.
@@ -929,6 +988,12 @@ pub(crate) fn render(r: &TraceReport) -> String {
             let _ = writeln!(s, " offload: stays in software ({why})");
         }
         (None, None) => {}
+    }
+    if let Some(m) = &r.tier.megaflow {
+        let _ = writeln!(
+            s,
+            " megaflow: one masked entry serves every microflow matching {m} (the bits its walk looked at)"
+        );
     }
     let _ = writeln!(
         s,
