@@ -106,7 +106,7 @@ impl Hasher for FoldHasher {
     }
 }
 
-type FoldBuild = BuildHasherDefault<FoldHasher>;
+pub(crate) type FoldBuild = BuildHasherDefault<FoldHasher>;
 
 /// Per-word multipliers of [`KeyIndex::hash`] (odd, distinct, spread).
 const WORD_K: [u64; KEY_WORDS] = {

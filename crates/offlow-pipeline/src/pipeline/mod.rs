@@ -65,7 +65,7 @@ use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounte
 use crate::error::PipelineError;
 use crate::expiry::TimedSlot;
 use crate::group::{GroupError, GroupMod, GroupOp, GroupTable};
-use crate::index::MatchIndex;
+use crate::index::{FoldBuild, MatchIndex};
 use crate::meter::{MeterOp, MeterTable};
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
 use crate::validate::{validate_bucket_actions, validate_instructions_with};
@@ -124,7 +124,10 @@ impl FlowTable {
 /// recomputed only when a mask comes or goes.
 #[derive(Debug, Clone, Default)]
 struct MaskUnion {
-    counts: HashMap<FlowMask, u32>,
+    /// Hashed as the match index hashes masks: a fold of the words, where
+    /// SipHash of a 128-byte key would cost every flow-mod more than the
+    /// rest of this bookkeeping.
+    counts: HashMap<FlowMask, u32, FoldBuild>,
     union: FlowMask,
 }
 
