@@ -383,7 +383,14 @@ impl OffloadTier {
             .actions
             .iter()
             .any(|a| matches!(a, offlow_pipeline::Action::Group(_)));
-        let mask = OffloadMask::from_flow_mask(&pipeline.walk_mask(&res));
+        // The configured pins' fields too: a pin then holds for all of a
+        // megaflow's microflows or none (a flow pinned up is never served
+        // by an entry that went down for its neighbours).
+        let walked = self
+            .pin_rules
+            .iter()
+            .fold(pipeline.walk_mask(&res), |u, (pm, _)| u.union(&pm.mask));
+        let mask = OffloadMask::from_flow_mask(&walked);
         if through_group || self.full_masks.contains(&mask) {
             return OffloadMatch::exact(*key);
         }
@@ -1579,5 +1586,41 @@ mod tests {
             "exact after the mask room ran out"
         );
         assert_eq!(model.len(), 2);
+    }
+
+    #[test]
+    fn a_flow_pinned_up_is_not_served_by_its_neighbours_megaflow() {
+        let (mut tier, model, mut p) = {
+            let caps = Capabilities {
+                masks: 4,
+                ..ModelBackend::full(vec![1, 2, 3], 64).capabilities().clone()
+            };
+            let shared = Arc::new(Mutex::new(ModelBackend::new(caps.clone())));
+            let tier = OffloadTier::new(
+                Box::new(Shared(shared.clone(), caps)),
+                PlacementConfig::default(),
+            )
+            .unwrap();
+            (tier, shared, Pipeline::new(2))
+        };
+        let mut up = Match::ANY;
+        up.set_exact(Field::EthType, 0x0800)
+            .set_exact(Field::IpProto, 17)
+            .set_exact(Field::UdpSrc, 1000);
+        tier.pin_matching(up, Pin::Up);
+        tier.pin_matching(Match::ANY, Pin::Down);
+        let k = key(1000);
+        flow_mod(&mut tier, &mut p, &per_pair(1, k.eth_src, k.eth_dst, 2));
+        barrier(&mut tier, &p);
+        tier.observe(k, 5);
+        tier.observe(key(2000), 5);
+        settle(&mut tier, &p);
+        let mut m = model.lock().unwrap();
+        assert_eq!(m.len(), 1, "the neighbours' megaflow only");
+        assert!(m.serve(&key(2000), 60).is_some());
+        assert!(m.serve(&k, 60).is_none(), "pinned up: software's");
+        // The price: the pin's field is in every mask, so another source
+        // port is another megaflow.
+        assert!(m.serve(&key(3000), 60).is_none());
     }
 }
