@@ -390,7 +390,16 @@ impl OffloadTier {
             .pin_rules
             .iter()
             .fold(pipeline.walk_mask(&res), |u, (pm, _)| u.union(&pm.mask));
-        let mask = OffloadMask::from_flow_mask(&walked);
+        let mut mask = OffloadMask::from_flow_mask(&walked);
+        // An output to a tunnel sends the frame's own tunnel_id as the key
+        // unless a set-field gave one: then the entry needs it whole.
+        let to_tunnel = res.actions.iter().any(|a| {
+            matches!(a, offlow_pipeline::Action::Output { port, .. }
+                if self.underlay_of(port.0).is_some())
+        });
+        if to_tunnel {
+            mask.tunnel_id = u64::MAX;
+        }
         if through_group || self.full_masks.contains(&mask) {
             return OffloadMatch::exact(*key);
         }
@@ -680,6 +689,14 @@ impl OffloadTier {
         if let Some(p) = out_port(key, &program) {
             if !self.port_usable(p) {
                 return Err(Refusal::Port(p));
+            }
+        }
+        if let (Verdict::Port(p), None) = (program.verdict, program.tunnel_id) {
+            if self.underlay_of(p).is_some() && m.mask.tunnel_id != u64::MAX {
+                // `match_for` puts the whole key in such a mask.
+                return Err(Refusal::Unsupported(
+                    "an output of the frame's own tunnel_id under a mask without it",
+                ));
             }
         }
         // Refused here rather than by the backend a round trip later.
@@ -1622,5 +1639,67 @@ mod tests {
         // The price: the pin's field is in every mask, so another source
         // port is another megaflow.
         assert!(m.serve(&key(3000), 60).is_none());
+    }
+
+    /// An output into a `key=flow` tunnel sends each frame's own key: the
+    /// frames of two keys need two entries even where no rule looks at
+    /// the key.
+    #[test]
+    fn a_megaflow_into_a_key_flow_tunnel_keeps_the_key_whole() {
+        use offlow_offload::TunnelPort;
+        use offlow_wire::tunnel::{Endpoint, KeyMode, Kind};
+        let ep = |underlay_dst| Endpoint {
+            key: KeyMode::Flow,
+            ..Endpoint::new(Kind::Gre, [1, 1, 1, 1], underlay_dst, [2; 6], [4; 6])
+        };
+        let tunnels = [
+            TunnelPort {
+                ofport: 10,
+                endpoint: ep([2, 2, 2, 2]),
+                underlay: 1,
+            },
+            TunnelPort {
+                ofport: 11,
+                endpoint: ep([3, 3, 3, 3]),
+                underlay: 2,
+            },
+        ];
+        let mut caps = ModelBackend::full_with_tunnels(vec![1, 2, 3], &tunnels, 16)
+            .capabilities()
+            .clone();
+        caps.masks = 4;
+        let model = Arc::new(Mutex::new(ModelBackend::new(caps.clone())));
+        let mut tier = OffloadTier::new(
+            Box::new(Shared(model.clone(), caps)),
+            PlacementConfig::default(),
+        )
+        .unwrap();
+        tier.pin_matching(Match::ANY, Pin::Down);
+        let mut p = Pipeline::new(2);
+        let mut from10 = Match::ANY;
+        from10.set_exact(Field::InPort, 10);
+        flow_mod(
+            &mut tier,
+            &mut p,
+            &FlowMod::add(0, 1, from10, apply(vec![Action::output(PortNo(11))])),
+        );
+        barrier(&mut tier, &p);
+        let on10 = |tunnel_id| OffloadKey {
+            in_port: 10,
+            tunnel_id,
+            ..key(1000)
+        };
+        tier.observe(on10(7), 5);
+        tier.observe(on10(8), 5);
+        settle(&mut tier, &p);
+        let m = model.lock().unwrap();
+        assert_eq!(m.len(), 2, "one entry per key");
+        for id in [7, 8] {
+            let mask = OffloadMask {
+                tunnel_id: u64::MAX,
+                ..OffloadMask::SHAPE
+            };
+            assert!(m.program(&OffloadMatch::new(&on10(id), mask)).is_some());
+        }
     }
 }
