@@ -39,16 +39,19 @@
  * carries the slot it was installed under (the stale check compares the
  * key looked up, id included). One map rather than a second hash for
  * masked keys: one room, one value layout and one stale check for both,
- * and the id byte was padding anyway. The first masked hit serves the
- * frame (the switch installs only masked entries that decide alike, so
- * which one does not matter); a hit that turns out stale goes up, as an
- * exact one does. Slots are written by userspace while no entry carries
- * their id and a grace period before the first one is published, and
- * cleared when the last one is unlinked (src/xdp/mod.rs, `MaskSlots`): a
- * frame that reads a mask element while it is being rewritten (an ARRAY
- * element is copied in place, so the read can be torn) builds a key with
- * an id no entry has yet, or any more, and misses; and the grace period
- * ends every such frame before an entry with that id can be found.
+ * and the id byte was padding anyway. The first key found decides: a
+ * masked hit serves the frame (the switch installs only masked entries
+ * that decide alike, so which one does not matter), a stale one sends it
+ * up, as an exact one does. Slots are written by userspace while no entry
+ * carries their id, and a grace period passes before the first one is
+ * published; a slot is cleared when its last entry is unlinked and reused
+ * only after that removal's grace period (src/xdp/mod.rs `hold_mask`,
+ * src/xdp/masks.rs). So a frame that reads a mask element while it is
+ * being rewritten (an ARRAY element is copied in place: the read can be
+ * torn) builds a key with an id no entry has yet, or any more, and
+ * misses; and no such frame is still running when an entry with that id
+ * appears. The lookup is one global function (find_entry), verified once:
+ * verified_insns ~87k for the program, ~82k before masks (6.18).
  *
  * Partial checksums: a Linux sender with transmit checksum offload (a veth
  * peer, by default) leaves a TCP/UDP checksum CHECKSUM_PARTIAL: the field

@@ -7,7 +7,13 @@
 //! build.rs), fills its port maps, attaches it to each port (native XDP,
 //! or generic where the driver has none) and implements [`OffloadBackend`]
 //! over its maps:
-//! - `flows`: [`crate::OffloadKey`] → a slot of `progs`;
+//! - `flows`: [`crate::OffloadKey`] → a slot of `progs`, for exact and
+//!   masked entries alike: a masked entry's key is stored masked, with its
+//!   mask slot's id in the key's `pad` byte (0 for exact keys);
+//! - `masks`: up to [`MAX_MASKS`] masks, one per slot, each the mask of
+//!   the masked entries carrying that slot's id (an ARRAY the program
+//!   reads on every exact miss; `masks.rs` keeps which slot holds which
+//!   mask and how many entries use it);
 //! - `progs`: the slot's [`OffloadProgram`] and the key it serves, plus the
 //!   entry's slot of `counters` (per-CPU packets and bytes);
 //! - `rx_ports` (ifindex → OpenFlow port and miss path: an ARRAY indexed by
@@ -39,6 +45,14 @@
 //!   it is replaced, which could hand a frame another entry's slot number:
 //!   the record carries its key and the program checks it (a mismatch is a
 //!   miss, `miss_stale`).
+//! - **A mask slot changes masks only when no frame can mix them.** A
+//!   slot is written with a new mask while no entry carries its id, and a
+//!   grace period passes before the first such entry is published, so a
+//!   frame that read the element mid-write (torn) has ended by then; it is
+//!   cleared when its last entry is unlinked and reused only after the
+//!   grace period of that removal (`hold_mask`'s comment has
+//!   the argument). A masked entry costs one wait more than an exact one
+//!   only when its mask is new.
 //! - **Counters are exact.** An entry counts the frames it serves (bytes as
 //!   received): forwarded, dropped or steered; not those it sends up
 //!   untouched (a TTL about to expire, no CPU for a steering mask, no
