@@ -89,8 +89,12 @@
  * Per-frame cost: the only hash lookup on the forwarding path is `flows`
  * (an exact match has no cheaper form), once for an exact hit and once
  * more per mask in use until one hits (a frame that misses everything
- * pays one per mask in use; a slot not in use costs an array read); the
- * port maps are arrays
+ * pays one per mask in use; a slot not in use costs an array read).
+ * Measured with examples/prog_cost.rs (2M runs, 2026-11-26, 6.18): each
+ * masked lookup adds ~17 ns; an exact hit 46-48 ns with 0, 1 or 8 masks
+ * in use; a masked hit 65 ns in the first slot, 185 ns in the eighth; a
+ * miss 35 ns with no mask, 51 with one, 167-170 with eight (tuple-space
+ * search: fewer, coarser masks are cheaper). The port maps are arrays
  * (`rx_ports` by ifindex, `tx_ports` by a dense port index), and the
  * per-CPU arrays (`progs`, `counters`, `stats`) are inlined by the verifier.
  *
