@@ -128,7 +128,8 @@
  * Kernel: bounded loops (5.3), bpf_redirect_map with a
  * fallback action in the flags (5.6 for XSKMAP/DEVMAP lookups in the
  * helper), a global function taking the XDP context (5.6 or so: l4_sum),
- * bpf_csum_diff in XDP (4.x); tested on 6.18.
+ * one taking a pointer to a key on the caller's stack (5.12 or so:
+ * find_entry), bpf_csum_diff in XDP (4.x); tested on 6.18.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>

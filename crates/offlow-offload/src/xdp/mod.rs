@@ -50,9 +50,9 @@
 //!   grace period passes before the first such entry is published, so a
 //!   frame that read the element mid-write (torn) has ended by then; it is
 //!   cleared when its last entry is unlinked and reused only after the
-//!   grace period of that removal (`hold_mask`'s comment has
-//!   the argument). A masked entry costs one wait more than an exact one
-//!   only when its mask is new.
+//!   grace period of that removal (`hold_mask`'s comment has the
+//!   argument). A masked entry costs one wait more than an exact one only
+//!   when its mask is new.
 //! - **Counters are exact.** An entry counts the frames it serves (bytes as
 //!   received): forwarded, dropped or steered; not those it sends up
 //!   untouched (a TTL about to expire, no CPU for a steering mask, no
