@@ -3,9 +3,11 @@
  * offload.bpf.c: the XDP half of offlow's offload tier.
  *
  * What: one XDP program, attached to every port of the switch, that serves
- * exact-match microflows of the offloadable class (crate docs, key.rs) in
- * the kernel. It parses a frame exactly as OffloadKey::parse does, looks
- * the key up in `flows`, and on a hit applies the entry's program (stages
+ * microflows of the offloadable class (crate docs, key.rs) in the kernel,
+ * by exact entries and by masked ones (megaflows, mask.rs). It parses a
+ * frame exactly as OffloadKey::parse does, looks the key up in `flows`
+ * (exact first, then under each mask in use: "Masked entries" below), and
+ * on a hit applies the entry's program (stages
  * in program.rs order: VLAN, Ethernet addresses, ToS, TTL, IPv4 addresses,
  * L4 ports, with RFC 1624 incremental checksum updates following
  * offlow_datapath::execute rule for rule) and returns its verdict. Every
@@ -27,6 +29,29 @@
  *   turns that into a miss. Userspace never rewrites a slot until a grace
  *   period after the last reference to it was removed (src/xdp/mod.rs), so
  *   a slot's record is stable for any frame that can read it.
+ *
+ * Masked entries: `masks` holds up to MAX_MASKS masks (a flow_key of bits
+ * that must match; in_port, ip_proto and the VLAN fields always all ones).
+ * On an exact miss the program ANDs the key with each mask in use, in slot
+ * order, and looks the result up in the same `flows` map, with the key's
+ * `pad` byte set to the slot's id (0: exact, i + 1: mask slot i), so an
+ * exact key and a masked one never collide and a masked entry's record
+ * carries the slot it was installed under (the stale check compares the
+ * key looked up, id included). One map rather than a second hash for
+ * masked keys: one room, one value layout and one stale check for both,
+ * and the id byte was padding anyway. The first key found decides: a
+ * masked hit serves the frame (the switch installs only masked entries
+ * that decide alike, so which one does not matter), a stale one sends it
+ * up, as an exact one does. Slots are written by userspace while no entry
+ * carries their id, and a grace period passes before the first one is
+ * published; a slot is cleared when its last entry is unlinked and reused
+ * only after that removal's grace period (src/xdp/mod.rs `hold_mask`,
+ * src/xdp/masks.rs). So a frame that reads a mask element while it is
+ * being rewritten (an ARRAY element is copied in place: the read can be
+ * torn) builds a key with an id no entry has yet, or any more, and
+ * misses; and no such frame is still running when an entry with that id
+ * appears. The lookup is one global function (find_entry), verified once:
+ * verified_insns ~87k for the program, ~82k before masks (6.18).
  *
  * Partial checksums: a Linux sender with transmit checksum offload (a veth
  * peer, by default) leaves a TCP/UDP checksum CHECKSUM_PARTIAL: the field
@@ -62,7 +87,14 @@
  * `csum_finished`.
  *
  * Per-frame cost: the only hash lookup on the forwarding path is `flows`
- * (an exact match has no cheaper form); the port maps are arrays
+ * (an exact match has no cheaper form), once for an exact hit and once
+ * more per mask in use until one hits (a frame that misses everything
+ * pays one per mask in use; a slot not in use costs an array read).
+ * Measured with examples/prog_cost.rs (2M runs, 2026-11-26, 6.18): each
+ * masked lookup adds ~17 ns; an exact hit 46-48 ns with 0, 1 or 8 masks
+ * in use; a masked hit 65 ns in the first slot, 185 ns in the eighth; a
+ * miss 35 ns with no mask, 51 with one, 167-170 with eight (tuple-space
+ * search: fewer, coarser masks are cheaper). The port maps are arrays
  * (`rx_ports` by ifindex, `tx_ports` by a dense port index), and the
  * per-CPU arrays (`progs`, `counters`, `stats`) are inlined by the verifier.
  *
@@ -96,7 +128,8 @@
  * Kernel: bounded loops (5.3), bpf_redirect_map with a
  * fallback action in the flags (5.6 for XSKMAP/DEVMAP lookups in the
  * helper), a global function taking the XDP context (5.6 or so: l4_sum),
- * bpf_csum_diff in XDP (4.x); tested on 6.18.
+ * one taking a pointer to a key on the caller's stack (5.12 or so:
+ * find_entry), bpf_csum_diff in XDP (4.x); tested on 6.18.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -164,6 +197,8 @@ enum stat {
 			       * hit_* outcome) */
 	ST_TUNNEL_ENCAP,      /* a served frame was encapsulated (besides its
 			       * hit_* outcome) */
+	ST_HIT_MASKED,        /* a served frame was served by a masked entry
+			       * (besides its hit_* outcome) */
 	NSTATS,
 };
 
@@ -184,6 +219,8 @@ struct flow_key {
 	__u8 ip_proto;
 	__u8 ip_dscp;
 	__u8 ip_ecn;
+	/* 0 for an exact key; i + 1 for a key masked by `masks` slot i
+	 * (file header, "Masked entries"). */
 	__u8 pad;
 	/* The key a decapsulated frame arrived with (0 on other ports), as two
 	 * words so that the struct keeps 4-byte alignment and no padding. */
@@ -191,6 +228,18 @@ struct flow_key {
 	__u32 tunnel_id_hi;
 };
 _Static_assert(sizeof(struct flow_key) == 44, "flow_key layout");
+
+/* Mask slots (`masks`); Capabilities::masks of the XDP backend. */
+#define MAX_MASKS 8
+
+/* A mask slot: the bits a key must match (1: must match; in_port,
+ * ip_proto and the VLAN fields all ones, pad 0), and whether entries may
+ * use it (0: the lookup skips the slot). */
+struct flow_mask {
+	struct flow_key bits;
+	__u32 in_use;
+};
+_Static_assert(sizeof(struct flow_mask) == 48, "flow_mask layout");
 
 /* Which optional stage fields are present (OffloadProgram's Options). */
 #define F_ETH_SRC (1u << 0)
@@ -340,6 +389,15 @@ struct {
 	__type(key, struct flow_key);
 	__type(value, __u32);
 } flows SEC(".maps");
+
+/* The masks of masked entries, by slot (file header). An ARRAY: read by
+ * every exact miss, inlined by the verifier to a bounds check and an add. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_MASKS);
+	__type(key, __u32);
+	__type(value, struct flow_mask);
+} masks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -879,7 +937,8 @@ static __always_inline int partial_csum(struct xdp_md *ctx, const struct parsed 
 	return c;
 }
 
-/* Count a frame the entry serves (bytes as received). */
+/* Count a frame the entry serves (bytes as received); a masked entry's
+ * key carries its slot id, so its frames are counted as such too. */
 static __always_inline void served(const struct flow_prog *pr, __u32 len)
 {
 	struct entry_counters *c = bpf_map_lookup_elem(&counters, &pr->counter);
@@ -888,6 +947,8 @@ static __always_inline void served(const struct flow_prog *pr, __u32 len)
 		c->packets += 1;
 		c->bytes += len;
 	}
+	if (pr->key.pad)
+		bump(ST_HIT_MASKED);
 }
 
 static __always_inline int key_eq(const struct flow_key *a, const struct flow_key *b)
@@ -900,6 +961,73 @@ static __always_inline int key_eq(const struct flow_key *a, const struct flow_ke
 	for (int i = 0; i < (int)(sizeof(struct flow_key) / 4); i++)
 		diff |= x[i] ^ y[i];
 	return diff == 0;
+}
+
+/* find_entry()'s answers besides a slot (a slot is below 2 * room <=
+ * 2^32 - 2: src/xdp/mod.rs caps the room). */
+#define NO_SLOT 0xffffffffu
+#define STALE_SLOT 0xfffffffeu
+
+/* The `progs` slot of `k` exactly as it stands (its pad the mask slot id):
+ * NO_SLOT if `flows` has no such key, STALE_SLOT if it has but the slot it
+ * named holds another key's record (a recycled element: file header). */
+static __always_inline __u32 lookup(const struct flow_key *k)
+{
+	__u32 *slot = bpf_map_lookup_elem(&flows, k);
+
+	if (!slot)
+		return NO_SLOT;
+	/* One load: the element may be recycled under us (file header). */
+	__u32 s = *(volatile __u32 *)slot;
+	struct flow_prog *pr = bpf_map_lookup_elem(&progs, &s);
+
+	if (!pr || !key_eq(&pr->key, k))
+		return STALE_SLOT;
+	return s;
+}
+
+/* The `progs` slot of the entry that serves the frame's key `k` (pad 0):
+ * the exact key first, then `k` under each mask in use, in slot order,
+ * with the slot's id (file header); the first key `flows` has decides,
+ * stale or not. The record was checked against the key looked up here,
+ * and a slot is not rewritten while a frame can hold its number, so the
+ * caller's own read of it finds the same record.
+ *
+ * A global function, so the verifier checks it once on its own: inlined,
+ * with the looked-up key a second copy on the caller's stack, the rest of
+ * the program was verified from more distinct states (~130k verified_insns
+ * for the whole program instead of ~87k; ~82k before masks). */
+__attribute__((noinline)) __u32 find_entry(const struct flow_key *k)
+{
+	if (!k)
+		return NO_SLOT;
+	__u32 s = lookup(k);
+
+	if (s != NO_SLOT)
+		return s;
+	struct flow_key mk;
+
+	/* Unrolled: MAX_MASKS rounds of a few dozen instructions. */
+#pragma unroll
+	for (__u32 i = 0; i < MAX_MASKS; i++) {
+		__u32 at = i;
+		struct flow_mask *m = bpf_map_lookup_elem(&masks, &at);
+
+		if (!m || !m->in_use)
+			continue;
+		const __u32 *x = (const __u32 *)k;
+		const __u32 *y = (const __u32 *)&m->bits;
+		__u32 *z = (__u32 *)&mk;
+
+#pragma unroll
+		for (int w = 0; w < (int)(sizeof(struct flow_key) / 4); w++)
+			z[w] = x[w] & y[w];
+		mk.pad = i + 1;
+		s = lookup(&mk);
+		if (s != NO_SLOT)
+			return s;
+	}
+	return NO_SLOT;
 }
 
 /* The VLAN stage. Returns the new L3 offset; -1 when the frame must go up
@@ -1426,17 +1554,16 @@ int offlow_offload(struct xdp_md *ctx)
 	p.key.in_port = in_port;
 	p.key.tunnel_id_lo = tunnel_id;
 	p.key.tunnel_id_hi = tunnel_id >> 32;
-	__u32 *slot = bpf_map_lookup_elem(&flows, &p.key);
+	/* The exact entry first, then the masked ones (file header). */
+	__u32 s = find_entry(&p.key);
 
-	if (!slot) {
+	if (s == NO_SLOT) {
 		count(ST_MISS_NO_ENTRY, 0);
 		return up(ctx, pi);
 	}
-	/* One load: the element may be recycled under us (file header). */
-	__u32 s = *(volatile __u32 *)slot;
-	struct flow_prog *pr = bpf_map_lookup_elem(&progs, &s);
+	struct flow_prog *pr = s == STALE_SLOT ? 0 : bpf_map_lookup_elem(&progs, &s);
 
-	if (!pr || !key_eq(&pr->key, &p.key)) {
+	if (!pr) {
 		count(ST_MISS_STALE, 0);
 		return up(ctx, pi);
 	}

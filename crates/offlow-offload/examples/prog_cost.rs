@@ -22,6 +22,12 @@
 //! `OFFLOW_RECORD=1` also runs each frame once with the outcome record on
 //! and prints which counters moved.
 //!
+//! Mask rows: masked entries (each of a UDP destination port's bit, so a
+//! frame to port 2^n hits only mask n's entry), timed with one mask in use
+//! and with all eight: a hit in the first and in the last slot looked at,
+//! an exact hit and a miss beside them (the miss pays every mask's
+//! lookup).
+//!
 //! Tunnel rows (GRE key=flow and VXLAN tunnels over `vb`): an ordinary
 //! frame on an underlay (one more lookup: is it a tunnel's?), a GRE frame
 //! whose inner frame has no entry, and then the hits that decapsulate or
@@ -32,8 +38,11 @@
 
 use std::process::Command;
 
-use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
-use offlow_offload::{compile, OffloadBackend, OffloadKey, TunnelPort};
+use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort, MAX_MASKS};
+use offlow_offload::{
+    compile, OffloadBackend, OffloadKey, OffloadMask, OffloadMatch, OffloadProgram, TunnelPort,
+    Verdict,
+};
 use offlow_pipeline::{Action, PortNo};
 use offlow_testkit::FrameBuilder;
 use offlow_wire::checksum;
@@ -185,7 +194,58 @@ fn run() -> anyhow::Result<()> {
             }
         }
     }
+    mask_rows(&mut b, va)?;
     tunnel_rows(&mut b, va, vb)?;
+    Ok(())
+}
+
+fn mask_rows(b: &mut XdpBackend, va: u32) -> anyhow::Result<()> {
+    let to = |dport: u16| {
+        FrameBuilder::default()
+            .ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+            .udp(7, dport)
+            .build()
+    };
+    let fwd = OffloadProgram::plain(Verdict::Port(2));
+    let install = |b: &mut XdpBackend, n: usize| -> anyhow::Result<()> {
+        let key = OffloadKey::parse(&to(1 << n), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
+        let mask = OffloadMask {
+            tp_dst: 1 << n,
+            ..OffloadMask::SHAPE
+        };
+        b.install(&OffloadMatch::new(&key, mask), &fwd)?;
+        Ok(())
+    };
+    let exact = OffloadKey::parse(&to(0x300), 1, 0).ok_or(anyhow::anyhow!("not in class"))?;
+    b.install(&exact.into(), &fwd)?;
+    install(b, 0)?;
+    let one: [(&str, Vec<u8>); 3] = [
+        ("1 mask: exact hit", to(0x300)),
+        ("1 mask: masked hit", to(1)),
+        ("1 mask: miss", to(0)),
+    ];
+    for round in 0..3 {
+        for (name, frame) in &one {
+            let (ret, ns) = b.time_run(frame, va, 0, REPEAT)?;
+            println!("round {round}  {name:<30} {ns:>5} ns  (XDP action {ret})");
+        }
+    }
+    for n in 1..MAX_MASKS {
+        install(b, n)?;
+    }
+    let all: [(&str, Vec<u8>); 4] = [
+        ("8 masks: exact hit", to(0x300)),
+        ("8 masks: hit, first mask", to(1)),
+        ("8 masks: hit, last mask", to(1 << (MAX_MASKS - 1))),
+        ("8 masks: miss", to(0)),
+    ];
+    for round in 0..3 {
+        for (name, frame) in &all {
+            let (ret, ns) = b.time_run(frame, va, 0, REPEAT)?;
+            println!("round {round}  {name:<30} {ns:>5} ns  (XDP action {ret})");
+        }
+    }
+    println!("verified_insns {}", b.verified_insns()?);
     Ok(())
 }
 

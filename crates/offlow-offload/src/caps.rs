@@ -116,9 +116,9 @@ impl fmt::Display for ActionKinds {
     }
 }
 
-/// The fields an [`crate::OffloadKey`] matches: a backend must match all of them
-/// exactly to serve a microflow (otherwise two microflows with different
-/// decisions could share its entry).
+/// The fields an [`OffloadKey`](crate::OffloadKey) matches: a backend
+/// must match all of them exactly to serve a microflow (otherwise two
+/// microflows with different decisions could share its entry).
 pub const CLASS_FIELDS: [Field; 13] = [
     Field::InPort,
     Field::EthDst,

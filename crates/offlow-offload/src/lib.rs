@@ -29,7 +29,10 @@
 //! - [`xdp::XdpBackend`]: the backend in the kernel, an XDP program on the
 //!   switch's ports that serves entries before frames reach the AF_XDP or
 //!   AF_PACKET sockets, with exact per-CPU counters and a grace period after
-//!   every change ([`xdp`]). It finishes *partial* TCP/UDP checksums (a
+//!   every change ([`xdp`]). It serves exact entries and masked ones with
+//!   up to [`xdp::MAX_MASKS`] distinct masks at once: a frame's key is
+//!   looked up exactly first, then under each mask in use (one hash lookup
+//!   more per mask, only on an exact miss). It finishes *partial* TCP/UDP checksums (a
 //!   Linux sender with transmit checksum offload, e.g. a veth peer, leaves
 //!   the pseudo-header sum in the field for the NIC) before serving a
 //!   frame, as the userspace path finishes them on receipt: XDP does not
@@ -43,8 +46,10 @@
 //! - Never a silent partial offload: an entry the backend cannot serve
 //!   completely, or past its room, is an error and the flow stays in
 //!   software.
-//! - An offloaded entry serves only frames whose full key equals the entry's
-//!   microflow key, so it makes the decision the pipeline would make.
+//! - An offloaded entry serves only frames whose key, under the entry's
+//!   mask (all of it for an exact entry), equals the entry's key, so it
+//!   makes the decision the pipeline would make (for a masked entry: given
+//!   a mask that holds every bit the decision looks at, [`mask`]).
 //! - A backend's `remove`/`install` returns only once no frame can use the
 //!   old program; counters are cumulative and a removal returns the final
 //!   ones, so the switch can fold them into OpenFlow counters exactly.

@@ -9,8 +9,14 @@
 //! *partial* checksum (the folded pseudo-header sum a Linux sender with
 //! checksum offload leaves for the NIC): the reference finishes it as the
 //! AF_PACKET receive path does (`offlow_io::csum::finish_partial`) before
-//! the executor runs, and the program must send out the same bytes.
-//! Privileged: skipped with a notice when not root.
+//! the executor runs, and the program must send out the same bytes. Some
+//! entries are masked (random masks over the fields an [`OffloadMask`]
+//! has): such an entry, compiled from its own flow's key, serves every
+//! frame it matches under the mask, and must serve each exactly as the
+//! executor runs the entry's actions on that frame; often the frame is of
+//! a *near* flow (the entry's shape and MACs, other IPv4 addresses, ports
+//! and ToS), which the mask decides. Privileged: skipped with a notice
+//! when not root.
 
 #[allow(dead_code)] // each test file uses a subset of the harness
 mod common;
@@ -19,7 +25,9 @@ use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, Por
 use offlow_flow::Field;
 use offlow_io::csum;
 use offlow_offload::xdp::{action, XdpBackend};
-use offlow_offload::{compile, EntryCounters, OffloadBackend, OffloadKey};
+use offlow_offload::{
+    compile, EntryCounters, OffloadBackend, OffloadKey, OffloadMask, OffloadMatch,
+};
 use offlow_pipeline::{Action, PacketInOrigin, PortNo};
 use offlow_testkit::{Checksum, FrameBuilder};
 use offlow_wire::checksum;
@@ -399,6 +407,9 @@ enum EntryFor {
     Same,
     /// Another flow.
     Other,
+    /// The frame's flow with the other spec's IPv4 addresses, ToS and
+    /// ports: a frame a masked entry may or may not match.
+    Near,
     /// None.
     Empty,
 }
@@ -475,6 +486,49 @@ struct Case {
     other: Spec,
     /// Nudge the list towards one that compiles ([`concrete`]).
     fix: bool,
+    /// Install the entry under this mask (`None`: exact).
+    mask: Option<OffloadMask>,
+}
+
+/// Masks that are often coarse: each field not at all, wholly, or some
+/// bits; or a per-pair rule's (MACs), or only the fields always exact.
+fn mask() -> impl Strategy<Value = Option<OffloadMask>> {
+    fn bits(all: u64) -> impl Strategy<Value = u64> {
+        prop_oneof![
+            2 => Just(0u64),
+            2 => Just(all),
+            1 => any::<u64>().prop_map(move |v| v & all),
+        ]
+    }
+    const MAC: u64 = (1 << 48) - 1;
+    let m = (
+        (bits(MAC), bits(MAC)),
+        (bits(0xffff_ffff), bits(0xffff_ffff)),
+        (bits(0x3f), bits(0x3)),
+        (bits(0xffff), bits(0xffff)),
+    )
+        .prop_map(|((d, s), (is, id), (dscp, ecn), (sp, dp))| OffloadMask {
+            eth_dst: d,
+            eth_src: s,
+            ipv4_src: is as u32,
+            ipv4_dst: id as u32,
+            ip_dscp: dscp as u8,
+            ip_ecn: ecn as u8,
+            tp_src: sp as u16,
+            tp_dst: dp as u16,
+            tunnel_id: 0,
+        });
+    let per_pair = OffloadMask {
+        eth_dst: MAC,
+        eth_src: MAC,
+        ..OffloadMask::SHAPE
+    };
+    prop_oneof![
+        4 => Just(None),
+        2 => m.prop_map(Some),
+        2 => Just(Some(per_pair)),
+        2 => Just(Some(OffloadMask::SHAPE)),
+    ]
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -482,17 +536,24 @@ fn case() -> impl Strategy<Value = Case> {
         spec(),
         1u32..4,
         acts(),
-        prop_oneof![7 => Just(EntryFor::Same), 2 => Just(EntryFor::Other), 1 => Just(EntryFor::Empty)],
+        prop_oneof![
+            7 => Just(EntryFor::Same),
+            2 => Just(EntryFor::Other),
+            3 => Just(EntryFor::Near),
+            1 => Just(EntryFor::Empty),
+        ],
         spec(),
         prop::bool::weighted(0.8),
+        mask(),
     )
-        .prop_map(|(spec, in_port, acts, entry, other, fix)| Case {
+        .prop_map(|(spec, in_port, acts, entry, other, fix, mask)| Case {
             spec,
             in_port,
             acts,
             entry,
             other,
             fix,
+            mask,
         })
 }
 
@@ -506,6 +567,10 @@ struct Seen {
     ttl_up: u32,
     /// Hits on a frame with a partial checksum (finished by the program).
     partial_hits: u32,
+    /// Hits on masked entries, and those of a frame whose key differs
+    /// from the entry's flow's.
+    masked_hits: u32,
+    masked_other_hits: u32,
 }
 
 fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCaseError> {
@@ -518,17 +583,29 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
     let entry_spec = match c.entry {
         EntryFor::Same => Some(c.spec.in_class()),
         EntryFor::Other => Some(c.other.in_class()),
+        EntryFor::Near => Some(Spec {
+            ip_src: c.other.ip_src,
+            ip_dst: c.other.ip_dst,
+            tos: c.other.tos,
+            sport: c.other.sport,
+            dport: c.other.dport,
+            ..c.spec.in_class()
+        }),
         EntryFor::Empty => None,
     };
     let entry_key = entry_spec.and_then(|s| OffloadKey::parse(&s.build(), c.in_port, 0));
     let mut installed = None;
     if let Some(k) = entry_key {
         let actions = concrete(&c.acts, &k, c.fix);
+        let m = match c.mask {
+            Some(mask) => OffloadMatch::new(&k, mask),
+            None => OffloadMatch::exact(k),
+        };
         match compile(&k, &actions) {
             Ok(p) => {
-                b.install(&k.into(), &p)
+                b.install(&m, &p)
                     .map_err(|e| TestCaseError::fail(format!("install: {e}")))?;
-                installed = Some((k, actions));
+                installed = Some((m, k, actions));
             }
             Err(_) => seen.refused += 1,
         }
@@ -537,12 +614,16 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
         seen.outside_class += 1;
     }
     let hit = match (&key, &installed) {
-        (Some(k), Some((ik, _))) => k == ik,
+        (Some(k), Some((m, _, _))) => m.matches(k),
         _ => false,
     };
     let expect = match (&installed, hit) {
-        (Some((_, actions)), true) => oracle(&frame, c.in_port, actions),
+        (Some((_, _, actions)), true) => oracle(&frame, c.in_port, actions),
         _ => Expect::Up,
+    };
+    let masked_other = match (&key, &installed) {
+        (Some(k), Some((m, ik, _))) => hit && !m.is_exact() && k != ik,
+        _ => false,
     };
     let partial = key.is_some() && looks_partial(&frame);
     let ifindex = common::ifindex_of(b, c.in_port);
@@ -598,9 +679,13 @@ fn run_case(b: &mut XdpBackend, c: &Case, seen: &mut Seen) -> Result<(), TestCas
             true
         }
     };
-    if let Some((k, _)) = installed {
+    if served && c.mask.is_some() {
+        seen.masked_hits += 1;
+        seen.masked_other_hits += u32::from(masked_other);
+    }
+    if let Some((m, _, _)) = installed {
         let c = b
-            .remove(&k.into())
+            .remove(&m)
             .map_err(|e| TestCaseError::fail(format!("remove: {e}")))?;
         let want = if served {
             EntryCounters {
@@ -623,7 +708,7 @@ fn xdp_program_agrees_with_the_executor() {
     let cases: u32 = std::env::var("OFFLOW_XDP_CASES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
+        .unwrap_or(600);
     ns.run(|| {
         let b = std::cell::RefCell::new(common::detached(64, Vec::new()));
         let seen = std::cell::RefCell::new(Seen::default());
@@ -647,6 +732,10 @@ fn xdp_program_agrees_with_the_executor() {
             "{seen:?}"
         );
         assert!(seen.partial_hits > cases / 50, "{seen:?}");
+        assert!(
+            seen.masked_hits > cases / 10 && seen.masked_other_hits > cases / 80,
+            "{seen:?}"
+        );
         assert!(b.is_empty());
         let stats = b.stats().unwrap();
         // Every partial frame served with an output was finished (a Drop
@@ -657,6 +746,7 @@ fn xdp_program_agrees_with_the_executor() {
         );
         assert_eq!(stats.get("up_csum_long"), 0);
         assert_eq!(stats.get("miss_stale"), 0);
+        assert_eq!(stats.get("hit_masked"), u64::from(seen.masked_hits));
         assert_eq!(stats.get("drop_internal") + stats.get("drop_no_port"), 0);
     });
 }

@@ -20,7 +20,8 @@ use offlow_flow::Field;
 use offlow_offload::tunnel::entropy;
 use offlow_offload::xdp::{action, XdpBackend, XdpConfig};
 use offlow_offload::{
-    compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, Refusal, TunnelPort,
+    compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadMask, OffloadMatch,
+    Refusal, TunnelPort,
 };
 use offlow_pipeline::{Action, PacketInOrigin, PortNo};
 use offlow_testkit::FrameBuilder;
@@ -409,6 +410,75 @@ fn gre_decap_then_vlan_push_is_the_l2_in_l3_gateway() {
             check(&b, &frame, 1, &reference(&frame, 1, &e));
         }
         assert_eq!(stat(&b, "tunnel_decap"), 6);
+    });
+}
+
+/// Masked entries on tunnel ports: one entry of a `key=flow` tunnel that
+/// does not look at the key decapsulates frames of every key, each as the
+/// software tier serves it; an output to a `key=flow` tunnel that sends
+/// the frame's own key is admitted only when the mask holds all of the
+/// key (else the record's fixed key would be sent for every frame).
+#[test]
+fn masked_entries_on_tunnel_ports() {
+    let Some(ns) = common::Netns::new("oflxdp-tmask") else {
+        return;
+    };
+    ns.run(|| {
+        let mut b = backend();
+        let t = tunnel(12);
+        let inner = inner_udp(4500);
+        let per_pair = OffloadMask {
+            eth_dst: (1 << 48) - 1,
+            eth_src: (1 << 48) - 1,
+            ..OffloadMask::SHAPE
+        };
+        let any_key = OffloadMatch::new(&OffloadKey::parse(&inner, 12, 6).unwrap(), per_pair);
+        let actions = [Action::DecNwTtl, Action::output(PortNo(2))];
+        b.install(&any_key, &compile(&any_key.key, &actions).unwrap())
+            .unwrap();
+        for (id, sport) in [(6u64, 4500u16), (7, 4501), (0x7777_0000, 4502)] {
+            let inner = inner_udp(sport);
+            let frame = from_far(&t, KeyMode::Fixed(id as u32), &inner, 3);
+            check(&b, &frame, 1, &executor(&inner, 12, id, &actions));
+        }
+        assert_eq!(b.counters(&any_key).unwrap().packets, 3);
+        assert_eq!(stat(&b, "hit_masked"), 3);
+        assert_eq!(stat(&b, "tunnel_decap"), 3);
+
+        // Out of tunnel 13 (VXLAN key=flow) with the frame's key.
+        let to13 = [Action::output(PortNo(13))];
+        let k9 = OffloadKey::parse(&inner_tcp(1), 12, 9).unwrap();
+        let other = OffloadMatch::new(&k9, per_pair);
+        let p = compile(&other.key, &to13).unwrap();
+        assert!(matches!(
+            b.install(&other, &p),
+            Err(OffloadError::Refused(Refusal::Tunnel(13, _)))
+        ));
+        // Matching the whole key, it sends that key; a set-field needs no
+        // key bits at all.
+        let whole_key = OffloadMatch::new(
+            &k9,
+            OffloadMask {
+                tunnel_id: u64::MAX,
+                ..per_pair
+            },
+        );
+        b.install(&whole_key, &p).unwrap();
+        let set = [
+            Action::SetField(Field::TunnelId, 0x42),
+            Action::output(PortNo(13)),
+        ];
+        let from_11 =
+            OffloadMatch::new(&OffloadKey::parse(&inner_tcp(1), 11, 5).unwrap(), per_pair);
+        b.install(&from_11, &compile(&from_11.key, &set).unwrap())
+            .unwrap();
+        let inner = inner_tcp(77);
+        let frame = from_far(&t, KeyMode::Fixed(9), &inner, 4);
+        check(&b, &frame, 1, &executor(&inner, 12, 9, &to13));
+        let frame = from_far(&tunnel(11), KeyMode::Fixed(5), &inner, 5);
+        check(&b, &frame, 1, &executor(&inner, 11, 5, &set));
+        assert_eq!(b.counters(&whole_key).unwrap().packets, 1);
+        assert_eq!(b.counters(&from_11).unwrap().packets, 1);
     });
 }
 

@@ -1,6 +1,7 @@
 //! The map records the XDP program reads, built from [`OffloadKey`],
-//! [`OffloadProgram`] and [`TunnelPort`]: `struct flow_key`, `struct
-//! flow_prog`, `struct tun_rx_key` and `struct tun_tx` of
+//! [`OffloadMask`], [`OffloadProgram`] and [`TunnelPort`]: `struct
+//! flow_key`, `struct flow_mask`, `struct flow_prog`, `struct tun_rx_key`
+//! and `struct tun_tx` of
 //! `bpf/offload.bpf.c`, as the skeleton generates them from the program's
 //! BTF, so a change of the C layout changes these types.
 //!
@@ -9,13 +10,15 @@
 //! bytes are fully defined and equal keys hash equally in the kernel.
 
 use crate::key::OffloadKey;
+use crate::mask::OffloadMask;
 use crate::program::{OffloadProgram, TtlOp, Verdict, VlanOp};
 use crate::tunnel::TunnelPort;
 use offlow_wire::tunnel::{KeyMode, Kind};
 
-use super::skel::types::{flow_key, flow_prog, tun_rx_key, tun_tx};
+use super::skel::types::{flow_key, flow_mask, flow_prog, tun_rx_key, tun_tx};
 
 const _: () = assert!(std::mem::size_of::<flow_key>() == 44);
+const _: () = assert!(std::mem::size_of::<flow_mask>() == 48);
 const _: () = assert!(std::mem::size_of::<flow_prog>() == 120);
 const _: () = assert!(std::mem::size_of::<tun_rx_key>() == 20);
 const _: () = assert!(std::mem::size_of::<tun_tx>() == 28);
@@ -60,8 +63,11 @@ fn mac(v: u64) -> [u8; 6] {
     [b[2], b[3], b[4], b[5], b[6], b[7]]
 }
 
-/// The kernel's key for `k`.
-pub(crate) fn key_record(k: &OffloadKey) -> flow_key {
+/// The kernel's key for `k` (an exact key, or a masked one with every bit
+/// outside its mask clear), under mask slot id `mask_id` (0: an exact
+/// entry; slot i + 1: a masked entry of slot i, the `pad` byte the program
+/// sets to the same id after masking a frame's key).
+pub(crate) fn key_record(k: &OffloadKey, mask_id: u8) -> flow_key {
     let (present, vid, pcp) = match k.vlan {
         Some(t) => (1, t.vid, t.pcp),
         None => (0, 0, 0),
@@ -80,9 +86,38 @@ pub(crate) fn key_record(k: &OffloadKey) -> flow_key {
         ip_proto: k.ip_proto,
         ip_dscp: k.ip_dscp,
         ip_ecn: k.ip_ecn,
-        pad: 0,
+        pad: mask_id,
         tunnel_id_lo: k.tunnel_id as u32,
         tunnel_id_hi: (k.tunnel_id >> 32) as u32,
+    }
+}
+
+/// The kernel's record of mask slot holding `m`: the bits a frame's key is
+/// ANDed with, in the key's layout, so that `key_record(k, 0) & bits` is
+/// `key_record(&k.masked(m), 0)` field by field (a MAC's bits are its
+/// bytes, the fields that are always exact all ones, `pad` 0 for the
+/// program to set), and in use.
+pub(crate) fn mask_record(m: &OffloadMask) -> flow_mask {
+    flow_mask {
+        bits: flow_key {
+            in_port: u32::MAX,
+            ipv4_src: m.ipv4_src,
+            ipv4_dst: m.ipv4_dst,
+            eth_dst: mac(m.eth_dst),
+            eth_src: mac(m.eth_src),
+            vlan_vid: u16::MAX,
+            vlan_present: u8::MAX,
+            vlan_pcp: u8::MAX,
+            tp_src: m.tp_src,
+            tp_dst: m.tp_dst,
+            ip_proto: u8::MAX,
+            ip_dscp: m.ip_dscp,
+            ip_ecn: m.ip_ecn,
+            pad: 0,
+            tunnel_id_lo: m.tunnel_id as u32,
+            tunnel_id_hi: (m.tunnel_id >> 32) as u32,
+        },
+        in_use: 1,
     }
 }
 
@@ -95,19 +130,21 @@ pub(crate) trait Outputs {
     fn tunnel(&self, ofport: u32) -> Option<(u32, &TunnelPort)>;
 }
 
-/// The kernel's record for `p` serving `k`, counting into `counter`;
+/// The kernel's record for `p` serving `k` (under `mask_id`, as
+/// [`key_record`]), counting into `counter`;
 /// `out` resolves the output port of a [`Verdict::Port`]: an interface's
 /// `tx_ports` index, or for a tunnel its underlay's and its template, the
 /// key the entry's frames carry (the set-field's `tunnel_id`, else the
 /// key's).
 pub(crate) fn prog_record(
     k: &OffloadKey,
+    mask_id: u8,
     p: &OffloadProgram,
     counter: u32,
     out: &impl Outputs,
 ) -> flow_prog {
     let mut r = flow_prog {
-        key: key_record(k),
+        key: key_record(k, mask_id),
         counter,
         ..Default::default()
     };
@@ -238,6 +275,7 @@ pub(crate) fn tun_tx_record(t: &TunnelPort) -> tun_tx {
 /// handed to the kernel.
 pub(crate) trait Plain: Copy {}
 impl Plain for flow_key {}
+impl Plain for flow_mask {}
 impl Plain for flow_prog {}
 impl Plain for u32 {}
 impl Plain for super::skel::types::port_info {}
@@ -276,7 +314,7 @@ mod tests {
             tp_dst: 20,
             tunnel_id: 0x1_0000_0002,
         };
-        let kr = key_record(&k);
+        let kr = key_record(&k, 0);
         assert_eq!(kr.eth_dst, [2, 0, 0, 0, 0, 2]);
         assert_eq!((kr.vlan_present, kr.vlan_vid, kr.vlan_pcp), (1, 7, 2));
         assert_eq!((kr.tunnel_id_lo, kr.tunnel_id_hi), (2, 1));
@@ -291,12 +329,68 @@ mod tests {
             tp_dst: Some(80),
             ..OffloadProgram::plain(Verdict::Port(4))
         };
-        let r = prog_record(&k, &p, 5, &TestOutputs(None));
+        let r = prog_record(&k, 0, &p, 5, &TestOutputs(None));
         assert_eq!(r.flags, F_VLAN_VID | F_TP_DST);
         assert_eq!((r.vlan_op, r.vlan_vid, r.ttl_op), (VLAN_WRITE, 9, TTL_DEC));
         assert_eq!((r.verdict, r.out_port, r.counter), (V_PORT, 4, 5));
         assert_eq!((r.tx_index, r.tun_slot), (14, 0));
         assert_eq!(bytes_of(&r).len(), 120);
+    }
+
+    /// The program's masking (`find_masked` in the C file: the key's
+    /// words ANDed with the mask's, then the slot id) equals the record of
+    /// the masked key, for every field.
+    #[test]
+    fn a_masked_key_record_is_the_frame_key_record_under_the_mask() {
+        let k = OffloadKey {
+            in_port: 3,
+            eth_dst: 0x0200_0000_0a02,
+            eth_src: 0x0200_0000_0b01,
+            vlan: Some(VlanTag { vid: 7, pcp: 2 }),
+            ipv4_src: 0x0a00_0101,
+            ipv4_dst: 0x0a00_0202,
+            ip_proto: 17,
+            ip_dscp: 0x2b,
+            ip_ecn: 3,
+            tp_src: 0x1234,
+            tp_dst: 0x5678,
+            tunnel_id: 0x1_0000_00f2,
+        };
+        let masks = [
+            OffloadMask::SHAPE,
+            OffloadMask {
+                eth_dst: u64::MAX,
+                eth_src: u64::MAX,
+                ..OffloadMask::SHAPE
+            },
+            OffloadMask {
+                eth_dst: 0xff_0000_00ff,
+                ipv4_src: 0xffff_ff00,
+                ip_dscp: 0x0f,
+                ip_ecn: 1,
+                tp_src: 0xff00,
+                tp_dst: 0x00ff,
+                tunnel_id: 0xffff_0000_000f,
+                ..OffloadMask::SHAPE
+            },
+        ];
+        let words = |r: &flow_key| -> Vec<u32> {
+            bytes_of(r)
+                .chunks(4)
+                .map(|c| u32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        };
+        for (id, m) in (1u8..).zip(&masks) {
+            let frame = words(&key_record(&k, 0));
+            let bits = words(&mask_record(m).bits);
+            let mut by_program: Vec<u32> = frame.iter().zip(&bits).map(|(a, b)| a & b).collect();
+            // `pad` is the last byte of word 8.
+            let mut w8 = by_program[8].to_ne_bytes();
+            w8[3] = id;
+            by_program[8] = u32::from_ne_bytes(w8);
+            assert_eq!(by_program, words(&key_record(&k.masked(m), id)), "{m:?}");
+        }
+        assert_eq!(mask_record(&OffloadMask::SHAPE).in_use, 1);
     }
 
     /// Ports at index `ofport + 10`; port 4 a tunnel at index 2 if given.
@@ -328,14 +422,14 @@ mod tests {
         };
         let out = TestOutputs(Some(t));
         let fwd = OffloadProgram::plain(Verdict::Port(4));
-        let r = prog_record(&k, &fwd, 0, &out);
+        let r = prog_record(&k, 0, &fwd, 0, &out);
         assert_eq!((r.tx_index, r.tun_slot, r.tun_key), (11, 3, 0x77));
         // The set-field wins over the key's tunnel_id; VNIs have 24 bits.
         let set = OffloadProgram {
             tunnel_id: Some(0x1234_5678),
             ..fwd
         };
-        assert_eq!(prog_record(&k, &set, 0, &out).tun_key, 0x34_5678);
+        assert_eq!(prog_record(&k, 0, &set, 0, &out).tun_key, 0x34_5678);
         let keys = tun_rx_keys(&t);
         assert_eq!(keys.len(), 1);
         assert_eq!(

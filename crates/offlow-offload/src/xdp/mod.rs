@@ -7,7 +7,13 @@
 //! build.rs), fills its port maps, attaches it to each port (native XDP,
 //! or generic where the driver has none) and implements [`OffloadBackend`]
 //! over its maps:
-//! - `flows`: [`crate::OffloadKey`] → a slot of `progs`;
+//! - `flows`: [`crate::OffloadKey`] → a slot of `progs`, for exact and
+//!   masked entries alike: a masked entry's key is stored masked, with its
+//!   mask slot's id in the key's `pad` byte (0 for exact keys);
+//! - `masks`: up to [`MAX_MASKS`] masks, one per slot, each the mask of
+//!   the masked entries carrying that slot's id (an ARRAY the program
+//!   reads on every exact miss; `masks.rs` keeps which slot holds which
+//!   mask and how many entries use it);
 //! - `progs`: the slot's [`OffloadProgram`] and the key it serves, plus the
 //!   entry's slot of `counters` (per-CPU packets and bytes);
 //! - `rx_ports` (ifindex → OpenFlow port and miss path: an ARRAY indexed by
@@ -39,6 +45,14 @@
 //!   it is replaced, which could hand a frame another entry's slot number:
 //!   the record carries its key and the program checks it (a mismatch is a
 //!   miss, `miss_stale`).
+//! - **A mask slot changes masks only when no frame can mix them.** A
+//!   slot is written with a new mask while no entry carries its id, and a
+//!   grace period passes before the first such entry is published, so a
+//!   frame that read the element mid-write (torn) has ended by then; it is
+//!   cleared when its last entry is unlinked and reused only after the
+//!   grace period of that removal (`hold_mask`'s comment has the
+//!   argument). A masked entry costs one wait more than an exact one only
+//!   when its mask is new.
 //! - **Counters are exact.** An entry counts the frames it serves (bytes as
 //!   received): forwarded, dropped or steered; not those it sends up
 //!   untouched (a TTL about to expire, no CPU for a steering mask, no
@@ -67,6 +81,7 @@
 //! lookups act in the calling thread's network namespace.
 
 mod layout;
+mod masks;
 mod skel;
 mod stats;
 mod sys;
@@ -80,17 +95,20 @@ use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, MapFlags, MapHandle, PrintLevel, Xdp, XdpFlags};
+use offlow_wire::tunnel::KeyMode;
 
 use crate::backend::{EntryCounters, OffloadBackend, OffloadError};
 use crate::caps::{ActionKinds, Capabilities, CLASS_FIELDS};
-use crate::mask::OffloadMatch;
-use crate::program::OffloadProgram;
+use crate::mask::{OffloadMask, OffloadMatch};
+use crate::program::{OffloadProgram, Verdict};
 use crate::tunnel::TunnelPort;
 use crate::Refusal;
 
+pub use masks::MAX_MASKS;
 pub use stats::{XdpStats, STAT_NAMES};
 
 use layout::bytes_of;
+use masks::MaskSlots;
 use skel::types;
 
 /// XDP actions (linux/bpf.h `enum xdp_action`).
@@ -323,12 +341,23 @@ struct Attached {
 struct Entry {
     prog_slot: u32,
     counter_slot: u32,
+    /// The `masks` slot of a masked entry (its keys carry slot + 1).
+    mask_slot: Option<u32>,
+}
+
+impl Entry {
+    /// The id its keys carry in `pad` (0: exact).
+    fn mask_id(&self) -> u8 {
+        // A slot is below MAX_MASKS (8): the id fits.
+        self.mask_slot.map_or(0, |i| i as u8 + 1)
+    }
 }
 
 /// The program's maps, as owned descriptors (the skeleton that created
 /// them is gone: these keep the maps alive, as the program does).
 struct Maps {
     flows: MapHandle,
+    masks: MapHandle,
     progs: MapHandle,
     counters: MapHandle,
     rx_ports: MapHandle,
@@ -360,6 +389,8 @@ pub struct XdpBackend {
     /// Program slots unlinked since the last grace period.
     retired_progs: Vec<u32>,
     free_counters: Vec<u32>,
+    /// Which mask each slot of `masks` holds.
+    masks: MaskSlots,
     ncpus: usize,
 }
 
@@ -398,7 +429,7 @@ impl XdpBackend {
             ports: Vec::new(),
             caps: Capabilities {
                 match_fields: CLASS_FIELDS.to_vec(),
-                masks: 0,
+                masks: MAX_MASKS,
                 actions: ActionKinds::ALL,
                 room: cfg.room,
                 counters: true,
@@ -411,6 +442,7 @@ impl XdpBackend {
             free_progs: (0..2 * room).rev().collect(),
             retired_progs: Vec::new(),
             free_counters: (0..room).rev().collect(),
+            masks: MaskSlots::new(),
             ncpus,
         };
         b.add_tunnels()?;
@@ -490,6 +522,7 @@ impl XdpBackend {
         let m = &skel.maps;
         let maps = Maps {
             flows: h(&m.flows)?,
+            masks: h(&m.masks)?,
             progs: h(&m.progs)?,
             counters: h(&m.counters)?,
             rx_ports: h(&m.rx_ports)?,
@@ -519,6 +552,12 @@ impl XdpBackend {
                 std::mem::size_of::<types::flow_prog>(),
             ),
             ("counters value", maps.counters.value_size(), 16),
+            (
+                "masks value",
+                maps.masks.value_size(),
+                std::mem::size_of::<types::flow_mask>(),
+            ),
+            ("masks entries", maps.masks.max_entries(), MAX_MASKS),
             (
                 "rx_ports value",
                 maps.rx_ports.value_size(),
@@ -675,6 +714,13 @@ impl XdpBackend {
     /// The kernel's id of the program.
     pub fn prog_id(&self) -> io::Result<u32> {
         sys::prog_id(self.prog.as_fd())
+    }
+
+    /// How many instructions the kernel's verifier processed to accept the
+    /// program (`verified_insns`, 5.16; 0 before): the figure to watch when
+    /// the program grows (the limit is 1M).
+    pub fn verified_insns(&self) -> io::Result<u32> {
+        sys::verified_insns(self.prog.as_fd())
     }
 
     /// The XSKMAP, for AF_XDP sockets ([`XdpBackend::register_xsk`]).
@@ -895,16 +941,114 @@ impl XdpBackend {
 
     // ---- entries ----
 
+    /// A grace period has passed since every retirement so far: retired
+    /// program and mask slots can be reused.
+    fn recycle(&mut self) {
+        self.free_progs.append(&mut self.retired_progs);
+        self.masks.recycle();
+    }
+
     fn alloc_prog_slot(&mut self) -> Result<u32, OffloadError> {
         if self.free_progs.is_empty() && !self.retired_progs.is_empty() {
             // More replacements in one batch than spare slots: pay a grace
             // period now rather than fail.
             self.grace_period()?;
-            self.free_progs.append(&mut self.retired_progs);
+            self.recycle();
         }
         self.free_progs
             .pop()
             .ok_or_else(|| OffloadError::Backend("no free program slot".into()))
+    }
+
+    /// The `masks` slot for one more entry of `mask`: the slot that holds
+    /// it, or a free one written with it.
+    ///
+    /// Order, and why a torn read is harmless: the array element is copied
+    /// in place by the kernel, so a frame reading it during the write may
+    /// see a mix of the old and the new mask (or in-use flag) and build a
+    /// key no mask would give. That key carries this slot's id, and no
+    /// entry with that id exists: the slot is free only once all its
+    /// entries were unlinked, and this entry is published after this call
+    /// returns. The grace period after the write closes the remaining gap:
+    /// a frame that read the element before or during the write could do
+    /// its `flows` lookup a moment later, after the new entry is
+    /// published, and find it under a key the new mask never made; waiting
+    /// until every frame that began before the wait has ended leaves only
+    /// frames that read the whole new mask. It costs one wait per new
+    /// distinct mask, not per entry.
+    fn hold_mask(&mut self, mask: &OffloadMask) -> Result<u32, OffloadError> {
+        if let Some(i) = self.masks.find(mask) {
+            self.masks.hold(i);
+            return Ok(i);
+        }
+        if self.masks.needs_recycle() {
+            self.grace_period()?;
+            self.recycle();
+        }
+        let i = self.masks.take(mask).ok_or(Refusal::MaskRoom(MAX_MASKS))?;
+        let rec = layout::mask_record(mask);
+        let written = self
+            .maps
+            .masks
+            .update(bytes_of(&i), bytes_of(&rec), MapFlags::ANY)
+            .map_err(backend_err("writing a mask"))
+            .and_then(|()| self.grace_period());
+        if let Err(e) = written {
+            self.clear_mask_slot(i);
+            self.masks.unused(i);
+            return Err(e);
+        }
+        self.masks.hold(i);
+        Ok(i)
+    }
+
+    /// An entry of mask slot `i` was unlinked; the last one clears the
+    /// slot (frames stop looking under it) and retires it until the grace
+    /// period the removal waits for has passed.
+    fn release_mask(&mut self, i: u32) {
+        if self.masks.release(i) {
+            self.clear_mask_slot(i);
+        }
+    }
+
+    /// Mark mask slot `i` unused in the map. Only ever done to a slot no
+    /// entry carries the id of, so a failure leaves nothing wrong: the
+    /// lookup keeps trying a mask under which nothing is found (one hash
+    /// lookup per miss) until the slot is written again.
+    fn clear_mask_slot(&mut self, i: u32) {
+        let unused = types::flow_mask::default();
+        // Harmless if it fails (above); the caller has nothing to undo.
+        let _ = self
+            .maps
+            .masks
+            .update(bytes_of(&i), bytes_of(&unused), MapFlags::ANY);
+    }
+
+    /// Whether the program can serve masked entry `m` with `program`
+    /// beyond what the capabilities say: an output to a `key=flow` tunnel
+    /// without a set-field sends the frame's own `tunnel_id`, which the
+    /// record fixes from the entry's key, so the mask must match all of it
+    /// when frames arrive with varying keys (on a tunnel port).
+    fn admits_masked(&self, m: &OffloadMatch, program: &OffloadProgram) -> Result<(), Refusal> {
+        let Verdict::Port(p) = program.verdict else {
+            return Ok(());
+        };
+        let is_tunnel = |port: u32| self.tunnels.iter().find(|t| t.ofport == port);
+        match is_tunnel(p) {
+            Some(t)
+                if !m.is_exact()
+                    && t.endpoint.key == KeyMode::Flow
+                    && program.tunnel_id.is_none()
+                    && m.mask.tunnel_id != u64::MAX
+                    && is_tunnel(m.key.in_port).is_some() =>
+            {
+                Err(Refusal::Tunnel(
+                    p,
+                    "a masked entry would send one frame's tunnel key for all",
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn read_counters(&self, slot: u32) -> Result<EntryCounters, OffloadError> {
@@ -923,19 +1067,24 @@ impl XdpBackend {
         Ok(c)
     }
 
-    /// Publish `program` for `key` without waiting. Returns whether a
-    /// program slot was retired (a replacement: the caller must wait).
+    /// Publish `program` for `m` without waiting (but for a new mask's
+    /// slot: [`Self::hold_mask`]). Returns whether a program slot was
+    /// retired (a replacement: the caller must wait). A failure leaves
+    /// everything as it was: slots taken are given back, a mask slot taken
+    /// for this entry is released.
     fn install_nowait(
         &mut self,
         m: &OffloadMatch,
         program: &OffloadProgram,
     ) -> Result<bool, OffloadError> {
         self.caps.admits(m, program)?;
+        self.admits_masked(m, program)?;
         let key = &m.key;
-        let krec = layout::key_record(key);
         if let Some(e) = self.entries.get(m).copied() {
+            // A replacement: same key, same mask slot (held by the entry).
+            let krec = layout::key_record(key, e.mask_id());
             let slot = self.alloc_prog_slot()?;
-            let rec = layout::prog_record(key, program, e.counter_slot, &*self);
+            let rec = layout::prog_record(key, e.mask_id(), program, e.counter_slot, &*self);
             let published = self
                 .maps
                 .progs
@@ -955,10 +1104,14 @@ impl XdpBackend {
                 *m,
                 Entry {
                     prog_slot: slot,
-                    counter_slot: e.counter_slot,
+                    ..e
                 },
             );
             return Ok(true);
+        }
+        // The model backend's order of refusals: the mask room, then room.
+        if !m.is_exact() && !self.masks.has_room(&m.mask) {
+            return Err(Refusal::MaskRoom(MAX_MASKS).into());
         }
         if self.entries.len() >= self.caps.room {
             return Err(Refusal::Full(self.caps.room).into());
@@ -974,8 +1127,27 @@ impl XdpBackend {
                 return Err(e);
             }
         };
+        // The mask is in its slot before any key with the slot's id exists.
+        let mask_slot = if m.is_exact() {
+            None
+        } else {
+            match self.hold_mask(&m.mask) {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    self.free_counters.push(counter_slot);
+                    self.free_progs.push(slot);
+                    return Err(e);
+                }
+            }
+        };
+        let e = Entry {
+            prog_slot: slot,
+            counter_slot,
+            mask_slot,
+        };
+        let krec = layout::key_record(key, e.mask_id());
         let zeros = vec![vec![0u8; 16]; self.ncpus];
-        let rec = layout::prog_record(key, program, counter_slot, &*self);
+        let rec = layout::prog_record(key, e.mask_id(), program, counter_slot, &*self);
         let published = self
             .maps
             .counters
@@ -993,26 +1165,27 @@ impl XdpBackend {
         if let Err(err) = published {
             self.free_counters.push(counter_slot);
             self.free_progs.push(slot);
+            if let Some(i) = mask_slot {
+                self.release_mask(i);
+            }
             return Err(OffloadError::Backend(format!("installing an entry: {err}")));
         }
-        self.entries.insert(
-            *m,
-            Entry {
-                prog_slot: slot,
-                counter_slot,
-            },
-        );
+        self.entries.insert(*m, e);
         Ok(false)
     }
 
-    /// Unlink `m` without waiting; its slots, to free after a grace period.
+    /// Unlink `m` without waiting; its slots, to free after a grace period
+    /// (a mask slot it was the last entry of is retired here).
     fn unlink(&mut self, m: &OffloadMatch) -> Result<Entry, OffloadError> {
         let e = *self.entries.get(m).ok_or(OffloadError::NotFound)?;
         self.maps
             .flows
-            .delete(bytes_of(&layout::key_record(&m.key)))
+            .delete(bytes_of(&layout::key_record(&m.key, e.mask_id())))
             .map_err(backend_err("removing an entry"))?;
         self.entries.remove(m);
+        if let Some(i) = e.mask_slot {
+            self.release_mask(i);
+        }
         Ok(e)
     }
 
@@ -1090,7 +1263,7 @@ impl OffloadBackend for XdpBackend {
     fn install(&mut self, m: &OffloadMatch, program: &OffloadProgram) -> Result<(), OffloadError> {
         if self.install_nowait(m, program)? {
             self.grace_period()?;
-            self.free_progs.append(&mut self.retired_progs);
+            self.recycle();
         }
         Ok(())
     }
@@ -1113,7 +1286,7 @@ impl OffloadBackend for XdpBackend {
                 }
                 return out;
             }
-            self.free_progs.append(&mut self.retired_progs);
+            self.recycle();
         }
         out
     }
@@ -1121,7 +1294,7 @@ impl OffloadBackend for XdpBackend {
     fn remove(&mut self, m: &OffloadMatch) -> Result<EntryCounters, OffloadError> {
         let e = self.unlink(m)?;
         self.grace_period()?;
-        self.free_progs.append(&mut self.retired_progs);
+        self.recycle();
         self.finish_removal(e)
     }
 
@@ -1134,7 +1307,7 @@ impl OffloadBackend for XdpBackend {
                 .map(|r| r.and(Err(e.clone())))
                 .collect();
         }
-        self.free_progs.append(&mut self.retired_progs);
+        self.recycle();
         unlinked
             .into_iter()
             .map(|r| r.and_then(|e| self.finish_removal(e)))

@@ -11,10 +11,11 @@
 //! decapsulated one whose inner checksum looks partial as
 //! `up_tunnel_partial`; a served frame that was decapsulated bumps
 //! `tunnel_decap`, one that was encapsulated `tunnel_encap`, besides its
-//! outcome.
+//! outcome; a frame a masked entry served bumps `hit_masked` besides its
+//! outcome (the exact entries' hits are the `hit_*` outcomes less it).
 
 /// Counter names, indexed as in the C enum.
-pub const STAT_NAMES: [&str; 23] = [
+pub const STAT_NAMES: [&str; 24] = [
     "hit_drop",
     "hit_port",
     "hit_in_port",
@@ -38,6 +39,7 @@ pub const STAT_NAMES: [&str; 23] = [
     "up_tunnel_partial",
     "tunnel_decap",
     "tunnel_encap",
+    "hit_masked",
 ];
 
 /// The program's counters, summed over CPUs.

@@ -52,14 +52,25 @@ pub(crate) fn link_xdp(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io::Re
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The kernel's id of a loaded program.
-pub(crate) fn prog_id(prog: BorrowedFd<'_>) -> io::Result<u32> {
+/// The kernel's record of a loaded program.
+fn prog_info(prog: BorrowedFd<'_>) -> io::Result<libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of::<libbpf_sys::bpf_prog_info>() as u32;
     // SAFETY: `info` and `len` are valid for writes for the call and `len`
     // says how many bytes `info` has.
     check(unsafe { libbpf_sys::bpf_prog_get_info_by_fd(prog.as_raw_fd(), &mut info, &mut len) })?;
-    Ok(info.id)
+    Ok(info)
+}
+
+/// The kernel's id of a loaded program.
+pub(crate) fn prog_id(prog: BorrowedFd<'_>) -> io::Result<u32> {
+    prog_info(prog).map(|i| i.id)
+}
+
+/// How many instructions the verifier processed to accept the program
+/// (`verified_insns`, 5.16; 0 on older kernels).
+pub(crate) fn verified_insns(prog: BorrowedFd<'_>) -> io::Result<u32> {
+    prog_info(prog).map(|i| i.verified_insns)
 }
 
 /// What `BPF_PROG_TEST_RUN` returned.

@@ -181,3 +181,57 @@ pub(crate) fn ifindex_by_name(name: &str) -> u32 {
     assert_ne!(i, 0, "no interface {name}");
     i
 }
+
+/// What the userspace path does with `frame`, received on `in_port`,
+/// under `actions`: an AF_PACKET port finishes a partial TCP/UDP checksum
+/// on receipt (`finish` says whether the kernel flagged it so), then the
+/// executor runs. `None` when the executor stops (the frame goes up: a
+/// TTL about to expire); else its outputs, `(port, frame)` each.
+pub(crate) fn software(
+    frame: &[u8],
+    in_port: u32,
+    actions: &[offlow_pipeline::Action],
+    finish: bool,
+) -> Option<Vec<(u32, Vec<u8>)>> {
+    use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
+
+    #[derive(Default)]
+    struct Sent(Vec<(u32, Vec<u8>)>);
+    impl OutputSink for Sent {
+        fn output(&mut self, port: u32, frame: &[u8], _meta: OutputMeta) {
+            self.0.push((port, frame.to_vec()));
+        }
+        fn controller(
+            &mut self,
+            _f: &[u8],
+            _m: u16,
+            _o: offlow_pipeline::PacketInOrigin,
+            _meta: OutputMeta,
+        ) {
+            panic!("an offloadable list sends nothing to the controller");
+        }
+        fn port_count(&self) -> usize {
+            0
+        }
+        fn port_info(&self, _index: usize) -> Option<PortInfo> {
+            None
+        }
+    }
+    let mut frame = frame.to_vec();
+    if finish {
+        assert!(offlow_io::csum::finish_partial(&mut frame), "finishes");
+    }
+    let parsed = offlow_flow::extract(&frame, in_port, &mut Default::default());
+    let mut lay = parsed.layout;
+    let mut buf = PacketBuf::from_frame(&frame, 0);
+    let mut sent = Sent::default();
+    let out = execute(
+        actions,
+        &mut buf,
+        &mut lay,
+        in_port,
+        &mut sent,
+        &mut ExecStats::default(),
+    );
+    (out.verdict == offlow_datapath::Verdict::Done).then_some(sent.0)
+}
