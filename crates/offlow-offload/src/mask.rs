@@ -30,9 +30,12 @@
 //!   exact (`in_phy_port`, the presence bits), so a mask on it needs no
 //!   bits here (property-tested below).
 //!
-//! A decision that depends on more than the fields (a select group's bucket
-//! hangs on the flow hash) must not be served by a masked entry; the switch
-//! refuses those (it knows the walk), not this module.
+//! Two things depend on more than those fields, and the switch sees to them
+//! (it knows the walk), not this module: a select group's bucket hangs on
+//! the flow hash (such decisions get exact entries), and an output into a
+//! `key=flow` tunnel without a set-field of `tunnel_id` sends the frame's
+//! own key (the mask then covers `tunnel_id` whole; the XDP backend refuses
+//! the entry otherwise).
 
 use offlow_flow::{Field, FlowMask};
 
