@@ -1,6 +1,7 @@
 //! Builds the XDP programs of `offlow bench offload` (`bpf/*.bpf.c`: the
 //! live-frames generator, the counting sink, the redirect ceiling and the
-//! lookup floor; and `offlow bench latency`'s pass-through) with
+//! lookup floor; `offlow bench latency`'s pass-through; and `offlow
+//! bench setup`'s TC redirect wire) with
 //! clang through libbpf-cargo, and generates their Rust skeletons in
 //! `OUT_DIR` (included by `src/offload/bpf.rs`).
 
@@ -8,7 +9,7 @@ use std::path::PathBuf;
 
 use libbpf_cargo::SkeletonBuilder;
 
-const PROGRAMS: [&str; 5] = ["gen", "sink", "ceiling", "floor", "pass"];
+const PROGRAMS: [&str; 6] = ["gen", "sink", "ceiling", "floor", "pass", "tcwire"];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

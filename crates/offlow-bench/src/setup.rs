@@ -40,6 +40,15 @@
 //!   any switch can between the hosts, so its rate is what the hosts' TCP
 //!   stacks, the clients and the server reach on this machine: the ceiling
 //!   of every L2 row, and its ratio to Open vSwitch bounds every switch's.
+//! - `xdp-wire` (`l2` only): no controller; an XDP program on each port
+//!   redirects every frame to the other, with no parsing or lookup
+//!   (`bench offload`'s ceiling, both ways). What any switch that forwards
+//!   in XDP reaches between these hosts: the offload tier's own bound,
+//!   below the bridge's (a redirected frame is run through NAPI on both
+//!   veths, and copied where the sender's skb is cloned, as TCP's are).
+//! - `tc-wire` (`l2` only): the same with a TC program at each port's
+//!   ingress (`bpf_redirect`): the socket buffer goes on as built, the
+//!   bridge's path; what an offload to TC programs could reach.
 //! - A server on B:5001 accepting and closing, and `--concurrency` client
 //!   threads on A, each connecting again and again, then closing with an
 //!   RST (`SO_LINGER` 0, so no TIME_WAIT limits the rate). Source ports are
@@ -123,6 +132,15 @@ pub enum SwitchKind {
     /// No controller: the Linux bridge between the hosts (their own
     /// ceiling; `l2` only).
     Bridge,
+    /// No controller, no lookup: an XDP program on each port redirects
+    /// every frame to the other (`bench offload`'s ceiling, both ways):
+    /// what any switch forwarding in XDP can reach between these hosts,
+    /// the offload tier's bound (`l2` only).
+    XdpWire,
+    /// No controller, no lookup: a TC program at each port's ingress
+    /// redirects every packet to the other (`bpf/tcwire.bpf.c`): what an
+    /// offload to TC programs could reach (`l2` only).
+    TcWire,
 }
 
 impl SwitchKind {
@@ -133,6 +151,8 @@ impl SwitchKind {
             SwitchKind::Ovs => "ovs 3.1 netdev system",
             SwitchKind::Synthetic => "synthetic (controller alone)",
             SwitchKind::Bridge => "linux bridge (no controller)",
+            SwitchKind::XdpWire => "xdp redirect wire (no lookup)",
+            SwitchKind::TcWire => "tc redirect wire (no lookup)",
         }
     }
 }
@@ -147,7 +167,7 @@ pub struct SetupArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "offlow,offlow-offload,ovs,synthetic,bridge"
+        default_value = "offlow,offlow-offload,ovs,synthetic,bridge,xdp-wire,tc-wire"
     )]
     pub switches: Vec<SwitchKind>,
     /// Seconds counted per row.
@@ -585,6 +605,8 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
     let scratch = std::env::temp_dir().join(format!("offlow-setup-{}", unique_tag()));
     std::fs::create_dir_all(&scratch)?;
     let _scratch = ScratchDir(scratch.clone());
+    let mut _wire = Vec::new();
+    let mut _tc_wire = Vec::new();
     let ctl = if kind == SwitchKind::Bridge {
         // The kernel's bridge between the ports: nothing to program.
         ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])?;
@@ -592,6 +614,16 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
             ip(&["-n", &sw, "link", "set", dev, "master", "br0"])?;
         }
         ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        None
+    } else if kind == SwitchKind::XdpWire {
+        for (from, to) in [("p1", "p2"), ("p2", "p1")] {
+            _wire.push(crate::offload::xdp::Ceiling::attach(&sw, from, to)?);
+        }
+        None
+    } else if kind == SwitchKind::TcWire {
+        for (from, to) in [("p1", "p2"), ("p2", "p1")] {
+            _tc_wire.push(crate::offload::xdp::TcWire::attach(&sw, from, to)?);
+        }
         None
     } else {
         Some(start_controller(
@@ -648,7 +680,7 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
         }
         SwitchKind::Ovs => _ovs = Some(Ovs::start_with(&sw, "system", &[], Some(&target))?),
         SwitchKind::Synthetic => unreachable!("run_synthetic_row"),
-        SwitchKind::Bridge => {}
+        SwitchKind::Bridge | SwitchKind::XdpWire | SwitchKind::TcWire => {}
     }
     let stop = Arc::new(AtomicBool::new(false));
     let server = start_server(&hb, p.server, stop.clone())?;
@@ -746,8 +778,12 @@ pub fn run(a: &SetupArgs) -> anyhow::Result<SetupReport> {
                 // there is no per-connection exchange to replay.
                 continue;
             }
-            if kind == SwitchKind::Bridge && app != App::L2 {
-                // A bridge does no NAT.
+            let wire = matches!(
+                kind,
+                SwitchKind::Bridge | SwitchKind::XdpWire | SwitchKind::TcWire
+            );
+            if wire && app != App::L2 {
+                // Neither does NAT.
                 continue;
             }
             eprintln!("setup: {app:?} on {} ...", kind.name());

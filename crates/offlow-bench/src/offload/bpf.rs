@@ -18,3 +18,6 @@ pub(crate) mod floor {
 pub(crate) mod pass {
     include!(concat!(env!("OUT_DIR"), "/pass.skel.rs"));
 }
+pub(crate) mod tcwire {
+    include!(concat!(env!("OUT_DIR"), "/tcwire.skel.rs"));
+}

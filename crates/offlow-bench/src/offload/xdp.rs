@@ -364,6 +364,61 @@ impl Ceiling {
     }
 }
 
+/// The TC redirect wire (`bpf/tcwire.bpf.c`): every packet arriving on
+/// `from` leaves by `to`, redirected at TC ingress (a clsact qdisc on
+/// `from`, removed on drop).
+pub struct TcWire {
+    hook: libbpf_rs::TcHook,
+    ns: String,
+    _obj: Object,
+}
+
+impl TcWire {
+    /// Load with `to`'s index, attach at `from`'s TC ingress (both in `ns`).
+    pub fn attach(ns: &str, from: &str, to: &str) -> anyhow::Result<TcWire> {
+        let to_index = in_netns(Some(ns), || ifindex_here(to))??;
+        let obj = load(object_bytes!("tcwire"), "tcwire", |ro| {
+            put(
+                ro,
+                offset_of!(bpf::tcwire::types::rodata, to_ifindex),
+                &to_index.to_ne_bytes(),
+            );
+        })?;
+        let prog = obj
+            .progs()
+            .find(|p| p.name() == "tc_wire")
+            .context("program tc_wire missing from its object")?;
+        let hook = in_netns(Some(ns), || -> anyhow::Result<libbpf_rs::TcHook> {
+            let from_index = i32::try_from(ifindex_here(from)?).context("interface index")?;
+            let mut hook = libbpf_rs::TcHookBuilder::new(prog.as_fd())
+                .ifindex(from_index)
+                .replace(true)
+                .handle(1)
+                .priority(1)
+                .hook(libbpf_rs::TC_INGRESS);
+            hook.create()
+                .with_context(|| format!("adding a clsact qdisc to {from}"))?;
+            hook.attach()
+                .with_context(|| format!("attaching tc_wire to {from}"))?;
+            Ok(hook)
+        })??;
+        Ok(TcWire {
+            hook,
+            ns: ns.to_string(),
+            _obj: obj,
+        })
+    }
+}
+
+impl Drop for TcWire {
+    fn drop(&mut self) {
+        // Removes the clsact qdisc with the filter; the interface (and its
+        // namespace) may be gone already, which is fine.
+        let hook = &mut self.hook;
+        let _ = in_netns(Some(&self.ns), || hook.destroy());
+    }
+}
+
 // ------------------------------------------------------------------- floor --
 
 /// The lookup floor (`bpf/floor.bpf.c`): parse, one exact-match lookup in
