@@ -47,7 +47,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use offlow_classifier::{IdTable, PortRange, Priority, RuleId};
-use offlow_flow::{FlowKey, FlowMask, KEY_WORDS};
+use offlow_flow::{Field, FlowKey, FlowMask, KEY_WORDS};
 
 use crate::entry::{FlowEntry, FlowMatch};
 
@@ -461,11 +461,67 @@ impl Group {
     }
 }
 
+/// The union of a table's rule masks, kept as its rules come and go: each
+/// distinct mask with the number of rules that have it, and their OR.
+///
+/// Why: a frame's decision in a table depends only on the bits some rule
+/// there looks at, so two frames equal on the union match the same rule.
+/// The offload tier serves every microflow that agrees on the union of the
+/// tables it walks with one masked entry (a megaflow). A table holds few
+/// distinct masks (TupleMerge's tuples are coarser still), so the OR is
+/// recomputed only when a mask comes or goes. Kept in the match index, so
+/// only the copy of a left-right pair that applies ops first pays for it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MaskUnion {
+    /// Hashed as the match index hashes masks: a fold of the words, where
+    /// SipHash of a 128-byte key would cost every flow-mod more than the
+    /// rest of this bookkeeping.
+    counts: HashMap<FlowMask, u32, FoldBuild>,
+    union: FlowMask,
+}
+
+impl MaskUnion {
+    /// The bits a rule looks at: its mask, and the transport port a port
+    /// range constrains (all 16 bits: a range is not a prefix).
+    fn of(m: &FlowMatch) -> FlowMask {
+        let mut mask = m.matcher.mask;
+        for (range, field) in [(m.src_port, Field::TcpSrc), (m.dst_port, Field::TcpDst)] {
+            if range != PortRange::ANY {
+                mask.set(field, field.full_mask());
+            }
+        }
+        mask
+    }
+
+    fn add(&mut self, m: &FlowMatch) {
+        let mask = MaskUnion::of(m);
+        let n = self.counts.entry(mask).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.union = self.union.union(&mask);
+        }
+    }
+
+    fn remove(&mut self, m: &FlowMatch) {
+        let mask = MaskUnion::of(m);
+        let Some(n) = self.counts.get_mut(&mask) else {
+            return;
+        };
+        *n -= 1;
+        if *n == 0 {
+            self.counts.remove(&mask);
+            self.union = self.counts.keys().fold(FlowKey::ZERO, |u, m| u.union(m));
+        }
+    }
+}
+
 /// The exact and overlap indexes of one flow table (see the module docs).
 #[derive(Debug, Clone)]
 pub(crate) struct MatchIndex {
     /// Entry mask -> group.
     groups: HashMap<FlowMask, Group, FoldBuild>,
+    /// The union of the entries' masks ([`MatchIndex::mask_union`]).
+    masks: MaskUnion,
     /// Groups smaller than this get no secondary key masks
     /// ([`SECONDARY_MIN_GROUP`]; tests lower it to exercise them).
     secondary_min_group: usize,
@@ -475,6 +531,7 @@ impl Default for MatchIndex {
     fn default() -> MatchIndex {
         MatchIndex {
             groups: HashMap::default(),
+            masks: MaskUnion::default(),
             secondary_min_group: SECONDARY_MIN_GROUP,
         }
     }
@@ -493,6 +550,12 @@ impl MatchIndex {
         }
         g.count_priority(e.priority);
         g.len += 1;
+        self.masks.add(&e.matcher);
+    }
+
+    /// The bits any indexed entry looks at (`Pipeline::walk_mask`).
+    pub(crate) fn mask_union(&self) -> &FlowMask {
+        &self.masks.union
     }
 
     /// Unindex an entry exactly as it was inserted.
@@ -501,6 +564,7 @@ impl MatchIndex {
         let Some(g) = self.groups.get_mut(&mask) else {
             return;
         };
+        self.masks.remove(&e.matcher);
         g.primary.remove(e);
         for k in &mut g.secondary {
             k.remove(e);

@@ -50,12 +50,11 @@
 //! Thread-safety: `Send + Sync`; lookups and credits take `&self`, updates
 //! `&mut self` (single writer). `Clone` shares the counters (see [`Pipeline`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use offlow_classifier::{
-    BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, PortRange, Priority, RuleId,
+    BuildInput, Built, Classifier, Classify, IdTable, OverlayStats, Priority, RuleId,
 };
 use offlow_flow::{Field, FlowKey, FlowMask};
 use offlow_sync::Apply;
@@ -65,7 +64,7 @@ use crate::entry::{FlowCounters, FlowEntry, FlowMatch, FlowModFlags, TableCounte
 use crate::error::PipelineError;
 use crate::expiry::TimedSlot;
 use crate::group::{GroupError, GroupMod, GroupOp, GroupTable};
-use crate::index::{FoldBuild, MatchIndex};
+use crate::index::MatchIndex;
 use crate::meter::{MeterOp, MeterTable};
 use crate::port::{PortNo, GROUP_ANY, TABLE_ALL};
 use crate::validate::{validate_bucket_actions, validate_instructions_with};
@@ -98,8 +97,6 @@ struct FlowTable {
     entries: IdTable<Arc<FlowEntry>>,
     /// Shared by clones: table counters are credited through either copy.
     counters: Arc<TableCounters>,
-    /// The bits any of its rules look at ([`Pipeline::walk_mask`]).
-    masks: MaskUnion,
 }
 
 impl FlowTable {
@@ -108,60 +105,6 @@ impl FlowTable {
             classifier: TableClassifier::default(),
             entries: IdTable::new(),
             counters: Arc::new(TableCounters::default()),
-            masks: MaskUnion::default(),
-        }
-    }
-}
-
-/// The union of a table's rule masks, kept as its rules come and go: each
-/// distinct mask with the number of rules that have it, and their OR.
-///
-/// Why: a frame's decision in a table depends only on the bits some rule
-/// there looks at, so two frames equal on the union match the same rule.
-/// The offload tier serves every microflow that agrees on the union of the
-/// tables it walks with one masked entry (a megaflow). A table holds few
-/// distinct masks (TupleMerge's tuples are coarser still), so the OR is
-/// recomputed only when a mask comes or goes.
-#[derive(Debug, Clone, Default)]
-struct MaskUnion {
-    /// Hashed as the match index hashes masks: a fold of the words, where
-    /// SipHash of a 128-byte key would cost every flow-mod more than the
-    /// rest of this bookkeeping.
-    counts: HashMap<FlowMask, u32, FoldBuild>,
-    union: FlowMask,
-}
-
-impl MaskUnion {
-    /// The bits a rule looks at: its mask, and the transport port a port
-    /// range constrains (all 16 bits: a range is not a prefix).
-    fn of(m: &FlowMatch) -> FlowMask {
-        let mut mask = m.matcher.mask;
-        for (range, field) in [(m.src_port, Field::TcpSrc), (m.dst_port, Field::TcpDst)] {
-            if range != PortRange::ANY {
-                mask.set(field, field.full_mask());
-            }
-        }
-        mask
-    }
-
-    fn add(&mut self, m: &FlowMatch) {
-        let mask = MaskUnion::of(m);
-        let n = self.counts.entry(mask).or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            self.union = self.union.union(&mask);
-        }
-    }
-
-    fn remove(&mut self, m: &FlowMatch) {
-        let mask = MaskUnion::of(m);
-        let Some(n) = self.counts.get_mut(&mask) else {
-            return;
-        };
-        *n -= 1;
-        if *n == 0 {
-            self.counts.remove(&mask);
-            self.union = self.counts.keys().fold(FlowKey::ZERO, |u, m| u.union(m));
         }
     }
 }
@@ -945,8 +888,6 @@ impl Pipeline {
                     }
                     // Same id, new match or priority: re-index in general.
                     Some(old) => {
-                        t.masks.remove(&old.matcher);
-                        t.masks.add(&e.matcher);
                         t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
                         if let Some(m) = matches {
                             m.remove(&old);
@@ -954,7 +895,6 @@ impl Pipeline {
                         }
                     }
                     None => {
-                        t.masks.add(&e.matcher);
                         t.classifier.insert(e.matcher.to_rule(e.id, e.priority));
                         if let Some(m) = matches {
                             m.insert(e);
@@ -987,7 +927,6 @@ impl Pipeline {
                         m.remove(&old);
                     }
                     drop(shared);
-                    t.masks.remove(&old.matcher);
                     t.classifier.discard(*id);
                     self.index.remove(u64::from(*id));
                     self.pool.recycle(old);
@@ -1202,13 +1141,18 @@ impl Pipeline {
     /// is the same: what the executor does per packet with it (a select
     /// group's bucket by flow hash, a TTL that expires, a meter) still
     /// depends on the packet.
+    ///
+    /// Cheap on the copy that applies ops first (the writer of a
+    /// left-right pair: the union is kept in the shared match indexes);
+    /// a copy that is behind builds its indexes for the call.
     pub fn walk_mask(&self, res: &Resolution) -> FlowMask {
+        let indexes = self.indexes();
         res.path
             .iter()
             .map(|s| s.table_id)
             .chain(res.miss_table())
-            .filter_map(|t| self.tables.get(usize::from(t)))
-            .fold(FlowKey::ZERO, |u, t| u.union(&t.masks.union))
+            .filter_map(|t| indexes.get(usize::from(t)))
+            .fold(FlowKey::ZERO, |u, ix| u.union(ix.mask_union()))
     }
 
     /// Resolve `key` through the pipeline (allocating a new [`Resolution`]).
