@@ -379,10 +379,7 @@ impl OffloadTier {
             return OffloadMatch::exact(*key);
         }
         let res = pipeline.lookup(&key.to_flow_key());
-        let through_group = res
-            .actions
-            .iter()
-            .any(|a| matches!(a, offlow_pipeline::Action::Group(_)));
+        let through_group = through_group(&res.actions);
         // The configured pins' fields too: a pin then holds for all of a
         // megaflow's microflows or none (a flow pinned up is never served
         // by an entry that went down for its neighbours).
@@ -668,11 +665,7 @@ impl OffloadTier {
         // inlined.
         let mut groups = Vec::new();
         let inlined;
-        let actions: &[offlow_pipeline::Action] = if res
-            .actions
-            .iter()
-            .any(|a| matches!(a, offlow_pipeline::Action::Group(_)))
-        {
+        let actions: &[offlow_pipeline::Action] = if through_group(&res.actions) {
             if !m.is_exact() {
                 // The bucket hangs on the microflow's hash.
                 return Err(Refusal::Unsupported("a group under a masked entry"));
@@ -936,6 +929,14 @@ fn same_groups(a: &[GroupUse], b: &[GroupUse]) -> bool {
         && a.iter()
             .zip(b)
             .all(|(x, y)| Arc::ptr_eq(&x.group, &y.group) && x.bucket == y.bucket)
+}
+
+/// Does a decision pass through a group (buckets to inline, a select
+/// group's per microflow)?
+fn through_group(actions: &[offlow_pipeline::Action]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, offlow_pipeline::Action::Group(_)))
 }
 
 /// The port an entry sends its frames out of, if any.
