@@ -637,15 +637,19 @@ struct parsed {
 /* Parse exactly the offloadable class (key.rs; extract_fast.rs is the
  * reference) in the frame that starts `base` bytes into the packet (0, or
  * the inner frame of a tunnel frame: at most TUN_VXLAN_LEN; the frame runs
- * to the packet's end). Returns 0, or for a frame outside the class the
- * source line of the check that declined it (the debug record's target). */
-static __always_inline int parse(struct xdp_md *ctx, struct parsed *p, __u32 base)
+ * to the packet's end). `data`..`data_end` are the bytes the program can
+ * read directly, `pkt_len` the packet's whole length from `data`: the
+ * same for an XDP frame (one buffer), more for a socket buffer whose
+ * payload is in pages (the TC hook; the headers parsed here are always in
+ * its linear part, or the frame goes up). Returns 0, or for a frame
+ * outside the class the source line of the check that declined it (the
+ * debug record's target). */
+static __always_inline int parse(void *data, void *data_end, __u32 pkt_len, struct parsed *p,
+				 __u32 base)
 {
-	void *data = (void *)(long)ctx->data;
-	void *data_end = (void *)(long)ctx->data_end;
 	__u32 l3;
 
-	if (base > TUN_VXLAN_LEN)
+	if (base > TUN_VXLAN_LEN || pkt_len < base)
 		return __LINE__;
 	__u8 *h = data + base;
 
@@ -682,7 +686,7 @@ static __always_inline int parse(struct xdp_md *ctx, struct parsed *p, __u32 bas
 	/* RFC 791 §3.1: MF or a non-zero offset makes a fragment. */
 	if (rd16(ip + 6) & IP_MF_OFFSET)
 		return __LINE__;
-	__u32 len = data_end - (void *)h;
+	__u32 len = pkt_len - base;
 	__u32 total = rd16(ip + 2);
 
 	/* Inside the frame and at least the header (the general parser's
@@ -937,18 +941,25 @@ static __always_inline int partial_csum(struct xdp_md *ctx, const struct parsed 
 	return c;
 }
 
-/* Count a frame the entry serves (bytes as received); a masked entry's
- * key carries its slot id, so its frames are counted as such too. */
-static __always_inline void served(const struct flow_prog *pr, __u32 len)
+/* Count `packets` frames of `len` bytes in all (as received) the entry
+ * serves; a masked entry's key carries its slot id, so its frames are
+ * counted as such too. */
+static __always_inline void served_n(const struct flow_prog *pr, __u32 packets, __u32 len)
 {
 	struct entry_counters *c = bpf_map_lookup_elem(&counters, &pr->counter);
 
 	if (c) {
-		c->packets += 1;
+		c->packets += packets;
 		c->bytes += len;
 	}
 	if (pr->key.pad)
 		bump(ST_HIT_MASKED);
+}
+
+/* Count one frame of `len` bytes the entry serves. */
+static __always_inline void served(const struct flow_prog *pr, __u32 len)
+{
+	served_n(pr, 1, len);
 }
 
 static __always_inline int key_eq(const struct flow_key *a, const struct flow_key *b)
@@ -1545,7 +1556,8 @@ int offlow_offload(struct xdp_md *ctx)
 	/* parse() writes l3 and len whenever it returns 0, but only some
 	 * key fields (VLAN and L4 ones depend on the frame): zero the key. */
 	__builtin_memset(&p.key, 0, sizeof(p.key));
-	int why = parse(ctx, &p, base);
+	int why = parse((void *)(long)ctx->data, (void *)(long)ctx->data_end,
+			ctx->data_end - ctx->data, &p, base);
 
 	if (why) {
 		count(ST_MISS_NOT_CLASS, why);
@@ -1732,6 +1744,290 @@ int offlow_offload(struct xdp_md *ctx)
 	}
 	count(ST_HIT_PORT, pr->out_port);
 	return XDP_REDIRECT;
+}
+
+/* ------------------------------------------------------------------ TC --
+ *
+ * The same tier at a port's TC ingress (tcx), for kernels and interfaces
+ * where a socket buffer exists before any program runs: on a veth the XDP
+ * hook costs a conversion of every skb to an XDP frame and back (and a
+ * copy where the sender's skb is cloned, as TCP's are), where a TC
+ * redirect hands the skb on as built, the Linux bridge's path (`offlow
+ * bench setup`'s xdp-wire and tc-wire rows measure both bounds). Same
+ * maps, same keys and records, same lookup (find_entry); userspace loads
+ * one program or the other (src/xdp/mod.rs, Hook).
+ *
+ * What it serves, and how it differs from the XDP program:
+ * - The frame's outer VLAN tag is socket-buffer metadata by the time TC
+ *   runs (the core stack untags every frame before ingress); the key takes
+ *   it from there, and a tag still in the bytes (a second one) is outside
+ *   the class. VLAN stages use bpf_skb_vlan_pop/push on that metadata.
+ * - Rewrites go through bpf_skb_store_bytes and the checksum helpers
+ *   (bpf_l3/l4_csum_replace), never direct writes: a program that writes
+ *   packet data directly gets a prologue that unclones every cloned skb
+ *   (a copy of its head) before it runs, served or not; the helpers copy
+ *   only when a frame is written. The helpers also keep the skb's
+ *   checksum state right (CHECKSUM_PARTIAL: only the pseudo-header part
+ *   is updated, the rest is finished downstream; CHECKSUM_COMPLETE:
+ *   skb->csum follows the pseudo-header changes), so there is nothing
+ *   like the XDP program's finishing of partial checksums.
+ * - Output: bpf_redirect to the egress of the interface `tx_ports` names
+ *   (the DEVMAP is read, not used to redirect); back out of the ingress
+ *   port likewise; drop: TC_ACT_SHOT.
+ * - Not served here (refused at admission by the backend's capabilities;
+ *   the program sends such a record's frames up): steering to a CPU (no
+ *   cpumap for skbs) and tunnels (a port carrying tunnels sends every
+ *   frame up, where software classifies it).
+ * - Counters: a GRO-merged skb counts as the segments it carries
+ *   (gso_segs) and its bytes plus the tag's when the tag is metadata, so
+ *   an entry counts what the wire carried, as the XDP program does.
+ *
+ * Up: the port's AF_PACKET socket is a tap, and taps see a frame before
+ * TC ingress runs; so the socket filters on a mark (offlow_io's
+ * AfPacketConfig::only_mark) and takes only frames this program marked:
+ * a frame that goes up is marked `up_mark` and redirected into its own
+ * port's ingress, where it passes the taps again (now taken) and this
+ * program once more (mark seen: cleared, and on to the stack, as
+ * XDP_PASS would). A served frame is never seen by the socket; a frame
+ * that goes up is seen once. The extra pass costs the miss path one trip
+ * through the backlog; a frame received from another namespace or a
+ * device never carries the mark (crossing a namespace clears it).
+ */
+#define TC_ACT_OK 0
+#define TC_ACT_SHOT 2
+#define TC_ACT_REDIRECT 7
+
+/* Set at load by src/xdp/mod.rs (offlow_io's TC_UP_MARK). */
+const volatile __u32 up_mark = 0;
+
+/* Send a frame up (the section header above): counted as `up_pass`. */
+static __always_inline int tc_up(struct __sk_buff *skb)
+{
+	count(ST_UP_PASS, 0);
+	skb->mark = up_mark;
+	return bpf_redirect(skb->ifindex, BPF_F_INGRESS);
+}
+
+/* The VLAN stage on the tag in the skb's metadata (`tagged`: there is
+ * one). Returns 0, or -1 when a helper failed (the frame may have lost its
+ * tag: it is dropped, counted as drop_internal; not seen: a push of
+ * 802.1Q/802.1ad onto an skb without a tag cannot fail). */
+static __always_inline int tc_vlan_stage(struct __sk_buff *skb, const struct flow_prog *pr,
+					 int tagged)
+{
+	if (pr->vlan_op == VLAN_STRIP)
+		return tagged && bpf_skb_vlan_pop(skb) ? -1 : 0;
+	if (pr->vlan_op != VLAN_WRITE)
+		return 0;
+	__u16 tci = 0;
+	__be16 proto = bpf_htons(ETH_P_8021Q);
+
+	if (tagged) {
+		/* Rewrite the tag: set-field keeps the DEI bit (vlan_stage). */
+		tci = skb->vlan_tci;
+		proto = skb->vlan_proto;
+		if (pr->flags & F_VLAN_CLEAR_DEI)
+			tci &= ~VLAN_DEI;
+		if (bpf_skb_vlan_pop(skb))
+			return -1;
+	}
+	if (pr->flags & F_VLAN_VID)
+		tci = (tci & 0xf000) | (pr->vlan_vid & 0x0fff);
+	if (pr->flags & F_VLAN_PCP)
+		tci = (tci & 0x1fff) | ((__u16)(pr->vlan_pcp & 7) << 13);
+	if (pr->flags & F_VLAN_TPID)
+		proto = bpf_htons(pr->vlan_tpid);
+	return bpf_skb_vlan_push(skb, proto, tci) ? -1 : 0;
+}
+
+/* Store a big-endian 16-bit word at `off`. */
+static __always_inline int tc_store16(struct __sk_buff *skb, __u32 off, __u16 v)
+{
+	__be16 b = bpf_htons(v);
+
+	return bpf_skb_store_bytes(skb, off, &b, 2, 0);
+}
+
+/* The L2-L4 stages of the entry (l3_stages' rewrites, in its order), on
+ * an untagged-in-the-bytes frame: IPv4 header at ETH_HLEN, `ttl` the
+ * received TTL. The old values come from the key the frame matched (its
+ * own fields: an entry's key is the frame's under its mask, but the
+ * rewrite must start from the frame's bytes, so `k` is the frame's key).
+ * Returns 0, or non-zero when a helper failed (cannot happen: every
+ * offset is inside the headers the parse checked). */
+static __always_inline int tc_l3_stages(struct __sk_buff *skb, const struct flow_prog *pr,
+					const struct flow_key *k, __u8 ttl)
+{
+	const __u32 ip = ETH_HLEN;
+	const __u32 l4 = ETH_HLEN + IPV4_HLEN;
+	int rc = 0;
+
+	if (pr->flags & F_ETH_SRC)
+		rc |= bpf_skb_store_bytes(skb, 6, pr->eth_src, 6, 0);
+	if (pr->flags & F_ETH_DST)
+		rc |= bpf_skb_store_bytes(skb, 0, pr->eth_dst, 6, 0);
+	if (pr->flags & (F_DSCP | F_ECN)) {
+		__u8 tos = (k->ip_dscp << 2) | k->ip_ecn;
+		__u16 old = 0x4500 | tos;
+
+		if (pr->flags & F_DSCP)
+			tos = (tos & 0x03) | (pr->dscp << 2);
+		if (pr->flags & F_ECN)
+			tos = (tos & 0xfc) | (pr->ecn & 3);
+		rc |= bpf_l3_csum_replace(skb, ip + 10, bpf_htons(old), bpf_htons(0x4500 | tos), 2);
+		rc |= tc_store16(skb, ip, 0x4500 | tos);
+	}
+	if (pr->ttl_op != TTL_KEEP) {
+		/* TTL >= 2 for a decrement was checked before any write. */
+		__u8 nt = pr->ttl_op == TTL_SET ? pr->ttl : ttl - 1;
+		__u16 old = ((__u16)ttl << 8) | k->ip_proto;
+		__u16 new = ((__u16)nt << 8) | k->ip_proto;
+
+		rc |= bpf_l3_csum_replace(skb, ip + 10, bpf_htons(old), bpf_htons(new), 2);
+		rc |= tc_store16(skb, ip + 8, new);
+	}
+	__u32 csum_at = 0;
+	__u64 mangled = 0;
+
+	if (k->ip_proto == IPPROTO_TCP_) {
+		csum_at = l4 + 16;
+	} else if (k->ip_proto == IPPROTO_UDP_) {
+		csum_at = l4 + 6;
+		/* RFC 768: a stored 0 means none and stays 0; a computed 0 is
+		 * sent as 0xffff (execute.rs csum_write). */
+		mangled = BPF_F_MARK_MANGLED_0;
+	}
+	if (pr->flags & F_IPV4_SRC) {
+		__be32 o = bpf_htonl(k->ipv4_src), n = bpf_htonl(pr->ipv4_src);
+
+		if (csum_at)
+			rc |= bpf_l4_csum_replace(skb, csum_at, o, n, BPF_F_PSEUDO_HDR | mangled | 4);
+		rc |= bpf_l3_csum_replace(skb, ip + 10, o, n, 4);
+		rc |= bpf_skb_store_bytes(skb, ip + 12, &n, 4, 0);
+	}
+	if (pr->flags & F_IPV4_DST) {
+		__be32 o = bpf_htonl(k->ipv4_dst), n = bpf_htonl(pr->ipv4_dst);
+
+		if (csum_at)
+			rc |= bpf_l4_csum_replace(skb, csum_at, o, n, BPF_F_PSEUDO_HDR | mangled | 4);
+		rc |= bpf_l3_csum_replace(skb, ip + 10, o, n, 4);
+		rc |= bpf_skb_store_bytes(skb, ip + 16, &n, 4, 0);
+	}
+	if (csum_at && (pr->flags & F_TP_SRC)) {
+		rc |= bpf_l4_csum_replace(skb, csum_at, bpf_htons(k->tp_src), bpf_htons(pr->tp_src),
+					  mangled | 2);
+		rc |= tc_store16(skb, l4, pr->tp_src);
+	}
+	if (csum_at && (pr->flags & F_TP_DST)) {
+		rc |= bpf_l4_csum_replace(skb, csum_at, bpf_htons(k->tp_dst), bpf_htons(pr->tp_dst),
+					  mangled | 2);
+		rc |= tc_store16(skb, l4 + 2, pr->tp_dst);
+	}
+	return rc;
+}
+
+SEC("tcx/ingress")
+int offlow_offload_tc(struct __sk_buff *skb)
+{
+	if (up_mark && skb->mark == up_mark) {
+		/* A frame sent up, on its second pass: the port's socket has
+		 * it; on to the stack unmarked. */
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
+	struct port_info *pi = rx_port(skb->ifindex);
+
+	if (!pi) {
+		count(ST_MISS_NOT_PORT, 0);
+		return TC_ACT_OK;
+	}
+	if (pi->underlay) {
+		count(ST_UP_TUNNEL, __LINE__);
+		return tc_up(skb);
+	}
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct parsed p;
+
+	__builtin_memset(&p.key, 0, sizeof(p.key));
+	int why = parse(data, data_end, skb->len, &p, 0);
+
+	/* A tag in the bytes is a second one (the first is metadata). */
+	if (!why && p.key.vlan_present)
+		why = __LINE__;
+	if (why) {
+		count(ST_MISS_NOT_CLASS, why);
+		return tc_up(skb);
+	}
+	int tagged = skb->vlan_present;
+
+	if (tagged) {
+		__u16 tci = skb->vlan_tci;
+
+		p.key.vlan_present = 1;
+		p.key.vlan_vid = tci & 0x0fff;
+		p.key.vlan_pcp = tci >> 13;
+	}
+	p.key.in_port = pi->ofport;
+	/* The received TTL, read before anything can move the bytes. */
+	__u8 *iph = data + ETH_HLEN;
+
+	if ((void *)(iph + IPV4_HLEN) > data_end)
+		return tc_up(skb);
+	__u8 ttl = iph[8];
+	__u32 s = find_entry(&p.key);
+
+	if (s == NO_SLOT) {
+		count(ST_MISS_NO_ENTRY, 0);
+		return tc_up(skb);
+	}
+	struct flow_prog *pr = s == STALE_SLOT ? 0 : bpf_map_lookup_elem(&progs, &s);
+
+	if (!pr) {
+		count(ST_MISS_STALE, 0);
+		return tc_up(skb);
+	}
+	if (pr->verdict == V_CPU || pr->tun_slot) {
+		/* Refused at admission (the TC backend's capabilities). */
+		count(ST_UP_NO_CPU, __LINE__);
+		return tc_up(skb);
+	}
+	/* The executor stops at a TTL of 0 or 1 (TtlExpired), whatever the
+	 * verdict. */
+	if (pr->ttl_op == TTL_DEC && ttl <= 1) {
+		count(ST_UP_TTL, 0);
+		return tc_up(skb);
+	}
+	__u32 segs = skb->gso_segs ? skb->gso_segs : 1;
+	__u32 bytes = skb->len + (tagged ? TAG_LEN : 0);
+
+	if (pr->verdict == V_DROP) {
+		served_n(pr, segs, bytes);
+		count(ST_HIT_DROP, 0);
+		return TC_ACT_SHOT;
+	}
+	__u32 ifindex = skb->ifindex;
+
+	if (pr->verdict == V_PORT) {
+		__u32 *to = bpf_map_lookup_elem(&tx_ports, &pr->tx_index);
+
+		if (!to || !*to) {
+			count(ST_DROP_NO_PORT, pr->out_port);
+			return TC_ACT_SHOT;
+		}
+		ifindex = *to;
+	}
+	/* From here the frame is the entry's. */
+	served_n(pr, segs, bytes);
+	if (tc_vlan_stage(skb, pr, tagged) || tc_l3_stages(skb, pr, &p.key, ttl)) {
+		count(ST_DROP_INTERNAL, 0);
+		return TC_ACT_SHOT;
+	}
+	if (pr->verdict == V_IN_PORT)
+		count(ST_HIT_IN_PORT, pi->ofport);
+	else
+		count(ST_HIT_PORT, pr->out_port);
+	return bpf_redirect(ifindex, 0);
 }
 
 char LICENSE[] SEC("license") = "Apache-2.0";

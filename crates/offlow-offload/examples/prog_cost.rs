@@ -125,6 +125,7 @@ fn run() -> anyhow::Result<()> {
         ports: vec![port(1, "va"), port(2, "vb")],
         room: 1024,
         attach: AttachPolicy::Detached,
+        hook: Default::default(),
         debug_record: std::env::var_os("OFFLOW_RECORD").is_some(),
         tunnels: tunnels(),
     })?;

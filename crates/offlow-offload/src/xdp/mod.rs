@@ -125,6 +125,17 @@ pub mod action {
     pub const REDIRECT: u32 = 4;
 }
 
+/// TC actions (linux/pkt_cls.h), what the program returns at [`Hook::Tc`].
+pub mod tc_action {
+    /// On to the stack.
+    pub const OK: u32 = 0;
+    /// Dropped.
+    pub const SHOT: u32 = 2;
+    /// Redirected (to a port's egress, or back into the ingress port when
+    /// sent up).
+    pub const REDIRECT: u32 = 7;
+}
+
 /// Where a port's misses go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MissPath {
@@ -147,6 +158,41 @@ pub struct XdpPort {
     pub miss: MissPath,
 }
 
+/// Which hook the tier runs at (bpf/offload.bpf.c has a program for each,
+/// over the same maps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hook {
+    /// XDP (`offlow_offload`): before a socket buffer exists; every action,
+    /// tunnels and CPU steering included; misses to AF_XDP sockets or the
+    /// stack.
+    #[default]
+    Xdp,
+    /// TC ingress through tcx links (`offlow_offload_tc`): on the socket
+    /// buffer the driver built, which a redirect hands on as is (on a veth,
+    /// no conversion to an XDP frame and back). No tunnels and no CPU
+    /// steering (the capabilities say so); AF_PACKET ports only, whose
+    /// sockets must take only frames marked [`TC_UP_MARK`] (the C file's
+    /// TC section says why).
+    Tc,
+}
+
+impl fmt::Display for Hook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Hook::Xdp => "xdp",
+            Hook::Tc => "tc",
+        })
+    }
+}
+
+/// The mark the TC program puts on a frame it sends up, before it
+/// redirects the frame into its port's ingress once more: the port's
+/// AF_PACKET socket must take only frames carrying it
+/// (`offlow_io::AfPacketConfig::only_mark`), since a packet socket sees
+/// every frame before TC ingress runs. Frames from another namespace or a
+/// device never carry a mark (crossing a namespace clears it).
+pub const TC_UP_MARK: u32 = 0x6f66_6c77; // "oflw"
+
 /// How to attach the program.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttachPolicy {
@@ -166,6 +212,8 @@ pub enum XdpMode {
     Native,
     /// In the core stack, after the skb is built (any interface).
     Generic,
+    /// At TC ingress ([`Hook::Tc`]).
+    Tc,
     /// Not attached ([`AttachPolicy::Detached`]).
     Detached,
 }
@@ -175,6 +223,7 @@ impl fmt::Display for XdpMode {
         f.write_str(match self {
             XdpMode::Native => "native",
             XdpMode::Generic => "generic",
+            XdpMode::Tc => "tc",
             XdpMode::Detached => "detached",
         })
     }
@@ -230,8 +279,11 @@ pub struct XdpConfig {
     pub ports: Vec<XdpPort>,
     /// Entries that fit (the `flows` map's size).
     pub room: usize,
-    /// How to attach.
+    /// How to attach ([`AttachPolicy::Generic`] means nothing at the TC
+    /// hook).
     pub attach: AttachPolicy,
+    /// Which hook.
+    pub hook: Hook,
     /// Record each frame's outcome for [`XdpBackend::take_outcome`] (tests;
     /// the recording is removed by the verifier when off).
     pub debug_record: bool,
@@ -249,6 +301,7 @@ impl XdpConfig {
             ports,
             room,
             attach: AttachPolicy::NativeOrGeneric,
+            hook: Hook::Xdp,
             debug_record: false,
             tunnels: Vec::new(),
         }
@@ -377,6 +430,7 @@ struct Maps {
 /// The XDP offload backend (module docs).
 pub struct XdpBackend {
     prog: OwnedFd,
+    hook: Hook,
     maps: Maps,
     ports: Vec<Attached>,
     caps: Capabilities,
@@ -420,14 +474,20 @@ impl XdpBackend {
             )));
         }
         check_tunnels(cfg)?;
+        if cfg.hook == Hook::Tc {
+            if let Some(p) = cfg.ports.iter().find(|p| p.miss == MissPath::Xsk) {
+                return Err(XdpError::Config(format!(
+                    "{}: the TC hook serves AF_PACKET ports only (an AF_XDP socket takes its \
+                     frames from an XDP program, ahead of TC)",
+                    p.ifname
+                )));
+            }
+        }
         let room = cfg.room as u32;
         let ncpus = libbpf_rs::num_possible_cpus().map_err(bpf_err("counting CPUs"))?;
-        let (prog, maps) = Self::load(room, ncpus as u32, cfg.debug_record)?;
-        let mut b = XdpBackend {
-            prog,
-            maps,
-            ports: Vec::new(),
-            caps: Capabilities {
+        let (prog, maps) = Self::load(room, ncpus as u32, cfg.debug_record, cfg.hook)?;
+        let caps = match cfg.hook {
+            Hook::Xdp => Capabilities {
                 match_fields: CLASS_FIELDS.to_vec(),
                 masks: MAX_MASKS,
                 actions: ActionKinds::ALL,
@@ -436,6 +496,34 @@ impl XdpBackend {
                 ports: cfg.ports.iter().map(|p| p.ofport).collect(),
                 tunnels: cfg.tunnels.iter().map(TunnelPort::xdp_support).collect(),
             },
+            // A port that carries tunnels sends every frame up at TC
+            // (software tells a tunnel's frames from the others), so its
+            // entries would never be served: it is not offered.
+            Hook::Tc => Capabilities {
+                match_fields: CLASS_FIELDS.to_vec(),
+                masks: MAX_MASKS,
+                actions: ActionKinds::ALL.without(ActionKinds::STEER_CPU),
+                room: cfg.room,
+                counters: true,
+                ports: cfg
+                    .ports
+                    .iter()
+                    .map(|p| p.ofport)
+                    .filter(|&n| !cfg.tunnels.iter().any(|t| t.underlay == n))
+                    .collect(),
+                tunnels: cfg
+                    .tunnels
+                    .iter()
+                    .map(|t| crate::tunnel::TunnelSupport::unsupported(t.ofport, t.underlay))
+                    .collect(),
+            },
+        };
+        let mut b = XdpBackend {
+            prog,
+            hook: cfg.hook,
+            maps,
+            ports: Vec::new(),
+            caps,
             entries: HashMap::new(),
             tx_index: HashMap::new(),
             tunnels: cfg.tunnels.clone(),
@@ -480,11 +568,23 @@ impl XdpBackend {
 
     /// Open the skeleton, size the maps, load (capturing libbpf's output
     /// for the error) and keep owned descriptors of the program and maps.
-    fn load(room: u32, ncpus: u32, debug: bool) -> Result<(OwnedFd, Maps), XdpError> {
+    fn load(room: u32, ncpus: u32, debug: bool, hook: Hook) -> Result<(OwnedFd, Maps), XdpError> {
         let mut object = MaybeUninit::uninit();
         let mut open = skel::OffloadSkelBuilder::default()
             .open(&mut object)
             .map_err(bpf_err("opening the XDP program"))?;
+        // Only the hook's program is verified and loaded; the maps are the
+        // same for both.
+        open.progs.offlow_offload.set_autoload(hook == Hook::Xdp);
+        open.progs.offlow_offload_tc.set_autoload(hook == Hook::Tc);
+        if hook == Hook::Tc {
+            let ro = open
+                .maps
+                .rodata_data
+                .as_deref_mut()
+                .ok_or_else(|| XdpError::Config("the program has no read-only data".into()))?;
+            ro.up_mark = TC_UP_MARK;
+        }
         let sized = [
             (&mut open.maps.flows, room),
             (&mut open.maps.progs, 2 * room),
@@ -588,12 +688,12 @@ impl XdpBackend {
                 )));
             }
         }
-        let prog = skel
-            .progs
-            .offlow_offload
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(sys_err("duplicating the program descriptor"))?;
+        let prog = match hook {
+            Hook::Xdp => skel.progs.offlow_offload.as_fd(),
+            Hook::Tc => skel.progs.offlow_offload_tc.as_fd(),
+        }
+        .try_clone_to_owned()
+        .map_err(sys_err("duplicating the program descriptor"))?;
         Ok((prog, maps))
     }
 
@@ -627,8 +727,9 @@ impl XdpBackend {
             self.tx_index.insert(p.ofport, index);
             resolved.push((p.clone(), ifindex));
         }
-        // Refuse before attaching anywhere.
-        if cfg.attach != AttachPolicy::Detached {
+        // Refuse before attaching anywhere. (tcx links stack with other
+        // programs at TC ingress; nothing to refuse there.)
+        if cfg.attach != AttachPolicy::Detached && self.hook == Hook::Xdp {
             for (p, ifindex) in &resolved {
                 let q = Xdp::new(self.prog.as_fd())
                     .query(*ifindex as i32, XdpFlags::NONE)
@@ -645,24 +746,31 @@ impl XdpBackend {
             }
         }
         for (port, ifindex) in resolved {
-            let (link, mode) = match cfg.attach {
-                AttachPolicy::Detached => (None, XdpMode::Detached),
-                AttachPolicy::Generic => (
-                    Some(self.link(&port.ifname, ifindex, sys::XDP_FLAGS_SKB_MODE)?),
-                    XdpMode::Generic,
-                ),
-                AttachPolicy::NativeOrGeneric => {
-                    match sys::link_xdp(self.prog.as_fd(), ifindex, sys::XDP_FLAGS_DRV_MODE) {
-                        Ok(l) => (Some(l), XdpMode::Native),
-                        // EOPNOTSUPP (no ndo_bpf) or a driver that refuses
-                        // this program: generic XDP works on any interface.
-                        Err(_) => (
-                            Some(self.link(&port.ifname, ifindex, sys::XDP_FLAGS_SKB_MODE)?),
-                            XdpMode::Generic,
-                        ),
+            let (link, mode) =
+                match cfg.attach {
+                    AttachPolicy::Detached => (None, XdpMode::Detached),
+                    _ if self.hook == Hook::Tc => (
+                        Some(sys::link_tcx_ingress(self.prog.as_fd(), ifindex).map_err(
+                            sys_err(format!("attaching the TC program to {}", port.ifname)),
+                        )?),
+                        XdpMode::Tc,
+                    ),
+                    AttachPolicy::Generic => (
+                        Some(self.link(&port.ifname, ifindex, sys::XDP_FLAGS_SKB_MODE)?),
+                        XdpMode::Generic,
+                    ),
+                    AttachPolicy::NativeOrGeneric => {
+                        match sys::link_xdp(self.prog.as_fd(), ifindex, sys::XDP_FLAGS_DRV_MODE) {
+                            Ok(l) => (Some(l), XdpMode::Native),
+                            // EOPNOTSUPP (no ndo_bpf) or a driver that refuses
+                            // this program: generic XDP works on any interface.
+                            Err(_) => (
+                                Some(self.link(&port.ifname, ifindex, sys::XDP_FLAGS_SKB_MODE)?),
+                                XdpMode::Generic,
+                            ),
+                        }
                     }
-                }
-            };
+                };
             self.ports.push(Attached {
                 port,
                 ifindex,
@@ -704,6 +812,11 @@ impl XdpBackend {
                 },
             }
         })
+    }
+
+    /// The hook the program runs at.
+    pub fn hook(&self) -> Hook {
+        self.hook
     }
 
     /// The program's descriptor (for `bpftool`-style inspection and tests).
@@ -880,8 +993,22 @@ impl XdpBackend {
     /// `ifindex` (which must exist in this thread's network namespace),
     /// queue `queue`: the XDP action and the frame as the program left it
     /// (`BPF_PROG_TEST_RUN`; redirects are decided, not carried out).
+    ///
+    /// At [`Hook::Tc`]: a TC action ([`tc_action`]); `queue` is ignored, and
+    /// the socket buffer carries no VLAN metadata (a tag stays in the
+    /// bytes, where the TC program sends a frame up).
     pub fn test_run(&self, frame: &[u8], ifindex: u32, queue: u32) -> io::Result<(u32, Vec<u8>)> {
-        let r = sys::test_run(self.prog.as_fd(), frame, ifindex, queue)?;
+        let r = match self.hook {
+            Hook::Xdp => sys::test_run(self.prog.as_fd(), frame, ifindex, queue)?,
+            Hook::Tc => sys::test_run_skb(self.prog.as_fd(), frame, ifindex, 0)?,
+        };
+        Ok((r.retval, r.frame))
+    }
+
+    /// At [`Hook::Tc`]: run the program on `frame` as the second pass of a
+    /// frame it sent up (carrying [`TC_UP_MARK`]).
+    pub fn test_run_marked(&self, frame: &[u8], ifindex: u32) -> io::Result<(u32, Vec<u8>)> {
+        let r = sys::test_run_skb(self.prog.as_fd(), frame, ifindex, TC_UP_MARK)?;
         Ok((r.retval, r.frame))
     }
 
@@ -1254,7 +1381,8 @@ impl OffloadBackend for XdpBackend {
             .map(|a| format!("{}={} {}", a.port.ifname, a.port.ofport, a.mode))
             .collect();
         format!(
-            "xdp on {} (room for {} entries)",
+            "{} on {} (room for {} entries)",
+            self.hook,
             ports.join(", "),
             self.caps.room
         )

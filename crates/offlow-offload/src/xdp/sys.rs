@@ -52,6 +52,32 @@ pub(crate) fn link_xdp(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io::Re
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Attach `prog` (a `tcx/ingress` program) at `ifindex`'s TC ingress
+/// through a tcx link (6.6+), after the programs already there. As with
+/// [`link_xdp`], closing the descriptor detaches it, also when the process
+/// dies; unlike XDP, tcx runs several programs in turn, so there is no
+/// occupant to refuse.
+pub(crate) fn link_tcx_ingress(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<OwnedFd> {
+    let opts = libbpf_sys::bpf_link_create_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
+        ..Default::default()
+    };
+    // SAFETY: as in link_xdp: `opts` is fully initialised with its own size
+    // and lives through the call; the descriptor is borrowed for it.
+    let rc = unsafe {
+        libbpf_sys::bpf_link_create(
+            prog.as_raw_fd(),
+            ifindex as libc::c_int,
+            libbpf_sys::BPF_TCX_INGRESS,
+            &opts,
+        )
+    };
+    let fd = check(rc)?;
+    // SAFETY: a non-negative return of bpf_link_create is a new descriptor
+    // that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The kernel's record of a loaded program.
 fn prog_info(prog: BorrowedFd<'_>) -> io::Result<libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_sys::bpf_prog_info::default();
@@ -149,6 +175,65 @@ pub(crate) fn test_run_repeat(
         },
         opts.duration,
     ))
+}
+
+/// The head of `struct __sk_buff` (linux/bpf.h) up to `ifindex`, as
+/// `BPF_PROG_TEST_RUN` takes it for a TC program: of these only `mark`,
+/// `priority` and `ifindex` may be non-zero (`ifindex` gives the socket
+/// buffer its device); the kernel accepts a prefix of the struct.
+#[repr(C)]
+#[derive(Default)]
+struct SkBuffHead {
+    len: u32,
+    pkt_type: u32,
+    mark: u32,
+    queue_mapping: u32,
+    protocol: u32,
+    vlan_present: u32,
+    vlan_tci: u32,
+    vlan_proto: u32,
+    priority: u32,
+    ingress_ifindex: u32,
+    ifindex: u32,
+}
+
+/// Run a TC program once on `frame` as a socket buffer received on
+/// `ifindex` (which must exist in the calling thread's namespace) carrying
+/// `mark`: its return value (a TC action) and the frame as it left it. A
+/// test run's socket buffer has no VLAN metadata: a tag stays in the
+/// bytes.
+pub(crate) fn test_run_skb(
+    prog: BorrowedFd<'_>,
+    frame: &[u8],
+    ifindex: u32,
+    mark: u32,
+) -> io::Result<TestRun> {
+    let ctx = SkBuffHead {
+        ifindex,
+        mark,
+        ..Default::default()
+    };
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut opts = libbpf_sys::bpf_test_run_opts {
+        sz: std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _,
+        data_in: frame.as_ptr().cast(),
+        data_size_in: frame.len() as u32,
+        data_out: out.as_mut_ptr().cast(),
+        data_size_out: out.len() as u32,
+        ctx_in: (&raw const ctx).cast(),
+        ctx_size_in: std::mem::size_of::<SkBuffHead>() as u32,
+        repeat: 1,
+        ..Default::default()
+    };
+    // SAFETY: every pointer in `opts` points at a live buffer of the size
+    // given beside it (`frame`, `out`, `ctx`), valid for the call; the
+    // kernel writes at most `data_size_out` bytes and no context back.
+    check(unsafe { libbpf_sys::bpf_prog_test_run_opts(prog.as_raw_fd(), &mut opts) })?;
+    out.truncate(opts.data_size_out as usize);
+    Ok(TestRun {
+        retval: opts.retval,
+        frame: out,
+    })
 }
 
 /// `MEMBARRIER_CMD_GLOBAL` (linux/membarrier.h).

@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
+use offlow_offload::xdp::{AttachPolicy, Hook, MissPath, XdpBackend, XdpConfig, XdpPort};
 use offlow_offload::TunnelPort;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -118,10 +118,23 @@ pub(crate) fn ports() -> Vec<XdpPort> {
 /// A detached backend on [`ports`] and `tunnels` recording outcomes
 /// (call inside the namespace).
 pub(crate) fn detached(room: usize, tunnels: Vec<TunnelPort>) -> XdpBackend {
+    detached_at(Hook::Xdp, room, tunnels)
+}
+
+/// [`detached`] at `hook` (at TC every port sends misses to the stack:
+/// the TC hook serves no AF_XDP port).
+pub(crate) fn detached_at(hook: Hook, room: usize, tunnels: Vec<TunnelPort>) -> XdpBackend {
+    let mut ports = ports();
+    if hook == Hook::Tc {
+        for p in &mut ports {
+            p.miss = MissPath::Pass;
+        }
+    }
     let cfg = XdpConfig {
-        ports: ports(),
+        ports,
         room,
         attach: AttachPolicy::Detached,
+        hook,
         debug_record: true,
         tunnels,
     };
