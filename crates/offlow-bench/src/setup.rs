@@ -123,6 +123,8 @@ pub enum SwitchKind {
     Offlow,
     /// `offlow run --offload xdp`.
     OfflowOffload,
+    /// `offlow run --offload tc`: the tier at TC ingress.
+    OfflowOffloadTc,
     /// Open vSwitch 3.1, netdev datapath, `system` ports.
     Ovs,
     /// No switch: [`crate::synthetic_switch`] fires the NAT app's
@@ -148,6 +150,7 @@ impl SwitchKind {
         match self {
             SwitchKind::Offlow => "offlow",
             SwitchKind::OfflowOffload => "offlow --offload xdp",
+            SwitchKind::OfflowOffloadTc => "offlow --offload tc",
             SwitchKind::Ovs => "ovs 3.1 netdev system",
             SwitchKind::Synthetic => "synthetic (controller alone)",
             SwitchKind::Bridge => "linux bridge (no controller)",
@@ -167,7 +170,7 @@ pub struct SetupArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "offlow,offlow-offload,ovs,synthetic,bridge,xdp-wire,tc-wire"
+        default_value = "offlow,offlow-offload,offlow-offload-tc,ovs,synthetic,bridge,xdp-wire,tc-wire"
     )]
     pub switches: Vec<SwitchKind>,
     /// Seconds counted per row.
@@ -642,7 +645,7 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
     let mut _switch: Option<ChildGuard> = None;
     let mut _ovs: Option<Ovs> = None;
     match kind {
-        SwitchKind::Offlow | SwitchKind::OfflowOffload => {
+        SwitchKind::Offlow | SwitchKind::OfflowOffload | SwitchKind::OfflowOffloadTc => {
             // Inside the switch namespace, as ovs-vswitchd: the controller
             // listens on that namespace's loopback.
             let mut cmd = Command::new("ip");
@@ -659,8 +662,13 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
                 ])
                 .args(["--workers", "1", "--controller", &target])
                 .args(&a.offlow_args);
-            if kind == SwitchKind::OfflowOffload {
-                cmd.args(["--offload", "xdp"]);
+            let hook = match kind {
+                SwitchKind::OfflowOffload => Some("xdp"),
+                SwitchKind::OfflowOffloadTc => Some("tc"),
+                _ => None,
+            };
+            if let Some(hook) = hook {
+                cmd.args(["--offload", hook]);
             }
             let child = cmd
                 // Info: the exit log holds the per-tier counters (kept with

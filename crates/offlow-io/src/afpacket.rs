@@ -244,6 +244,12 @@ pub struct AfPacketConfig {
     pub fanout_group: Option<u16>,
     /// Receive frames for any destination MAC (`PACKET_MR_PROMISC`).
     pub promiscuous: bool,
+    /// Take only frames whose socket-buffer mark is this (a socket filter,
+    /// attached before the socket is bound): for a port whose frames a TC
+    /// program serves, since a packet socket sees every frame before TC
+    /// ingress runs, and the program marks those it sends up
+    /// (offlow_offload's `TC_UP_MARK`).
+    pub only_mark: Option<u32>,
 }
 
 /// Blocks of 256 KiB in a frames ring: 64, 8192 slots of 2 KiB (16 MiB).
@@ -288,6 +294,7 @@ impl AfPacketConfig {
             tx_max_frame: 2048,
             fanout_group: None,
             promiscuous: true,
+            only_mark: None,
         }
     }
 }
@@ -409,6 +416,55 @@ pub fn ifindex(name: &str) -> io::Result<u32> {
     Ok(idx)
 }
 
+/// Attach to packet socket `s` a classic BPF filter that accepts whole
+/// the frames whose `skb->mark` is `mark` and refuses every other.
+fn attach_mark_filter(s: libc::c_int, mark: u32) -> io::Result<()> {
+    // ld [SKF_AD_OFF + SKF_AD_MARK]; jeq #mark, accept, refuse
+    const SKF_AD_MARK_LOAD: u32 = (libc::SKF_AD_OFF + libc::SKF_AD_MARK) as u32;
+    let mut code = [
+        libc::sock_filter {
+            code: 0x20, // BPF_LD | BPF_W | BPF_ABS
+            jt: 0,
+            jf: 0,
+            k: SKF_AD_MARK_LOAD,
+        },
+        libc::sock_filter {
+            code: 0x15, // BPF_JMP | BPF_JEQ | BPF_K
+            jt: 0,
+            jf: 1,
+            k: mark,
+        },
+        libc::sock_filter {
+            code: 0x06, // BPF_RET | BPF_K: the whole frame
+            jt: 0,
+            jf: 0,
+            k: u32::MAX,
+        },
+        libc::sock_filter {
+            code: 0x06, // BPF_RET | BPF_K: nothing
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+    ];
+    let prog = libc::sock_fprog {
+        len: code.len() as u16,
+        filter: code.as_mut_ptr(),
+    };
+    // SAFETY: `prog` points at `code`, both live for the call; the kernel
+    // copies the program.
+    let rc = unsafe {
+        libc::setsockopt(
+            s,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            (&raw const prog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    cvt(rc, "attaching the mark filter (SO_ATTACH_FILTER)").map(|_| ())
+}
+
 impl AfPacketPort {
     /// Open the interface (it must exist; it need not be up yet).
     pub fn open(cfg: &AfPacketConfig) -> io::Result<AfPacketPort> {
@@ -505,6 +561,9 @@ impl AfPacketPort {
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let s = fd.as_raw_fd();
+        if let Some(mark) = cfg.only_mark {
+            attach_mark_filter(s, mark)?;
+        }
         let version = match cfg.ring {
             RxRing::Frames | RxRing::Adaptive => TPACKET_V2,
             RxRing::Blocks => TPACKET_V3,

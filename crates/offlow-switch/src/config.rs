@@ -167,6 +167,11 @@ pub struct Receive {
     pub af_packet_ring: RxRing,
     /// What an idle worker does.
     pub idle: IdlePoll,
+    /// AF_PACKET ports take only frames with this mark: set by the switch
+    /// itself when the offload tier runs at TC ingress (its program marks
+    /// the frames it sends up; `offlow_offload::xdp::TC_UP_MARK`), not a
+    /// setting of its own.
+    pub af_packet_mark: Option<u32>,
 }
 
 /// A flow installed before any port receives.
@@ -230,8 +235,9 @@ pub enum Offload {
     /// No offload tier: every frame takes the userspace path.
     #[default]
     Off,
-    /// An XDP program on every interface port serves the hot flows.
-    Xdp(OffloadOptions),
+    /// A kernel program on every interface port serves the hot flows (at
+    /// the hook [`OffloadOptions::hook`] names).
+    On(OffloadOptions),
 }
 
 /// The offload tier's settings.
@@ -243,6 +249,10 @@ pub struct OffloadOptions {
     pub placement: offlow_offload::PlacementConfig,
     /// Each worker samples one received frame in this many (on average).
     pub sample_every: u32,
+    /// Where the program runs: XDP (the default: every action, AF_XDP
+    /// ports) or TC ingress (AF_PACKET ports; no tunnels or CPU steering;
+    /// on veths, no conversion of each frame to an XDP frame and back).
+    pub hook: offlow_offload::xdp::Hook,
     /// Attach in generic (SKB) mode even where the driver has native XDP.
     pub generic: bool,
     /// Flows matching these go down as soon as they are seen, whatever
@@ -259,6 +269,7 @@ impl Default for OffloadOptions {
             room: 65_536,
             placement: offlow_offload::PlacementConfig::default(),
             sample_every: 16,
+            hook: offlow_offload::xdp::Hook::Xdp,
             generic: false,
             pin_down: Vec::new(),
             pin_up: Vec::new(),

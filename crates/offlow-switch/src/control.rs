@@ -299,11 +299,12 @@ fn start_ports(
     // their sockets in its map instead of attaching a program of their own.
     let (backend, external_xsks) = match &cfg.offload {
         crate::config::Offload::Off => (None, Vec::new()),
-        crate::config::Offload::Xdp(o) => match open_xdp_backend(cfg, &data_ports, o) {
+        crate::config::Offload::On(o) => match open_xdp_backend(cfg, &data_ports, o) {
             Ok((b, ext)) => (Some(b), ext),
             Err(e) => {
                 // Reported with its reason; the switch forwards in software.
-                warn!(error = %format!("{e:#}"), "offload tier off: the XDP backend could not start");
+                warn!(error = %format!("{e:#}"), hook = %o.hook,
+                    "offload tier off: the kernel backend could not start");
                 (None, Vec::new())
             }
         },
@@ -326,14 +327,22 @@ fn start_ports(
         packet_in_wanted,
         steering: cfg.steering.clone(),
         sample_every: match (&cfg.offload, &backend) {
-            (crate::config::Offload::Xdp(o), Some(_)) => Some(o.sample_every),
+            (crate::config::Offload::On(o), Some(_)) => Some(o.sample_every),
             _ => None,
         },
         external_xsks,
-        receive: cfg.receive,
+        // At TC ingress the program marks what it sends up, and the ports'
+        // sockets must take only that (they see every frame before TC).
+        receive: crate::config::Receive {
+            af_packet_mark: backend
+                .as_ref()
+                .filter(|b| b.hook() == offlow_offload::xdp::Hook::Tc)
+                .map(|_| offlow_offload::xdp::TC_UP_MARK),
+            ..cfg.receive
+        },
     })?;
     switch.attach(ports, dp, cfg.netns.clone());
-    if let (Some(mut b), crate::config::Offload::Xdp(o)) = (backend, &cfg.offload) {
+    if let (Some(mut b), crate::config::Offload::On(o)) = (backend, &cfg.offload) {
         // Steering entries (the offlow_workers action) reach a pinned
         // worker's CPU in the kernel; unpinned workers have no fixed CPU, so
         // such frames go up and are steered in software.
@@ -383,6 +392,7 @@ fn open_xdp_backend(
         anyhow::bail!("no interface ports to attach to");
     }
     let mut xc = XdpConfig::new(ports, o.room);
+    xc.hook = o.hook;
     if o.generic {
         xc.attach = AttachPolicy::Generic;
     }
@@ -422,7 +432,7 @@ fn open_xdp_backend(
         };
         external.push(ext);
     }
-    info!(backend = %backend.describe(), "offload tier: XDP program attached");
+    info!(backend = %backend.describe(), "offload tier: kernel program attached");
     Ok((backend, external))
 }
 

@@ -279,7 +279,7 @@ fn with_switch(topo: &Topology, args: &DemoArgs) -> anyhow::Result<()> {
             .into_iter()
             .collect(),
         offload: if args.offload == "xdp" {
-            offlow_switch::Offload::Xdp(offlow_switch::OffloadOptions::default())
+            offlow_switch::Offload::On(offlow_switch::OffloadOptions::default())
         } else {
             offlow_switch::Offload::Off
         },

@@ -86,6 +86,14 @@ const OFFLOADS: &[&str] = &["tso", "off", "gso", "off"];
 /// the transfer stalled until the entry was demoted).
 const XDP_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "gro", "on"];
 
+/// With the tier at TC ingress: transmit checksum offload off, so every
+/// segment carries a full checksum that the program's rewrites update
+/// (through the kernel's checksum helpers) and the receiving stack
+/// verifies (veth passes CHECKSUM_NONE on unmarked since Linux 6.0). With
+/// tx on, a partial checksum stays partial through TC, to be finished
+/// downstream, and a receiver on a veth trusts it: nothing verified.
+const TC_OFFLOADS: &[&str] = &["tso", "off", "gso", "off", "tx", "off"];
+
 /// What the tests are called in skip notices and CI failures.
 const WHAT: &str = "the NAT tests";
 
@@ -114,12 +122,21 @@ const APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../apps/osken/snat.py
 
 #[test]
 fn snat_app_translates_tcp_both_ways_in_software() {
-    nat(false);
+    nat(None);
 }
 
 #[test]
 fn snat_app_translates_tcp_both_ways_offloaded() {
-    nat(true);
+    nat(Some("xdp"));
+}
+
+/// The same with the tier at TC ingress: the rewrites go through the
+/// kernel's checksum helpers, the hosts' checksum offload stays on (their
+/// partial checksums stay partial through the switch), and the receiving
+/// stacks verify every segment.
+#[test]
+fn snat_app_translates_tcp_both_ways_offloaded_at_tc() {
+    nat(Some("tc"));
 }
 
 /// A NAT under test: the topology, the app and the switch, all removed on
@@ -139,9 +156,21 @@ impl Nat {
     /// Build the topology, start the app with `pool` and `idle_timeout`
     /// and the switch (with the XDP tier when `offload`), and wait for the
     /// table-miss entry. `None` after a skip notice.
-    fn start(kind: &str, offload: bool, pool: (u16, u16), idle_timeout: u64) -> Option<Nat> {
+    fn start(
+        kind: &str,
+        offload: Option<&str>,
+        pool: (u16, u16),
+        idle_timeout: u64,
+    ) -> Option<Nat> {
         let venv = venv(WHAT)?;
-        let net = Net::new("nat", if offload { XDP_OFFLOADS } else { OFFLOADS });
+        let net = Net::new(
+            "nat",
+            match offload {
+                Some("xdp") => XDP_OFFLOADS,
+                Some(_) => TC_OFFLOADS,
+                None => OFFLOADS,
+            },
+        );
         let scratch = Scratch::new(kind);
         address_plan(&net);
         let next_hop_mac = mac_of(&net.h[1]);
@@ -267,10 +296,15 @@ impl Nat {
     }
 }
 
-fn nat(offload: bool) {
+/// `offload`: the tier's hook (`xdp`, `tc`), or none.
+fn nat(offload: Option<&str>) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let t0 = Instant::now();
-    let kind = if offload { "nat-xdp" } else { "nat" };
+    let kind = match offload {
+        Some("xdp") => "nat-xdp",
+        Some(_) => "nat-tc",
+        None => "nat",
+    };
     let Some(mut nat) = Nat::start(kind, offload, POOL, IDLE_TIMEOUT) else {
         return;
     };
@@ -331,7 +365,7 @@ fn nat(offload: bool) {
     nat.ctl.check_alive();
     nat.sw.check_alive();
     nat.sw.terminate();
-    if offload {
+    if let Some(hook) = offload {
         let text = std::fs::read_to_string(nat.scratch.file("offlow.log")).expect("switch log");
         let line = text
             .lines()
@@ -342,7 +376,7 @@ fn nat(offload: bool) {
         let installs = first_number_after(line, "installs=");
         // The big connection alone is ~3,000 segments each way and its
         // ACKs; most of them after promotion.
-        assert!(hits >= 1000, "the XDP tier served the NAT flows: {line}");
+        assert!(hits >= 1000, "the {hook} tier served the NAT flows: {line}");
         assert!(installs >= 2, "both directions went down: {line}");
     }
     assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
@@ -359,7 +393,7 @@ fn snat_app_pool_udp_exhaustion_and_reuse() {
     // Long enough for the UDP mapping and the held connection to outlive
     // the third connection's attempt (an expired mapping is a new one:
     // the held connection would be reset).
-    let Some(mut nat) = Nat::start("nat-pool", false, pool, 4) else {
+    let Some(mut nat) = Nat::start("nat-pool", None, pool, 4) else {
         return;
     };
     let inside = nat.net.h[0].clone();
@@ -439,13 +473,14 @@ fn mac_of(ns: &str) -> String {
 }
 
 /// `offlow run` on both ports, connecting to the controller on `ctl_port`
-/// and listening for ovs-ofctl on `listen_port`; with `offload`, the XDP
-/// tier with its promotion thresholds lowered (configuration file).
+/// and listening for ovs-ofctl on `listen_port`; with `offload`, the tier
+/// at that hook with its promotion thresholds lowered (configuration
+/// file).
 fn start_switch(
     net: &Net,
     ctl_port: u16,
     listen_port: u16,
-    offload: bool,
+    offload: Option<&str>,
     scratch: &Scratch,
 ) -> Proc {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_offlow"));
@@ -459,7 +494,7 @@ fn start_switch(
             "RUST_LOG",
             std::env::var("OFFLOW_TEST_LOG").unwrap_or_else(|_| "info".into()),
         );
-    if offload {
+    if let Some(hook) = offload {
         // Every received frame sampled (exact rates), and a flow at
         // 100 pps for two 100 ms ticks goes down: the paced transfer runs
         // at ~2,000 segments/s, but the outside host's GRO merges each
@@ -468,7 +503,9 @@ fn start_switch(
         let config = scratch.file("offlow.toml");
         std::fs::write(
             &config,
-            "[offload]\nmode = \"xdp\"\nsample_every = 1\npromote_pps = 100\ndemote_pps = 10\n",
+            format!(
+                "[offload]\nmode = \"{hook}\"\nsample_every = 1\npromote_pps = 100\ndemote_pps = 10\n"
+            ),
         )
         .expect("offlow.toml");
         cmd.arg("--config").arg(&config);

@@ -102,6 +102,11 @@ fn setup() -> (Net, Daemon, JoinHandle<String>) {
 
 /// [`setup`] with `hosts` hosts and `extra` arguments for `offlow run`.
 fn setup_with(hosts: usize, extra: &[&str]) -> (Net, Daemon, JoinHandle<String>) {
+    setup_at("xdp", hosts, extra)
+}
+
+/// [`setup_with`] with the tier at `hook` (`xdp` or `tc`).
+fn setup_at(hook: &str, hosts: usize, extra: &[&str]) -> (Net, Daemon, JoinHandle<String>) {
     let net = Net::with_hosts("ofo", OFFLOADS, hosts, &[]);
     for ns in net.h.iter().chain([&net.sw]) {
         let out = sh(
@@ -125,7 +130,7 @@ fn setup_with(hosts: usize, extra: &[&str]) -> (Net, Daemon, JoinHandle<String>)
     for p in &net.ports {
         args.extend(["--port", p.as_str()]);
     }
-    args.extend(["--offload", "xdp", "--fail-mode", "secure"]);
+    args.extend(["--offload", hook, "--fail-mode", "secure"]);
     args.extend_from_slice(extra);
     let (d, log) = Daemon::start_logged(&args);
     (net, d, log)
@@ -884,11 +889,23 @@ fn offloaded_frames_are_counted_exactly() {
 /// `offloaded_frames_are_counted_exactly`.
 #[test]
 fn one_masked_entry_serves_every_microflow_of_a_host_pair() {
+    megaflow("xdp");
+}
+
+/// The same with the tier at TC ingress: the port's packet socket takes
+/// only the frames the program sends up, so the rule counts every frame
+/// once, whichever tier served it.
+#[test]
+fn at_tc_one_masked_entry_serves_every_microflow_of_a_host_pair() {
+    megaflow("tc");
+}
+
+fn megaflow(hook: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !prerequisites("the megaflow test") {
         return;
     }
-    let (net, d, log) = setup();
+    let (net, d, log) = setup_at(hook, 3, &[]);
     let mac = |m: [u8; 6]| {
         m.iter()
             .map(|b| format!("{b:02x}"))
@@ -1092,6 +1109,19 @@ fn offloaded_groups_count_exactly_and_fail_over() {
 /// dropped ~100 segments as corrupt and the transfer stalled.
 #[test]
 fn partial_checksums_from_veth_senders_are_finished_by_the_tier() {
+    partial_checksums("xdp");
+}
+
+/// At TC a partial checksum stays partial (the socket buffer keeps its
+/// state through the redirect, and the kernel's helpers update only the
+/// pseudo-header part): nothing is finished by the program, and the
+/// transfer arrives intact with no checksum error.
+#[test]
+fn at_tc_partial_checksums_from_veth_senders_stay_partial() {
+    partial_checksums("tc");
+}
+
+fn partial_checksums(hook: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     if !prerequisites("the partial checksum test") {
         return;
@@ -1099,10 +1129,10 @@ fn partial_checksums_from_veth_senders_are_finished_by_the_tier() {
     let config = std::env::temp_dir().join(format!("offlow-csum-{}.toml", std::process::id()));
     std::fs::write(
         &config,
-        "[offload]\nmode = \"xdp\"\npin_down = [\"tcp\", \"udp\"]\n",
+        format!("[offload]\nmode = \"{hook}\"\npin_down = [\"tcp\", \"udp\"]\n"),
     )
     .expect("offlow.toml");
-    let (net, d, log) = setup_with(2, &["--config", config.to_str().expect("utf-8 path")]);
+    let (net, d, log) = setup_at(hook, 2, &["--config", config.to_str().expect("utf-8 path")]);
     let _ = std::fs::remove_file(&config);
     // The premise: the hosts send with checksum offload (OFFLOADS leaves
     // `tx` at the veth default, on).
@@ -1157,12 +1187,16 @@ fn partial_checksums_from_veth_senders_are_finished_by_the_tier() {
     // the kernel, with their checksums finished there.
     assert!(
         tier.hits > 3000,
-        "the XDP tier served the flows: {}",
+        "the {hook} tier served the flows: {}",
         tier.line
     );
     let finished = number_after(&counters, "csum_finished=").unwrap_or(0);
-    assert!(
-        finished > 3000,
-        "the program finished the partial checksums: {counters}"
-    );
+    if hook == "xdp" {
+        assert!(
+            finished > 3000,
+            "the program finished the partial checksums: {counters}"
+        );
+    } else {
+        assert_eq!(finished, 0, "nothing to finish at TC: {counters}");
+    }
 }

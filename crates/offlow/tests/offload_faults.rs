@@ -60,7 +60,7 @@ fn an_interface_with_an_xdp_program_keeps_the_switch_in_software() {
     drop(second);
     let log = log.join().expect("log reader");
     assert!(
-        log.contains("offload tier off: the XDP backend could not start"),
+        log.contains("offload tier off: the kernel backend could not start"),
         "{log}"
     );
     assert!(log.contains("already has an XDP program"), "{log}");

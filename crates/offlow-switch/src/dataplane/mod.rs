@@ -296,7 +296,7 @@ impl Dataplane {
                         cfg.netns,
                         fanout_base.map(|b| fanout_id(b, n_ports, i, 0)),
                         share.as_deref().map(|s| (s, w, n_workers)),
-                        cfg.receive.af_packet_ring,
+                        &cfg.receive,
                     )?
                 };
                 ports.push(port);
@@ -904,13 +904,7 @@ impl WorkerThread {
             let n_workers = self.sink.n_workers;
             match self.xdp_share(i, generation).and_then(|share| {
                 let xdp = share.as_deref().map(|s| (s, self.sink.me, n_workers));
-                open_port(
-                    dp,
-                    self.netns.as_deref(),
-                    fanout,
-                    xdp,
-                    self.receive.af_packet_ring,
-                )
+                open_port(dp, self.netns.as_deref(), fanout, xdp, &self.receive)
             }) {
                 Ok(port) => {
                     self.ports[i] = port;

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use anyhow::Context;
 use offlow_io::afxdp::{active_queue_count, queue_count, AfXdpConfig, AfXdpQueues, XdpProgram};
 use offlow_io::pcap::PcapPort;
-use offlow_io::{netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta, RxRing};
+use offlow_io::{netns::in_netns, AfPacketConfig, AfPacketPort, Port, PortStats, RxMeta};
 
 use crate::config::PortKind;
 use tracing::info;
@@ -290,19 +290,20 @@ pub(super) fn xdp_program(
 /// Open the socket (or capture files) of one data port for worker
 /// `worker` of `n_workers`, inside the ports' namespace; `fanout`: the
 /// AF_PACKET fanout group to join (several workers); `xdp`: the program
-/// and queue count of an AF_XDP port (required for one); `ring`: an
-/// AF_PACKET port's receive ring.
+/// and queue count of an AF_XDP port (required for one); `receive`: an
+/// AF_PACKET port's receive ring and mark filter.
 pub(super) fn open_port(
     p: &DataPort,
     netns: Option<&str>,
     fanout: Option<u16>,
     xdp: Option<(&XdpShare, usize, usize)>,
-    ring: RxRing,
+    receive: &crate::config::Receive,
 ) -> anyhow::Result<Box<dyn Port>> {
     Ok(match &p.kind {
         PortKind::AfPacket => {
-            let mut pc = AfPacketConfig::new(&p.ifname).with_ring(ring);
+            let mut pc = AfPacketConfig::new(&p.ifname).with_ring(receive.af_packet_ring);
             pc.fanout_group = fanout;
+            pc.only_mark = receive.af_packet_mark;
             let port = in_netns(netns, || AfPacketPort::open(&pc))
                 .context("entering the ports' network namespace")?
                 .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;

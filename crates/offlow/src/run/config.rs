@@ -44,7 +44,7 @@
 //! workers = [1]              # only these packet workers process such packets
 //!
 //! [offload]                  # the offload tier (default: off)
-//! mode = "xdp"               # "off" or "xdp": an XDP program on every interface port
+//! mode = "xdp"               # "off", "xdp" (an XDP program on every interface port) or "tc" (TC ingress)
 //! room = 65536               # entries it holds
 //! promote_pps = 1000         # a flow this hot for 2 ticks (100 ms each) goes down
 //! demote_pps = 250           # an offloaded flow this cold for 5 ticks comes back
@@ -177,8 +177,10 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub groups: Option<PathBuf>,
     /// The offload tier: `xdp` (an XDP program on every interface port
-    /// serves the hot flows) or `off` (the default).
-    #[arg(long, value_name = "off|xdp", value_parser = parse_offload_mode)]
+    /// serves the hot flows), `tc` (a TC ingress program does, on
+    /// AF_PACKET ports: no tunnels or CPU steering in the kernel; on veths
+    /// it skips XDP's conversion of every frame) or `off` (the default).
+    #[arg(long, value_name = "off|xdp|tc", value_parser = parse_offload_mode)]
     pub offload: Option<offlow_switch::Offload>,
     /// Entries the offload tier holds (with `--offload xdp`).
     #[arg(long, value_name = "N")]
@@ -228,10 +230,14 @@ fn check_idle_spin(us: u64) -> anyhow::Result<std::time::Duration> {
 fn parse_offload_mode(s: &str) -> Result<offlow_switch::Offload, String> {
     match s {
         "off" => Ok(offlow_switch::Offload::Off),
-        "xdp" => Ok(offlow_switch::Offload::Xdp(
+        "xdp" => Ok(offlow_switch::Offload::On(
             offlow_switch::OffloadOptions::default(),
         )),
-        _ => Err(format!("`{s}`: expected `off` or `xdp`")),
+        "tc" => Ok(offlow_switch::Offload::On(offlow_switch::OffloadOptions {
+            hook: offlow_offload::xdp::Hook::Tc,
+            ..offlow_switch::OffloadOptions::default()
+        })),
+        _ => Err(format!("`{s}`: expected `off`, `xdp` or `tc`")),
     }
 }
 
@@ -832,7 +838,7 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
                 .map_err(|e| at("offload.mode", o.mode.span(), anyhow::anyhow!(e)))?;
             match mode {
                 offlow_switch::Offload::Off => mode,
-                offlow_switch::Offload::Xdp(mut opts) => {
+                offlow_switch::Offload::On(mut opts) => {
                     if let Some(r) = &o.room {
                         opts.room = check_room(*r.get_ref())
                             .map_err(|e| at("offload.room", r.span(), e))?;
@@ -882,7 +888,7 @@ pub(crate) fn parse_file(path: &Path, text: &str) -> anyhow::Result<RunConfig> {
                             );
                         }
                     }
-                    offlow_switch::Offload::Xdp(opts)
+                    offlow_switch::Offload::On(opts)
                 }
             }
         }
@@ -972,15 +978,19 @@ impl RunArgs {
         if let Some(g) = &self.groups {
             c.groups = Some(g.clone());
         }
-        match (&self.offload, &c.offload) {
-            // `--offload xdp` keeps the file's [offload] settings.
-            (Some(offlow_switch::Offload::Xdp(_)), offlow_switch::Offload::Xdp(_)) | (None, _) => {}
+        match (&self.offload, &mut c.offload) {
+            // `--offload xdp|tc` keeps the file's [offload] settings but
+            // its hook.
+            (Some(offlow_switch::Offload::On(cli)), offlow_switch::Offload::On(file)) => {
+                file.hook = cli.hook;
+            }
+            (None, _) => {}
             (Some(o), _) => c.offload = o.clone(),
         }
         if let Some(r) = self.offload_room {
             let room = check_room(r).context("--offload-room")?;
             match &mut c.offload {
-                offlow_switch::Offload::Xdp(o) => o.room = room,
+                offlow_switch::Offload::On(o) => o.room = room,
                 offlow_switch::Offload::Off => bail!("--offload-room needs --offload xdp"),
             }
         }
@@ -1218,7 +1228,7 @@ mod tests {
     fn offload_settings_and_their_errors() {
         let text = "[offload]\nmode = \"xdp\"\nroom = 1024\npromote_pps = 500\ndemote_pps = 100\n";
         let c = parse_file(Path::new("s.toml"), text).unwrap();
-        let offlow_switch::Offload::Xdp(o) = &c.offload else {
+        let offlow_switch::Offload::On(o) = &c.offload else {
             panic!("{:?}", c.offload)
         };
         assert_eq!(
@@ -1230,7 +1240,7 @@ mod tests {
             "[offload]\nmode = \"xdp\"\npin_down = [\"udp,tp_dst=53\"]\npin_up = [\"tcp\"]\n",
         )
         .unwrap();
-        let offlow_switch::Offload::Xdp(o) = &c.offload else {
+        let offlow_switch::Offload::On(o) = &c.offload else {
             panic!("{:?}", c.offload)
         };
         assert_eq!((o.pin_down.len(), o.pin_up.len()), (1, 1));
@@ -1255,7 +1265,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("line 2, key `offload.mode`: `nic`: expected `off` or `xdp`"),
+            e.contains("line 2, key `offload.mode`: `nic`: expected `off`, `xdp` or `tc`"),
             "{e}"
         );
         assert_eq!(
