@@ -14,6 +14,7 @@ import importlib.util
 import os
 import random
 import struct
+import sys
 import unittest
 
 from os_ken.controller import ofp_event
@@ -33,6 +34,8 @@ os.environ.update(ENV)
 HOST_MAC = "02:00:00:00:00:11"
 REMOTE_MAC = "02:00:00:00:00:12"
 
+# No __pycache__ left in the repository's apps/osken.
+sys.dont_write_bytecode = True
 _spec = importlib.util.spec_from_file_location(
     "snat", os.path.join(os.path.dirname(os.path.abspath(__file__)), "snat.py"))
 snat = importlib.util.module_from_spec(_spec)
