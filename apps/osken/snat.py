@@ -75,6 +75,14 @@
 #                        hundreds of connections a second the log lines
 #                        cost the controller's one thread a tenth of its time
 #
+# Cost: a connection's packet-in is parsed with struct (os-ken's packet
+# parser only sees other frames: ARP, VLAN tags, IP options, ...), and its
+# flow-mods and packet-out are encoded by the app itself, not built as
+# os-ken message objects (see "Wire encoding" below); what is left per
+# connection is mostly os-ken's own parsing and dispatch of the packet-in
+# and the two FLOW_REMOVEDs. The objects os-ken made at start-up are frozen
+# out of the garbage collector's full collections (see SourceNat).
+#
 # The pool is one range shared by TCP and UDP; ports are handed out
 # least-recently-freed first, so a port freed by a timeout is not reused at
 # once (the remote end may still hold the old connection in TIME_WAIT).
@@ -87,8 +95,11 @@
 #   snat: pool exhausted, dropping <proto> <in ip>:<in port> to <dst ip>:<dst port>
 
 import collections
+import gc
 import ipaddress
 import os
+import socket
+import struct
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -102,7 +113,7 @@ from os_ken.lib.packet import ipv4
 from os_ken.lib.packet import packet
 from os_ken.lib.packet import tcp
 from os_ken.lib.packet import udp
-from os_ken.ofproto import ofproto_v1_3
+from os_ken.ofproto import ofproto_v1_3 as ofp
 
 # Cookies of this app's flows: a fixed top half ("SNAT") and a counter in
 # the bottom half, a fresh one per installed flow. A FLOW_REMOVED names the
@@ -114,6 +125,9 @@ COOKIE_MASK = 0xFFFFFFFF << 32
 FORWARD = 0
 REVERSE = 1
 
+TCP = in_proto.IPPROTO_TCP
+UDP = in_proto.IPPROTO_UDP
+
 
 def env(name, default=None):
     """An environment variable, or default; required when default is None."""
@@ -123,11 +137,181 @@ def env(name, default=None):
     return value
 
 
+def mac_bytes(text):
+    return bytes.fromhex(text.replace(":", ""))
+
+
+def ip_bytes(text):
+    return ipaddress.IPv4Address(text).packed
+
+
+def proto_name(proto):
+    return "tcp" if proto == TCP else "udp"
+
+
+# ----------------------------------------------------------------------
+# Wire encoding of the per-connection messages.
+#
+# Building each connection's flow-mods and packet-out as os-ken objects
+# (OFPMatch, OFPActionSetField, ...) and serializing them took about 70% of
+# the controller's one thread: every field goes through os-ken's generic
+# conversion from user values (netaddr included), twice. Their layout is
+# fixed, so the app encodes them itself; only the connection's own values
+# are packed per connection, the rest is built once. apps/osken/snat_test.py
+# checks these bytes against os-ken's own encoding of the same messages.
+# Section numbers are OpenFlow 1.3.5's.
+
+# OXM fields (7.2.3.7), class OFPXMC_OPENFLOW_BASIC.
+OXM_IN_PORT = 0
+OXM_ETH_DST = 3
+OXM_ETH_SRC = 4
+OXM_ETH_TYPE = 5
+OXM_IP_PROTO = 10
+OXM_IPV4_SRC = 11
+OXM_IPV4_DST = 12
+# (source, destination) port fields per transport protocol.
+OXM_PORTS = {TCP: (13, 14), UDP: (15, 16)}
+
+U8 = struct.Struct("!B").pack
+U16 = struct.Struct("!H").pack
+U32 = struct.Struct("!I").pack
+# ofp_header (7.1): version, type, length, xid.
+HEADER = struct.Struct("!BBHI")
+# OXM TLV header (7.2.3.2): class, field << 1 (no mask), value length.
+OXM_HEADER = struct.Struct("!HBB").pack
+# ofp_match (7.2.2), ofp_action_header (7.2.5), ofp_instruction_actions
+# (7.2.4): type, length (and 4 bytes of padding for the instruction).
+TYPE_LEN = struct.Struct("!HH").pack
+INSTRUCTION = struct.Struct("!HH4x").pack
+# ofp_flow_mod after its header (7.3.4.1): cookie, cookie_mask, table_id,
+# command, idle_timeout, hard_timeout, priority, buffer_id, out_port,
+# out_group, flags, 2 bytes of padding.
+FLOW_MOD = struct.Struct("!QQBBHHHIIIH2x").pack
+FLOW_MOD_LEN = HEADER.size + 40
+# ofp_packet_out after its header (7.3.7): buffer_id, in_port, actions_len,
+# 6 bytes of padding.
+PACKET_OUT = struct.Struct("!IIH6x").pack
+PACKET_OUT_LEN = HEADER.size + 16
+# ofp_action_dec_nw_ttl (7.2.5): type and length, 4 bytes of padding.
+DEC_NW_TTL = struct.pack("!HH4x", ofp.OFPAT_DEC_NW_TTL, 8)
+
+
+def pad8(length):
+    """Zero bytes padding length up to a multiple of 8."""
+    return b"\0" * (-length % 8)
+
+
+def oxm(field, value):
+    """One OXM TLV without a mask; value is the field's bytes."""
+    return OXM_HEADER(ofp.OFPXMC_OPENFLOW_BASIC, field << 1, len(value)) + value
+
+
+def ofp_match(tlvs):
+    """An OXM ofp_match holding tlvs: its length leaves out the padding."""
+    length = 4 + len(tlvs)
+    return TYPE_LEN(ofp.OFPMT_OXM, length) + tlvs + pad8(length)
+
+
+def set_field(field, value):
+    """OFPAT_SET_FIELD, padded to a multiple of 8 (the padding counts in
+    its length)."""
+    tlv = oxm(field, value)
+    padding = pad8(4 + len(tlv))
+    return TYPE_LEN(ofp.OFPAT_SET_FIELD, 4 + len(tlv) + len(padding)) + tlv + padding
+
+
+def output(port):
+    """OFPAT_OUTPUT to port, max_len OFPCML_MAX (os-ken's default; a
+    max_len only counts for output to the controller)."""
+    return struct.pack("!HHIH6x", ofp.OFPAT_OUTPUT, 16, port, ofp.OFPCML_MAX)
+
+
+def next_xid(dp):
+    """The next xid of dp: os-ken's Datapath.set_xid without a message
+    object to set it on, so that the app's messages and os-ken's own (echo
+    requests, ...) share one sequence."""
+    dp.xid = (dp.xid + 1) & ofp.MAX_XID
+    return dp.xid
+
+
+# ----------------------------------------------------------------------
+# Packet-in parsing.
+
+# What a first packet looks like: Ethernet II (destination, source, type),
+# IPv4 without options (version and header length, total length, protocol,
+# source, destination) and the transport header's two ports.
+FAST_FRAME = struct.Struct("!6s6sHBxH4xxB2x4s4sHH")
+ETH_LEN = 14
+IPV4_LEN = 20
+# The shortest transport header os-ken's parser takes (what the app did
+# before it parsed frames itself): TCP's fixed header, UDP's header.
+L4_MIN_LEN = {TCP: 20, UDP: 8}
+# Where TCP's data offset is (its top four bits), in an untagged frame
+# without IP options.
+TCP_DATA_OFFSET_AT = ETH_LEN + IPV4_LEN + 12
+
+
+def parse_fast(data):
+    """(proto, eth_src, eth_dst, ip_src, ip_dst, src_port, dst_port), all
+    addresses as bytes, for an untagged IPv4 TCP/UDP frame without IP
+    options whose transport header is whole; None for any other frame.
+
+    A few struct fields instead of os-ken's packet.Packet (a class instance
+    per header, addresses converted to text, payloads parsed by port) for
+    the frame every connection sends. The result is what packet.Packet gave
+    the app for the same frame (snat_test.py checks it on mutated frames):
+    like packet.Packet it does not look at the fragment fields. Transport
+    headers that are not plainly whole (shorter than os-ken's minimum, both
+    ports 0, a TCP data offset below 5) go to parse_general, where
+    os-ken's parser decides as before (it drops some of them)."""
+    if len(data) < FAST_FRAME.size:
+        return None
+    (eth_dst, eth_src, eth_type, version_ihl, total_len, proto, ip_src, ip_dst,
+     src_port, dst_port) = FAST_FRAME.unpack_from(data)
+    if eth_type != ether_types.ETH_TYPE_IP or version_ihl != 0x45 or proto not in L4_MIN_LEN:
+        return None
+    # The transport header ends where the IPv4 total length says, or where
+    # the frame does if that is sooner.
+    if min(total_len, len(data) - ETH_LEN) - IPV4_LEN < L4_MIN_LEN[proto]:
+        return None
+    if not (src_port or dst_port) or (proto == TCP and data[TCP_DATA_OFFSET_AT] < 0x50):
+        return None
+    return proto, eth_src, eth_dst, ip_src, ip_dst, src_port, dst_port
+
+
+def parse_general(pkt):
+    """parse_fast's tuple from os-ken's parse of any other frame (VLAN
+    tags, IP options, ...), or None when it is not IPv4 TCP/UDP with its
+    transport header. The transport header is the one right after the IPv4
+    header (not one inside a tunnel the packet carries)."""
+    protocols = pkt.protocols
+    for i, ip in enumerate(protocols):
+        if isinstance(ip, ipv4.ipv4):
+            break
+    else:
+        return None
+    if ip.proto not in L4_MIN_LEN or i + 1 == len(protocols):
+        return None
+    l4 = protocols[i + 1]
+    if not isinstance(l4, tcp.tcp if ip.proto == TCP else udp.udp):
+        return None  # a fragment without the transport header
+    eth = protocols[0]
+    return (ip.proto, mac_bytes(eth.src), mac_bytes(eth.dst), ip_bytes(ip.src),
+            ip_bytes(ip.dst), l4.src_port, l4.dst_port)
+
+
+# ----------------------------------------------------------------------
+# State.
+
 class Conn(object):
-    """One translated connection: the inside 5-tuple and its pool port."""
+    """One translated connection: the inside 5-tuple and its pool port.
+    Addresses are bytes, as they go on the wire."""
+
+    __slots__ = ("proto", "in_ip", "in_port", "dst_ip", "dst_port", "in_mac",
+                 "pool_port", "cookie")
 
     def __init__(self, proto, in_ip, in_port, dst_ip, dst_port, in_mac, pool_port):
-        self.proto = proto  # in_proto.IPPROTO_TCP or IPPROTO_UDP
+        self.proto = proto  # TCP or UDP
         self.in_ip = in_ip
         self.in_port = in_port
         self.dst_ip = dst_ip
@@ -140,11 +324,8 @@ class Conn(object):
 
     def name(self):
         return "%s %s:%d to %s:%d" % (
-            proto_name(self.proto), self.in_ip, self.in_port, self.dst_ip, self.dst_port)
-
-
-def proto_name(proto):
-    return "tcp" if proto == in_proto.IPPROTO_TCP else "udp"
+            proto_name(self.proto), socket.inet_ntoa(self.in_ip), self.in_port,
+            socket.inet_ntoa(self.dst_ip), self.dst_port)
 
 
 class Datapath(object):
@@ -163,7 +344,7 @@ class Datapath(object):
 
 
 class SourceNat(app_manager.OSKenApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    OFP_VERSIONS = [ofp.OFP_VERSION]
 
     def __init__(self, *args, **kwargs):
         super(SourceNat, self).__init__(*args, **kwargs)
@@ -188,6 +369,39 @@ class SourceNat(app_manager.OSKenApp):
             "next hop %s), pool %d-%d, idle timeout %d s",
             self.inside, self.inside_net, self.gateway_ip, self.outside, self.nat_ip,
             self.next_hop_mac, self.port_min, self.port_max, self.idle_timeout)
+        # The configuration as bytes, compared with and written into frames.
+        self.mac_b = mac_bytes(self.mac)
+        self.nat_ip_b = ip_bytes(self.nat_ip)
+        self.inside_prefix = int(self.inside_net.network_address)
+        self.inside_mask = int(self.inside_net.netmask)
+        # The parts of each connection's messages that are the same for
+        # every connection, per protocol and direction: the match's leading
+        # fields, and the actions before and after the connection's own.
+        self.match_head = {}
+        for proto in (TCP, UDP):
+            for direction, port in ((FORWARD, self.inside), (REVERSE, self.outside)):
+                self.match_head[proto, direction] = (
+                    oxm(OXM_IN_PORT, U32(port))
+                    + oxm(OXM_ETH_TYPE, U16(ether_types.ETH_TYPE_IP))
+                    + oxm(OXM_IP_PROTO, U8(proto)))
+        eth_src = set_field(OXM_ETH_SRC, self.mac_b)
+        self.actions_head = {
+            FORWARD: eth_src + set_field(OXM_ETH_DST, mac_bytes(self.next_hop_mac))
+            + set_field(OXM_IPV4_SRC, self.nat_ip_b),
+            REVERSE: eth_src,
+        }
+        self.actions_tail = {
+            FORWARD: DEC_NW_TTL + output(self.outside),
+            REVERSE: DEC_NW_TTL + output(self.inside),
+        }
+        # Each connection leaves a few objects alive for its idle timeout,
+        # enough to start a full (generation 2) collection about once a
+        # second at a few thousand connections a second; each walked every
+        # object os-ken and its imports made at start-up (some 110,000):
+        # 35-70 ms, the controller's longest pauses. Frozen, those are
+        # skipped (6-19 ms). They are still freed by reference counting;
+        # only a reference cycle among them would never be collected.
+        gc.freeze()
 
     # ------------------------------------------------------------------
     # Switch set-up.
@@ -195,7 +409,6 @@ class SourceNat(app_manager.OSKenApp):
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def switch_features_handler(self, ev):
         dp = ev.msg.datapath
-        ofp = dp.ofproto
         parser = dp.ofproto_parser
         # A (re)connecting switch starts from a clean slate: whatever flows
         # a previous session installed are deleted (their FLOW_REMOVED, if
@@ -222,24 +435,28 @@ class SourceNat(app_manager.OSKenApp):
         if state is None:
             return
         in_port = msg.match["in_port"]
-        pkt = packet.Packet(msg.data)
-        eth = pkt.get_protocol(ethernet.ethernet)
-        if eth is None:
-            return
-        if eth.ethertype == ether_types.ETH_TYPE_ARP:
-            self.handle_arp(dp, in_port, eth, pkt.get_protocol(arp.arp))
-            return
-        ip = pkt.get_protocol(ipv4.ipv4)
-        if ip is None or ip.proto not in (in_proto.IPPROTO_TCP, in_proto.IPPROTO_UDP):
-            return  # not translated (see the header): dropped
-        l4 = pkt.get_protocol(tcp.tcp) or pkt.get_protocol(udp.udp)
-        if l4 is None:
-            return  # a fragment without the transport header
-        if in_port == self.inside and eth.dst == self.mac \
-                and ipaddress.ip_address(ip.src) in self.inside_net:
-            self.from_inside(dp, state, msg.data, eth, ip, l4)
-        elif in_port == self.outside and ip.dst == self.nat_ip:
-            self.from_outside(dp, state, msg.data, ip, l4)
+        data = msg.data
+        headers = parse_fast(data)
+        if headers is None:
+            # Not the usual first packet: os-ken parses it (ARP, VLAN
+            # tags, IP options, too short, ...).
+            pkt = packet.Packet(data)
+            eth = pkt.get_protocol(ethernet.ethernet)
+            if eth is None:
+                return
+            if eth.ethertype == ether_types.ETH_TYPE_ARP:
+                self.handle_arp(dp, in_port, eth, pkt.get_protocol(arp.arp))
+                return
+            headers = parse_general(pkt)
+            if headers is None:
+                return  # not translated (see the header): dropped
+        proto, eth_src, eth_dst, ip_src, ip_dst, src_port, dst_port = headers
+        if in_port == self.inside and eth_dst == self.mac_b \
+                and int.from_bytes(ip_src, "big") & self.inside_mask == self.inside_prefix:
+            self.from_inside(dp, state, data, proto, eth_src, ip_src, ip_dst, src_port,
+                             dst_port)
+        elif in_port == self.outside and ip_dst == self.nat_ip_b:
+            self.from_outside(dp, state, data, proto, ip_src, src_port, dst_port)
 
     def handle_arp(self, dp, in_port, eth, req):
         """Answer a request for the gateway (inside) or NAT (outside) address."""
@@ -255,98 +472,90 @@ class SourceNat(app_manager.OSKenApp):
             opcode=arp.ARP_REPLY, src_mac=self.mac, src_ip=req.dst_ip,
             dst_mac=req.src_mac, dst_ip=req.src_ip))
         reply.serialize()
-        dp.send_msg(self.packet_out(dp, reply.data, [dp.ofproto_parser.OFPActionOutput(in_port)]))
+        dp.send(self.packet_out(dp, reply.data, output(in_port), ofp.OFPP_CONTROLLER))
 
-    def from_inside(self, dp, state, data, eth, ip, l4):
-        key = (ip.proto, ip.src, l4.src_port, ip.dst, l4.dst_port)
+    def from_inside(self, dp, state, data, proto, eth_src, ip_src, ip_dst, src_port,
+                    dst_port):
+        key = (proto, ip_src, src_port, ip_dst, dst_port)
         conn = state.by_inside.get(key)
         if conn is None:
             if not state.free:
                 self.logger.warning(
-                    "snat: pool exhausted, dropping %s %s:%d to %s:%d",
-                    proto_name(ip.proto), ip.src, l4.src_port, ip.dst, l4.dst_port)
+                    "snat: pool exhausted, dropping %s %s:%d to %s:%d", proto_name(proto),
+                    socket.inet_ntoa(ip_src), src_port, socket.inet_ntoa(ip_dst), dst_port)
                 return
-            conn = Conn(ip.proto, ip.src, l4.src_port, ip.dst, l4.dst_port, eth.src,
+            conn = Conn(proto, ip_src, src_port, ip_dst, dst_port, eth_src,
                         state.free.popleft())
             state.by_inside[key] = conn
-            state.by_outside[(ip.proto, ip.dst, l4.dst_port, conn.pool_port)] = conn
+            state.by_outside[(proto, ip_dst, dst_port, conn.pool_port)] = conn
             if self.log_connections:
                 self.logger.info(
-                    "snat: map %s %s:%d -> %s:%d to %s:%d", proto_name(ip.proto),
-                    ip.src, l4.src_port, self.nat_ip, conn.pool_port, ip.dst, l4.dst_port)
-        # Install whichever direction has no flow (both, for a new
-        # connection). A direction that has one is left alone: this
-        # packet overtook the flow's installation.
-        msgs = [self.install(dp, state, conn, direction)
-                for direction in (FORWARD, REVERSE) if conn.cookie[direction] is None]
-        msgs.append(self.packet_out(dp, data, self.actions(dp, conn, FORWARD),
-                                    in_port=self.inside))
-        self.send_all(dp, msgs)
+                    "snat: map %s %s:%d -> %s:%d to %s:%d", proto_name(proto),
+                    socket.inet_ntoa(ip_src), src_port, self.nat_ip, conn.pool_port,
+                    socket.inet_ntoa(ip_dst), dst_port)
+        self.send_translated(dp, state, conn, data, FORWARD)
 
-    def from_outside(self, dp, state, data, ip, l4):
-        conn = state.by_outside.get((ip.proto, ip.src, l4.src_port, l4.dst_port))
+    def from_outside(self, dp, state, data, proto, ip_src, src_port, dst_port):
+        conn = state.by_outside.get((proto, ip_src, src_port, dst_port))
         if conn is None:
             return  # nobody inside opened this: dropped
-        msgs = [self.install(dp, state, conn, direction)
-                for direction in (FORWARD, REVERSE) if conn.cookie[direction] is None]
-        msgs.append(self.packet_out(dp, data, self.actions(dp, conn, REVERSE),
-                                    in_port=self.outside))
-        self.send_all(dp, msgs)
+        self.send_translated(dp, state, conn, data, REVERSE)
+
+    def send_translated(self, dp, state, conn, data, direction):
+        """Install whichever direction of conn has no flow (both, for a new
+        connection; a direction that has one is left alone: this packet
+        overtook the flow's installation), and send data out through
+        direction's translation.
+
+        One write: os-ken's send_msg queues each message for its own
+        sendall (a TCP segment each, a wakeup of the send loop each)."""
+        actions = [None, None]
+        msgs = []
+        for d in (FORWARD, REVERSE):
+            if conn.cookie[d] is None:
+                actions[d] = self.actions(conn, d)
+                msgs.append(self.install(dp, state, conn, d, actions[d]))
+        if actions[direction] is None:
+            actions[direction] = self.actions(conn, direction)
+        msgs.append(self.packet_out(
+            dp, data, actions[direction],
+            self.inside if direction == FORWARD else self.outside))
+        dp.send(b"".join(msgs))
 
     # ------------------------------------------------------------------
     # Flows.
 
-    def actions(self, dp, conn, direction):
-        """The translation of one direction, as an action list."""
-        parser = dp.ofproto_parser
-        tcp_ = conn.proto == in_proto.IPPROTO_TCP
+    def actions(self, conn, direction):
+        """The translation of one direction, as an encoded action list:
+            forward  eth_src, eth_dst=next hop, ipv4_src=NAT address,
+                     tcp/udp_src=pool port, dec_nw_ttl, output:outside
+            reverse  eth_src, eth_dst=inside MAC, ipv4_dst=inside address,
+                     tcp/udp_dst=inside port, dec_nw_ttl, output:inside"""
+        src, dst = OXM_PORTS[conn.proto]
         if direction == FORWARD:
-            port_field = "tcp_src" if tcp_ else "udp_src"
-            return [
-                parser.OFPActionSetField(eth_src=self.mac),
-                parser.OFPActionSetField(eth_dst=self.next_hop_mac),
-                parser.OFPActionSetField(ipv4_src=self.nat_ip),
-                parser.OFPActionSetField(**{port_field: conn.pool_port}),
-                parser.OFPActionDecNwTtl(),
-                parser.OFPActionOutput(self.outside),
-            ]
-        port_field = "tcp_dst" if tcp_ else "udp_dst"
-        return [
-            parser.OFPActionSetField(eth_src=self.mac),
-            parser.OFPActionSetField(eth_dst=conn.in_mac),
-            parser.OFPActionSetField(ipv4_dst=conn.in_ip),
-            parser.OFPActionSetField(**{port_field: conn.in_port}),
-            parser.OFPActionDecNwTtl(),
-            parser.OFPActionOutput(self.inside),
-        ]
-
-    def match(self, dp, conn, direction):
-        parser = dp.ofproto_parser
-        tcp_ = conn.proto == in_proto.IPPROTO_TCP
-        src, dst = ("tcp_src", "tcp_dst") if tcp_ else ("udp_src", "udp_dst")
-        if direction == FORWARD:
-            fields = {"in_port": self.inside, "ipv4_src": conn.in_ip,
-                      "ipv4_dst": conn.dst_ip, src: conn.in_port, dst: conn.dst_port}
+            own = set_field(src, U16(conn.pool_port))
         else:
-            fields = {"in_port": self.outside, "ipv4_src": conn.dst_ip,
-                      "ipv4_dst": self.nat_ip, src: conn.dst_port, dst: conn.pool_port}
-        return parser.OFPMatch(eth_type=ether_types.ETH_TYPE_IP, ip_proto=conn.proto,
-                               **fields)
+            own = (set_field(OXM_ETH_DST, conn.in_mac) + set_field(OXM_IPV4_DST, conn.in_ip)
+                   + set_field(dst, U16(conn.in_port)))
+        return self.actions_head[direction] + own + self.actions_tail[direction]
 
-    def send_all(self, dp, msgs):
-        """Send msgs, in order, in one write: os-ken's send_msg queues each
-        message for its own sendall (a TCP segment each, a wakeup of the
-        send loop each); Datapath.send takes bytes, so serialize here."""
-        for m in msgs:
-            dp.set_xid(m)
-            m.serialize()
-        dp.send(b"".join(m.buf for m in msgs))
+    def match(self, conn, direction):
+        """The encoded match of one direction: in_port, eth_type=IPv4,
+        ip_proto, then
+            forward  the inside 5-tuple's addresses and ports
+            reverse  remote address:port -> NAT address:pool port"""
+        src, dst = OXM_PORTS[conn.proto]
+        if direction == FORWARD:
+            own = (oxm(OXM_IPV4_SRC, conn.in_ip) + oxm(OXM_IPV4_DST, conn.dst_ip)
+                   + oxm(src, U16(conn.in_port)) + oxm(dst, U16(conn.dst_port)))
+        else:
+            own = (oxm(OXM_IPV4_SRC, conn.dst_ip) + oxm(OXM_IPV4_DST, self.nat_ip_b)
+                   + oxm(src, U16(conn.dst_port)) + oxm(dst, U16(conn.pool_port)))
+        return ofp_match(self.match_head[conn.proto, direction] + own)
 
-    def install(self, dp, state, conn, direction):
-        """The flow-mod installing one direction (to send), its cookie
-        recorded."""
-        ofp = dp.ofproto
-        parser = dp.ofproto_parser
+    def install(self, dp, state, conn, direction, actions):
+        """The encoded flow-mod (OFPFC_ADD) installing one direction with
+        actions, its cookie recorded."""
         self.cookie_seq = (self.cookie_seq + 1) & 0xFFFFFFFF
         cookie = COOKIE_PREFIX | self.cookie_seq
         conn.cookie[direction] = cookie
@@ -355,19 +564,24 @@ class SourceNat(app_manager.OSKenApp):
             self.logger.info("snat: install %s %d cookie=%#x",
                              "forward" if direction == FORWARD else "reverse",
                              conn.pool_port, cookie)
-        return parser.OFPFlowMod(
-            dp, cookie=cookie, priority=self.priority, idle_timeout=self.idle_timeout,
-            flags=ofp.OFPFF_SEND_FLOW_REM, match=self.match(dp, conn, direction),
-            instructions=[parser.OFPInstructionActions(
-                ofp.OFPIT_APPLY_ACTIONS, self.actions(dp, conn, direction))])
+        match = self.match(conn, direction)
+        length = FLOW_MOD_LEN + len(match) + 8 + len(actions)
+        return b"".join((
+            HEADER.pack(ofp.OFP_VERSION, ofp.OFPT_FLOW_MOD, length, next_xid(dp)),
+            FLOW_MOD(cookie, 0, 0, ofp.OFPFC_ADD, self.idle_timeout, 0, self.priority,
+                     ofp.OFP_NO_BUFFER, 0, 0, ofp.OFPFF_SEND_FLOW_REM),
+            match,
+            INSTRUCTION(ofp.OFPIT_APPLY_ACTIONS, 8 + len(actions)),
+            actions))
 
-    def packet_out(self, dp, data, actions, in_port=None):
-        """A packet-out (to send) of data through actions."""
-        ofp = dp.ofproto
-        return dp.ofproto_parser.OFPPacketOut(
-            dp, buffer_id=ofp.OFP_NO_BUFFER,
-            in_port=ofp.OFPP_CONTROLLER if in_port is None else in_port,
-            actions=actions, data=data)
+    def packet_out(self, dp, data, actions, in_port):
+        """The encoded packet-out of data through actions (encoded)."""
+        length = PACKET_OUT_LEN + len(actions) + len(data)
+        return b"".join((
+            HEADER.pack(ofp.OFP_VERSION, ofp.OFPT_PACKET_OUT, length, next_xid(dp)),
+            PACKET_OUT(ofp.OFP_NO_BUFFER, in_port, len(actions)),
+            actions,
+            data))
 
     # ------------------------------------------------------------------
     # Expiry.

@@ -45,6 +45,11 @@
 //! the app logs the exhaustion; after the idle timeout has freed both, a
 //! new connection gets the port freed first.
 //!
+//! The fourth runs the app's own unit tests (`apps/osken/snat_test.py`:
+//! the messages it encodes itself are byte for byte os-ken's, its frame
+//! parser agrees with os-ken's, pool ports come back) with the os-ken
+//! environment's Python.
+//!
 //! Needs root, `ip`, `ethtool`, `ovs-ofctl` and the os-ken environment of
 //! `scripts/controllers-venv.sh` (run by the test; a no-op once built).
 //! Without them the tests print a notice and pass, unless `CI` is set.
@@ -447,6 +452,25 @@ fn snat_app_pool_udp_exhaustion_and_reuse() {
     nat.ctl.check_alive();
     nat.sw.check_alive();
     assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
+}
+
+/// The app's unit tests, which need no switch (see `snat_test.py`).
+#[test]
+fn snat_app_unit_tests() {
+    let Some(venv) = venv(WHAT) else {
+        return;
+    };
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../apps/osken/snat_test.py");
+    let out = Command::new(venv.join("osken/bin/python"))
+        .args(["-W", "ignore", script])
+        .output()
+        .expect("running snat_test.py");
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 // ---------------------------------------------------------------------
