@@ -717,6 +717,58 @@ fn on_bytes(
     announce(&mut s, now);
 }
 
+/// Most output a connection may have queued for a peer that is not
+/// reading it, while [`write_reading`] still reads that peer's requests.
+const READING_MAX_OUTBOX: usize = 16 << 20;
+
+/// Write `out` to the peer, reading from it meanwhile. A controller may
+/// stop reading until its own writes get through (os-ken does once its
+/// event and send queues are full: its handlers wait to send, its reader
+/// waits for them); a switch blocked in a write without reading would then
+/// wait on the controller forever, and the controller on it (seen: `bench
+/// setup`'s NAT rows stalled at 0 connections/s, both processes idle).
+/// What arrives is handled at once; its replies queue in the connection
+/// for the next write. Reading stops while a request waits for the switch
+/// (as in the main loop), and once [`READING_MAX_OUTBOX`] bytes wait to be
+/// sent (a peer sending that much while reading none is flooding, not
+/// waiting: back-pressure then). Both futures are cancel-safe: a write or
+/// read that loses the race has moved no bytes.
+async fn write_reading(
+    shared: &SharedRc,
+    conn: &mut Connection,
+    rd: &mut tokio::net::tcp::OwnedReadHalf,
+    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    out: &[u8],
+    buf: &mut [u8],
+) -> Result<(), String> {
+    let mut sent = 0;
+    while sent < out.len() {
+        let reading = conn.close_reason().is_none()
+            && !conn.is_waiting()
+            && conn.transmit_len() < READING_MAX_OUTBOX;
+        tokio::select! {
+            r = wr.write(&out[sent..]) => match r {
+                Ok(0) => return Err("write failed: connection closed".to_string()),
+                Ok(n) => sent += n,
+                Err(e) => return Err(format!("write failed: {e}")),
+            },
+            r = rd.read(buf), if reading => match r {
+                // The peer's half-close: finish the write; the main loop
+                // sees the end of input at its next read.
+                Ok(0) => {
+                    wr.write_all(&out[sent..])
+                        .await
+                        .map_err(|e| format!("write failed: {e}"))?;
+                    return Ok(());
+                }
+                Ok(n) => on_bytes(shared, conn, rd, buf, n),
+                Err(e) => return Err(format!("read failed: {e}")),
+            },
+        }
+    }
+    Ok(())
+}
+
 /// A waiting request's switch work may be done: let the connection try.
 fn on_resume(shared: &SharedRc, conn: &mut Connection) {
     let mut s = shared.borrow_mut();
@@ -810,9 +862,14 @@ async fn serve(
         out.clear();
         conn.poll_transmit(&mut out);
         if !out.is_empty() {
-            if let Err(e) = wr.write_all(&out).await {
+            if let Err(e) =
+                write_reading(&shared, &mut conn, &mut rd, &mut wr, &out, &mut buf).await
+            {
                 conn.close("write failed");
-                break format!("write failed: {e}");
+                break e;
+            }
+            if let Some(r) = conn.close_reason() {
+                break format!("{r:?}");
             }
             // A request/response peer (`ovs-ofctl add-flows` waits for the
             // barrier reply after every flow-mod) answers within tens of

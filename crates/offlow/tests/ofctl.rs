@@ -463,3 +463,63 @@ fn tshark_decodes_a_whole_ovs_ofctl_session() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A controller that writes a burst of requests before it reads any reply
+/// (os-ken does once its queues are full: its reader waits for its
+/// handlers, which wait to send). A switch that stopped reading while
+/// blocked writing replies would deadlock with it: the controller's
+/// writes would never finish. Small socket buffers on the controller's
+/// side; 14 MB of ECHO_REQUESTs, more than the switch's kernel buffers
+/// hold (its send buffer grows to 4 MB, its receive buffer to 6 MB), so
+/// the burst gets through only if the switch reads while it writes. Then
+/// every reply arrives, in order.
+#[test]
+fn a_controller_that_writes_before_reading_does_not_deadlock_the_switch() {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    let d = Daemon::start(&[]);
+    let s = TcpStream::connect(("127.0.0.1", d.port)).expect("connect");
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        let v: libc::c_int = 64 << 10;
+        // SAFETY: `v` is a live c_int of the size passed; the descriptor is
+        // the stream's, open for the call.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&raw const v).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "setsockopt: {}", std::io::Error::last_os_error());
+    }
+    let mut p = Peer::new(s.try_clone().expect("clone"));
+    p.handshake();
+    const N: u32 = 240;
+    let payload = vec![0x5au8; 60_000];
+    let mut burst = Vec::new();
+    for xid in 0..N {
+        let m = Message::new(1000 + xid, Body::EchoRequest(payload.clone()));
+        burst.extend(offlow_openflow::encode_to_vec(&m).expect("encode"));
+    }
+    let mut w = s;
+    w.set_write_timeout(Some(Duration::from_secs(20)))
+        .expect("write timeout");
+    let t0 = Instant::now();
+    w.write_all(&burst).unwrap_or_else(|e| {
+        panic!(
+            "the burst stalled after {:?} ({e}): the switch stopped reading while writing",
+            t0.elapsed()
+        )
+    });
+    for xid in 0..N {
+        let m = p.recv();
+        assert_eq!(m.xid, 1000 + xid);
+        match &m.body {
+            Body::EchoReply(data) => assert_eq!(data.len(), payload.len()),
+            other => panic!("expected an echo reply, got {other:?}"),
+        }
+    }
+}
