@@ -115,7 +115,11 @@ pub const EXPIRY_MAX: Duration = Duration::from_millis(500);
 /// How often port link state is re-read.
 pub const LINK_POLL: Duration = Duration::from_secs(1);
 /// Asynchronous messages queued per connection before the oldest are lost.
-const EVENT_QUEUE: usize = 4096;
+/// An expiry scan publishes every FLOW_REMOVED it makes at once, before
+/// any connection task runs: a switch whose flows expire at 10,000 a
+/// second (`bench setup`'s NAT rows at 16 clients) queues ~5,000 in one
+/// scan, and lost ~8,500 in ten seconds at 4,096. A slot is an `Arc`.
+const EVENT_QUEUE: usize = 1 << 16;
 use offlow_openflow::packet_in_reason::{
     ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
 };
@@ -717,6 +721,15 @@ fn on_bytes(
     announce(&mut s, now);
 }
 
+/// A connection's socket halves, its asynchronous-message subscription and
+/// its read buffer, as [`write_reading`] uses them.
+struct ConnIo<'a> {
+    rd: &'a mut tokio::net::tcp::OwnedReadHalf,
+    wr: &'a mut tokio::net::tcp::OwnedWriteHalf,
+    events: &'a mut broadcast::Receiver<Arc<Body>>,
+    buf: &'a mut [u8],
+}
+
 /// Most output a connection may have queued for a peer that is not
 /// reading it, while [`write_reading`] still reads that peer's requests.
 const READING_MAX_OUTBOX: usize = 16 << 20;
@@ -728,25 +741,42 @@ const READING_MAX_OUTBOX: usize = 16 << 20;
 /// wait on the controller forever, and the controller on it (seen: `bench
 /// setup`'s NAT rows stalled at 0 connections/s, both processes idle).
 /// What arrives is handled at once; its replies queue in the connection
-/// for the next write. Reading stops while a request waits for the switch
-/// (as in the main loop), and once [`READING_MAX_OUTBOX`] bytes wait to be
-/// sent (a peer sending that much while reading none is flooding, not
-/// waiting: back-pressure then). Both futures are cancel-safe: a write or
-/// read that loses the race has moved no bytes.
+/// for the next write. Asynchronous messages published meanwhile are taken
+/// into the connection's queue too (left in the channel, a burst of them
+/// would overrun it and be lost). Reading stops while a request waits for
+/// the switch (as in the main loop), and reading and taking both stop once
+/// [`READING_MAX_OUTBOX`] bytes wait to be sent (a peer sending that much
+/// while reading none is flooding, not waiting: back-pressure then). The
+/// futures are cancel-safe: a write, read or receive that loses the race
+/// has moved nothing.
 async fn write_reading(
     shared: &SharedRc,
     conn: &mut Connection,
-    rd: &mut tokio::net::tcp::OwnedReadHalf,
-    wr: &mut tokio::net::tcp::OwnedWriteHalf,
+    io: ConnIo<'_>,
     out: &[u8],
-    buf: &mut [u8],
+    peer: SocketAddr,
 ) -> Result<(), String> {
+    let ConnIo {
+        rd,
+        wr,
+        events,
+        buf,
+    } = io;
     let mut sent = 0;
     while sent < out.len() {
-        let reading = conn.close_reason().is_none()
-            && !conn.is_waiting()
-            && conn.transmit_len() < READING_MAX_OUTBOX;
+        let room = conn.close_reason().is_none() && conn.transmit_len() < READING_MAX_OUTBOX;
+        let reading = room && !conn.is_waiting();
         tokio::select! {
+            ev = events.recv(), if room => match ev {
+                Ok(body) => {
+                    conn.send_async((*body).clone(), &shared.borrow().roles);
+                }
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
+                }
+                // The sender lives in `Shared` as long as any connection.
+                Err(broadcast::error::RecvError::Closed) => {}
+            },
             r = wr.write(&out[sent..]) => match r {
                 Ok(0) => return Err("write failed: connection closed".to_string()),
                 Ok(n) => sent += n,
@@ -862,9 +892,13 @@ async fn serve(
         out.clear();
         conn.poll_transmit(&mut out);
         if !out.is_empty() {
-            if let Err(e) =
-                write_reading(&shared, &mut conn, &mut rd, &mut wr, &out, &mut buf).await
-            {
+            let io = ConnIo {
+                rd: &mut rd,
+                wr: &mut wr,
+                events: &mut events,
+                buf: &mut buf,
+            };
+            if let Err(e) = write_reading(&shared, &mut conn, io, &out, peer).await {
                 conn.close("write failed");
                 break e;
             }

@@ -523,3 +523,46 @@ fn a_controller_that_writes_before_reading_does_not_deadlock_the_switch() {
         }
     }
 }
+
+/// A burst of expiries: 20,000 flows with a 1 s idle timeout and
+/// `send_flow_rem`, all expiring in the same scan or two. Every one of them
+/// reaches the controller as a FLOW_REMOVED: a scan publishes its removals
+/// at once, and a per-connection queue smaller than the burst once lost
+/// thousands (`bench setup`'s NAT rows, 10,000 expiries a second).
+#[test]
+fn a_burst_of_expiries_reaches_the_controller_whole() {
+    let (d, log) = Daemon::start_logged::<&str>(&[]);
+    let mut p = Peer::new(TcpStream::connect(("127.0.0.1", d.port)).expect("connect"));
+    p.handshake();
+    const N: u32 = 20_000;
+    for i in 0..N {
+        let fm = FlowMod {
+            matcher: OxmMatch {
+                fields: vec![
+                    Oxm::exact(Field::EthType, 0x0800),
+                    Oxm::exact(Field::Ipv4Src, 0x0a00_0000 + u128::from(i)),
+                ],
+            },
+            idle_timeout: 1,
+            flags: 1, // OFPFF_SEND_FLOW_REM
+            ..FlowMod::add(0, 10, &offlow_flow::Match::ANY, Vec::new())
+        };
+        p.send(&Message::new(i, Body::FlowMod(fm)));
+    }
+    p.send(&Message::new(N, Body::BarrierRequest));
+    let mut removed = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while removed < N {
+        assert!(
+            Instant::now() < deadline,
+            "{removed} of {N} FLOW_REMOVED within 20 s"
+        );
+        match p.recv().body {
+            Body::FlowRemoved(_) => removed += 1,
+            Body::BarrierReply => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    let text = common::stop(d, log);
+    assert!(!text.contains("messages lost"), "{text}");
+}
