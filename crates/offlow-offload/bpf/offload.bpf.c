@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /*
- * offload.bpf.c: the XDP half of offlow's offload tier.
+ * offload.bpf.c: the kernel half of offlow's offload tier.
+ *
+ * Two programs over the same maps, one loaded per switch: the XDP program
+ * described here, and its counterpart at TC ingress (the "TC" section at
+ * the end of the file says what differs there).
  *
  * What: one XDP program, attached to every port of the switch, that serves
  * microflows of the offloadable class (crate docs, key.rs) in the kernel,

@@ -40,7 +40,11 @@
 //!   field's value, sums the segment in the kernel and then applies the
 //!   entry's incremental updates (`bpf/offload.bpf.c` explains the choice
 //!   and why a full checksum that looks partial is harmless); a segment
-//!   too long to sum there goes up untouched (`up_csum_long`).
+//!   too long to sum there goes up untouched (`up_csum_long`). The same
+//!   backend runs the tier at TC ingress instead ([`xdp::Hook::Tc`]: the
+//!   same maps and lookup on the socket buffer the kernel built, which a
+//!   redirect hands on as is; no tunnels or CPU steering, AF_PACKET ports
+//!   only, declared in its capabilities).
 //!
 //! # Invariants
 //! - Never a silent partial offload: an entry the backend cannot serve

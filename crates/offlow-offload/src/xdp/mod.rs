@@ -1,6 +1,10 @@
 //! The XDP backend: offloaded microflows served by an XDP program in the
 //! kernel, on the switch's own ports, before a frame reaches the AF_XDP or
-//! AF_PACKET socket the userspace fast path reads.
+//! AF_PACKET socket the userspace fast path reads. With [`Hook::Tc`] the
+//! same backend loads the file's TC program instead and attaches it at each
+//! port's TC ingress (tcx links); everything below holds for both (TC
+//! programs also run inside an RCU read-side section), except where a
+//! paragraph names XDP's attachment or AF_XDP sockets.
 //!
 //! # What
 //! [`XdpBackend`] loads `bpf/offload.bpf.c` (built into the crate by
