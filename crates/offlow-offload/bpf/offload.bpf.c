@@ -1852,6 +1852,22 @@ static __always_inline int tc_store16(struct __sk_buff *skb, __u32 off, __u16 v)
 	return bpf_skb_store_bytes(skb, off, &b, 2, 0);
 }
 
+/* Set the IPv4 address at `at` from `old` to `new` (host order), folding
+ * the change into the header checksum and, where `csum_at` names a
+ * TCP/UDP checksum, into its pseudo-header part (set_addr). */
+static __always_inline int tc_set_addr(struct __sk_buff *skb, __u32 at, __u32 old, __u32 new,
+				       __u32 csum_at, __u64 mangled)
+{
+	__be32 o = bpf_htonl(old), n = bpf_htonl(new);
+	int rc = 0;
+
+	if (csum_at)
+		rc |= bpf_l4_csum_replace(skb, csum_at, o, n, BPF_F_PSEUDO_HDR | mangled | 4);
+	rc |= bpf_l3_csum_replace(skb, ETH_HLEN + 10, o, n, 4);
+	rc |= bpf_skb_store_bytes(skb, at, &n, 4, 0);
+	return rc;
+}
+
 /* The L2-L4 stages of the entry (l3_stages' rewrites, in its order), on
  * an untagged-in-the-bytes frame: IPv4 header at ETH_HLEN, `ttl` the
  * received TTL. The old values come from the key the frame matched (its
@@ -1901,22 +1917,10 @@ static __always_inline int tc_l3_stages(struct __sk_buff *skb, const struct flow
 		 * sent as 0xffff (execute.rs csum_write). */
 		mangled = BPF_F_MARK_MANGLED_0;
 	}
-	if (pr->flags & F_IPV4_SRC) {
-		__be32 o = bpf_htonl(k->ipv4_src), n = bpf_htonl(pr->ipv4_src);
-
-		if (csum_at)
-			rc |= bpf_l4_csum_replace(skb, csum_at, o, n, BPF_F_PSEUDO_HDR | mangled | 4);
-		rc |= bpf_l3_csum_replace(skb, ip + 10, o, n, 4);
-		rc |= bpf_skb_store_bytes(skb, ip + 12, &n, 4, 0);
-	}
-	if (pr->flags & F_IPV4_DST) {
-		__be32 o = bpf_htonl(k->ipv4_dst), n = bpf_htonl(pr->ipv4_dst);
-
-		if (csum_at)
-			rc |= bpf_l4_csum_replace(skb, csum_at, o, n, BPF_F_PSEUDO_HDR | mangled | 4);
-		rc |= bpf_l3_csum_replace(skb, ip + 10, o, n, 4);
-		rc |= bpf_skb_store_bytes(skb, ip + 16, &n, 4, 0);
-	}
+	if (pr->flags & F_IPV4_SRC)
+		rc |= tc_set_addr(skb, ip + 12, k->ipv4_src, pr->ipv4_src, csum_at, mangled);
+	if (pr->flags & F_IPV4_DST)
+		rc |= tc_set_addr(skb, ip + 16, k->ipv4_dst, pr->ipv4_dst, csum_at, mangled);
 	if (csum_at && (pr->flags & F_TP_SRC)) {
 		rc |= bpf_l4_csum_replace(skb, csum_at, bpf_htons(k->tp_src), bpf_htons(pr->tp_src),
 					  mangled | 2);

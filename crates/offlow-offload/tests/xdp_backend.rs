@@ -10,10 +10,12 @@ mod common;
 
 use offlow_datapath::{execute, ExecStats, OutputMeta, OutputSink, PacketBuf, PortInfo};
 use offlow_flow::Field;
-use offlow_offload::xdp::{action, AttachPolicy, XdpBackend, XdpConfig, XdpError, XdpMode};
+use offlow_offload::xdp::{
+    action, tc_action, AttachPolicy, Hook, MissPath, XdpBackend, XdpConfig, XdpError, XdpMode,
+};
 use offlow_offload::{
-    compile, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram, Refusal,
-    Verdict,
+    compile, ActionKinds, EntryCounters, OffloadBackend, OffloadError, OffloadKey, OffloadProgram,
+    Refusal, Verdict,
 };
 use offlow_pipeline::{Action, PacketInOrigin, PortNo};
 use offlow_testkit::FrameBuilder;
@@ -482,5 +484,94 @@ fn attached_program_serves_live_frames() {
         // solicitations, ...), went up.
         assert!(stats.get("up_pass") >= 1, "{stats:?}");
         assert_eq!(b.remove(&key.into()).unwrap(), want);
+    });
+}
+
+/// The TC hook: attached through tcx links (several programs may share a
+/// port's ingress, so a second backend is not refused), AF_XDP ports
+/// refused by name, and what it cannot do refused at admission: CPU
+/// steering, and entries on a port that carries tunnels.
+#[test]
+fn the_tc_hook_attaches_with_tcx_and_refuses_what_it_cannot_do() {
+    let Some(ns) = common::Netns::new("oflxdp-tc") else {
+        return;
+    };
+    ns.run(|| {
+        let tc = |ports: Vec<offlow_offload::xdp::XdpPort>| XdpConfig {
+            hook: Hook::Tc,
+            ..XdpConfig::new(ports, 16)
+        };
+        // Port 2 (vb) sends misses to AF_XDP in the harness.
+        let err = XdpBackend::open(&tc(common::ports())).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("vb: the TC hook serves AF_PACKET ports only"),
+            "{err}"
+        );
+        let mut ports = common::ports();
+        for p in &mut ports {
+            p.miss = MissPath::Pass;
+        }
+        let ports = ports[..2].to_vec();
+        let mut b = XdpBackend::open(&tc(ports.clone())).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(b.hook(), Hook::Tc);
+        assert!(
+            b.ports().iter().all(|p| p.mode == XdpMode::Tc),
+            "{}",
+            b.describe()
+        );
+        assert!(
+            b.describe().starts_with("tc on va=1 tc, vb=2 tc"),
+            "{}",
+            b.describe()
+        );
+        let n = b.verified_insns().unwrap();
+        eprintln!("TC program verified_insns {n}");
+        assert!(n < 110_000, "verified_insns {n}");
+        // tcx stacks programs: a second backend attaches beside the first.
+        let second = XdpBackend::open(&tc(ports.clone())).unwrap_or_else(|e| panic!("{e}"));
+        drop(second);
+        let f = tcp(10);
+        let key = OffloadKey::parse(&f, 1, 0).unwrap();
+        let steer = compile(
+            &key,
+            &[Action::SetWorkers(1 << 5), Action::output(PortNo(2))],
+        )
+        .unwrap();
+        assert_eq!(
+            b.install(&key.into(), &steer),
+            Err(Refusal::Actions(ActionKinds::STEER_CPU).into())
+        );
+        // What it can do, it serves: the frame is redirected (to vb's
+        // egress), counted, and left as it was.
+        b.install(&key.into(), &OffloadProgram::plain(Verdict::Port(2)))
+            .unwrap();
+        let (ret, out) = b.test_run(&f, common::ifindex_of(&b, 1), 0).unwrap();
+        assert_eq!((ret, out), (tc_action::REDIRECT, f.clone()));
+        assert_eq!(b.counters(&key.into()).unwrap().packets, 1);
+        // A frame's second pass (marked as sent up) goes to the stack,
+        // untouched and not counted.
+        let (ret, out) = b.test_run_marked(&f, common::ifindex_of(&b, 1)).unwrap();
+        assert_eq!((ret, out), (tc_action::OK, f));
+        assert_eq!(b.counters(&key.into()).unwrap().packets, 1);
+        // A port carrying tunnels is not offered at TC.
+        let gre = offlow_offload::TunnelPort {
+            ofport: 10,
+            endpoint: offlow_wire::tunnel::Endpoint::new(
+                offlow_wire::tunnel::Kind::Gre,
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                A,
+                B,
+            ),
+            underlay: 1,
+        };
+        let with_tunnel = XdpBackend::open(&XdpConfig {
+            tunnels: vec![gre],
+            ..tc(ports)
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!with_tunnel.capabilities().ports.contains(&1));
+        assert!(with_tunnel.capabilities().tunnels[0].decap.is_err());
     });
 }

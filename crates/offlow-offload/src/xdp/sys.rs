@@ -30,6 +30,26 @@ fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
 /// that already has a program ("Can't replace active XDP program with BPF
 /// link", EBUSY) or one in the other mode (EEXIST).
 pub(crate) fn link_xdp(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io::Result<OwnedFd> {
+    link_create(prog, ifindex, libbpf_sys::BPF_XDP, flags)
+}
+
+/// Attach `prog` (a `tcx/ingress` program) at `ifindex`'s TC ingress
+/// through a tcx link (6.6+), after the programs already there. As with
+/// [`link_xdp`], closing the descriptor detaches it, also when the process
+/// dies; unlike XDP, tcx runs several programs in turn, so there is no
+/// occupant to refuse.
+pub(crate) fn link_tcx_ingress(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<OwnedFd> {
+    link_create(prog, ifindex, libbpf_sys::BPF_TCX_INGRESS, 0)
+}
+
+/// `BPF_LINK_CREATE` of `prog` at `ifindex` for `attach_type` with `flags`:
+/// the link's descriptor.
+fn link_create(
+    prog: BorrowedFd<'_>,
+    ifindex: u32,
+    attach_type: libbpf_sys::bpf_attach_type,
+    flags: u32,
+) -> io::Result<OwnedFd> {
     let opts = libbpf_sys::bpf_link_create_opts {
         sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
         flags,
@@ -39,38 +59,7 @@ pub(crate) fn link_xdp(prog: BorrowedFd<'_>, ifindex: u32, flags: u32) -> io::Re
     // `sz` is its own size, valid for the call; the program descriptor is
     // borrowed for the call; libbpf reads nothing else of ours.
     let rc = unsafe {
-        libbpf_sys::bpf_link_create(
-            prog.as_raw_fd(),
-            ifindex as libc::c_int,
-            libbpf_sys::BPF_XDP,
-            &opts,
-        )
-    };
-    let fd = check(rc)?;
-    // SAFETY: a non-negative return of bpf_link_create is a new descriptor
-    // that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Attach `prog` (a `tcx/ingress` program) at `ifindex`'s TC ingress
-/// through a tcx link (6.6+), after the programs already there. As with
-/// [`link_xdp`], closing the descriptor detaches it, also when the process
-/// dies; unlike XDP, tcx runs several programs in turn, so there is no
-/// occupant to refuse.
-pub(crate) fn link_tcx_ingress(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<OwnedFd> {
-    let opts = libbpf_sys::bpf_link_create_opts {
-        sz: std::mem::size_of::<libbpf_sys::bpf_link_create_opts>() as _,
-        ..Default::default()
-    };
-    // SAFETY: as in link_xdp: `opts` is fully initialised with its own size
-    // and lives through the call; the descriptor is borrowed for it.
-    let rc = unsafe {
-        libbpf_sys::bpf_link_create(
-            prog.as_raw_fd(),
-            ifindex as libc::c_int,
-            libbpf_sys::BPF_TCX_INGRESS,
-            &opts,
-        )
+        libbpf_sys::bpf_link_create(prog.as_raw_fd(), ifindex as libc::c_int, attach_type, &opts)
     };
     let fd = check(rc)?;
     // SAFETY: a non-negative return of bpf_link_create is a new descriptor
