@@ -1026,6 +1026,58 @@ fn a_recreated_port_takes_its_flows_back_to_software() {
     );
 }
 
+/// At TC the ports' packet sockets take only the frames the program marks
+/// as sent up. An ingress port whose interface is re-created has no
+/// program any more: its new socket must take every frame, or the port
+/// would receive nothing at all.
+#[test]
+fn at_tc_a_recreated_ingress_port_is_served_in_software() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !prerequisites("the re-created port test") {
+        return;
+    }
+    let (net, d, log) = setup_at("tc", 3, &[]);
+    d.ofctl(&["add-flow", &format!("{MATCH},actions=output:2")]);
+    net.unlink(0);
+    std::thread::sleep(control_link_poll() * 2);
+    net.link(0, None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let desc = d.ofctl(&["dump-ports-desc"]);
+        let up = desc
+            .split("\n ")
+            .find(|b| b.starts_with(&format!("1({})", net.ports[0])))
+            .is_some_and(|b| !b.contains("LINK_DOWN") && !b.contains("PORT_DOWN"));
+        if up {
+            break;
+        }
+        assert!(Instant::now() < deadline, "port 1 not up again: {desc}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The control side asks the workers to re-open at its next link poll
+    // after it sees the interface (the port may show up in the port
+    // description first); they do within about an idle sleep.
+    std::thread::sleep(control_link_poll() + Duration::from_millis(500));
+    let rx2 = Receiver::start(&net, 2);
+    let generator = Generator::start(&net, 0);
+    std::thread::sleep(Duration::from_millis(1500));
+    let gen = generator.finish();
+    std::thread::sleep(Duration::from_millis(200));
+    let (got2, _) = rx2.finish();
+    let text = stop(d, log);
+    eprintln!(
+        "re-created ingress port at TC: {} frames sent, {} received on port 2",
+        gen.sent,
+        got2.len()
+    );
+    assert!(
+        got2.len() as u64 > RATE,
+        "only {} of {} frames crossed the re-created port 1: {text}",
+        got2.len(),
+        gen.sent
+    );
+}
+
 fn control_link_poll() -> Duration {
     offlow_switch::LINK_POLL
 }

@@ -902,9 +902,18 @@ impl WorkerThread {
                 .fanout_base
                 .map(|b| fanout_id(b, n_ports, i, generation));
             let n_workers = self.sink.n_workers;
+            // A re-opened port's interface is a new one (it appeared, or
+            // was re-created): the offload tier's TC program is not on it,
+            // so nothing marks the frames the socket must take; it takes
+            // every frame (in software, as the tier's ports do once their
+            // interface has gone).
+            let receive = crate::config::Receive {
+                af_packet_mark: None,
+                ..self.receive
+            };
             match self.xdp_share(i, generation).and_then(|share| {
                 let xdp = share.as_deref().map(|s| (s, self.sink.me, n_workers));
-                open_port(dp, self.netns.as_deref(), fanout, xdp, &self.receive)
+                open_port(dp, self.netns.as_deref(), fanout, xdp, &receive)
             }) {
                 Ok(port) => {
                     self.ports[i] = port;
