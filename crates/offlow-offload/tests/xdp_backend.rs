@@ -575,3 +575,114 @@ fn the_tc_hook_attaches_with_tcx_and_refuses_what_it_cannot_do() {
         assert!(with_tunnel.capabilities().tunnels[0].decap.is_err());
     });
 }
+
+/// The TC program on live frames, for what a test run cannot show: at TC
+/// a VLAN tag is socket-buffer metadata. Frames sent into `vb` arrive on
+/// `va` (a tag taken into metadata by the kernel on the way), are served
+/// there (a tag pushed, rewritten or popped; sent back out of `va`), and
+/// arrive on `vb` exactly as the executor writes them, tag included.
+#[test]
+fn at_tc_vlan_stages_on_live_frames_match_the_executor() {
+    use offlow_io::{AfPacketConfig, AfPacketPort, Port};
+    use std::time::{Duration, Instant};
+
+    let Some(ns) = common::Netns::new("oflxdp-tcvlan") else {
+        return;
+    };
+    ns.run(|| {
+        let mut cfg = XdpConfig::new(common::ports()[..1].to_vec(), 16);
+        cfg.hook = Hook::Tc;
+        let mut b = XdpBackend::open(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        let mut rx = AfPacketPort::open(&AfPacketConfig::new("vb")).expect("socket on vb");
+        let vb = common::ifindex_by_name("vb");
+        const MARK: &[u8] = b"offlow tc vlan";
+        let udp = |b: FrameBuilder| {
+            b.ipv4([10, 0, 0, 1], [10, 0, 0, 2])
+                .udp(1000, 53)
+                .payload(MARK)
+                .build()
+        };
+        let plain = udp(FrameBuilder::eth(B, A));
+        // PCP 2, DEI set, VID 5: a rewrite keeps the DEI bit.
+        let tagged = udp(FrameBuilder::eth(B, A).tag(0x8100, 0x5005));
+        let out = Action::output(PortNo::IN_PORT);
+        let cases: Vec<(&str, Vec<u8>, Vec<Action>)> = vec![
+            (
+                "push",
+                plain.clone(),
+                vec![
+                    Action::PushVlan(0x8100),
+                    Action::SetField(Field::VlanVid, (0x1000u16 | 7).into()),
+                    Action::SetField(Field::VlanPcp, 3u8.into()),
+                    out,
+                ],
+            ),
+            (
+                "rewrite",
+                tagged.clone(),
+                vec![
+                    Action::SetField(Field::VlanVid, (0x1000u16 | 9).into()),
+                    out,
+                ],
+            ),
+            (
+                "pop",
+                tagged.clone(),
+                vec![
+                    Action::PopVlan,
+                    Action::SetField(
+                        Field::EthDst,
+                        u128::from_be_bytes({
+                            let mut v = [0u8; 16];
+                            v[10..].copy_from_slice(&[2, 0, 0, 0, 0, 9]);
+                            v
+                        }),
+                    ),
+                    out,
+                ],
+            ),
+            (
+                "push a second",
+                tagged.clone(),
+                vec![
+                    Action::PushVlan(0x88a8),
+                    Action::SetField(Field::VlanVid, (0x1000u16 | 11).into()),
+                    out,
+                ],
+            ),
+        ];
+        for (what, frame, actions) in cases {
+            let key = OffloadKey::parse(&frame, 1, 0).unwrap();
+            let program = match compile(&key, &actions) {
+                Ok(p) => p,
+                // A second tag is outside the stages: software's.
+                Err(_) if what == "push a second" => continue,
+                Err(e) => panic!("{what}: {e}"),
+            };
+            b.install(&key.into(), &program).unwrap();
+            let want = common::software(&frame, 1, &actions, false)
+                .unwrap_or_else(|| panic!("{what}: the executor stopped"));
+            assert_eq!(want.len(), 1, "{what}");
+            common::inject(vb, &frame);
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while got.is_empty() && Instant::now() < deadline {
+                rx.recv(64, &mut |f, meta| {
+                    let mut f = f.to_vec();
+                    if let Some((tpid, tci)) = meta.vlan {
+                        let mut tag = tpid.to_be_bytes().to_vec();
+                        tag.extend_from_slice(&tci.to_be_bytes());
+                        f.splice(12..12, tag);
+                    }
+                    if f.ends_with(MARK) {
+                        got.push(f);
+                    }
+                })
+                .expect("receive");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert_eq!(got, vec![want[0].1.clone()], "{what}");
+            assert_eq!(b.remove(&key.into()).unwrap().packets, 1, "{what}");
+        }
+    });
+}
