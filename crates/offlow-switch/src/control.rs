@@ -767,16 +767,7 @@ async fn write_reading(
         let room = conn.close_reason().is_none() && conn.transmit_len() < READING_MAX_OUTBOX;
         let reading = room && !conn.is_waiting();
         tokio::select! {
-            ev = events.recv(), if room => match ev {
-                Ok(body) => {
-                    conn.send_async((*body).clone(), &shared.borrow().roles);
-                }
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
-                }
-                // The sender lives in `Shared` as long as any connection.
-                Err(broadcast::error::RecvError::Closed) => {}
-            },
+            ev = events.recv(), if room => take_event(conn, &shared.borrow().roles, ev, peer),
             r = wr.write(&out[sent..]) => match r {
                 Ok(0) => return Err("write failed: connection closed".to_string()),
                 Ok(n) => sent += n,
@@ -797,6 +788,26 @@ async fn write_reading(
         }
     }
     Ok(())
+}
+
+/// Queue one asynchronous message (or report the ones the channel lost)
+/// on the connection.
+fn take_event(
+    conn: &mut Connection,
+    roles: &Roles,
+    ev: Result<Arc<Body>, broadcast::error::RecvError>,
+    peer: SocketAddr,
+) {
+    match ev {
+        Ok(body) => {
+            conn.send_async((*body).clone(), roles);
+        }
+        Err(broadcast::error::RecvError::Lagged(n)) => {
+            warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
+        }
+        // The sender lives in `Shared` as long as any connection.
+        Err(broadcast::error::RecvError::Closed) => {}
+    }
 }
 
 /// A waiting request's switch work may be done: let the connection try.
@@ -978,16 +989,7 @@ async fn serve(
                 // 100 µs (measured: FLOW_REMOVEDs leaving 106 µs apart).
                 // Bounded like the reads.
                 while let Some(r) = ev.take() {
-                    match r {
-                        Ok(body) => {
-                            conn.send_async((*body).clone(), &s.roles);
-                        }
-                        Err(broadcast::error::RecvError::Lagged(n)) => {
-                            warn!(%peer, conn = conn.id(), lost = n, "asynchronous messages lost (controller too slow)");
-                        }
-                        // The sender lives in `Shared` as long as any connection.
-                        Err(broadcast::error::RecvError::Closed) => {}
-                    }
+                    take_event(&mut conn, &s.roles, r, peer);
                     if conn.transmit_len() < DRAIN_MAX_OUTBOX {
                         ev = match events.try_recv() {
                             Ok(body) => Some(Ok(body)),
