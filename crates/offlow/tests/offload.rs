@@ -987,19 +987,7 @@ fn a_recreated_port_takes_its_flows_back_to_software() {
     // At least one link poll sees it gone.
     std::thread::sleep(control_link_poll() * 2);
     net.link(1, None);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let desc = d.ofctl(&["dump-ports-desc"]);
-        let up = desc
-            .split("\n ")
-            .find(|b| b.starts_with(&format!("2({})", net.ports[1])))
-            .is_some_and(|b| !b.contains("LINK_DOWN") && !b.contains("PORT_DOWN"));
-        if up {
-            break;
-        }
-        assert!(Instant::now() < deadline, "port 2 not up again: {desc}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_port_up(&d, &net, 1);
     let rx2 = Receiver::start(&net, 2);
     std::thread::sleep(Duration::from_millis(1500));
     let gen = generator.finish();
@@ -1041,19 +1029,7 @@ fn at_tc_a_recreated_ingress_port_is_served_in_software() {
     net.unlink(0);
     std::thread::sleep(control_link_poll() * 2);
     net.link(0, None);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let desc = d.ofctl(&["dump-ports-desc"]);
-        let up = desc
-            .split("\n ")
-            .find(|b| b.starts_with(&format!("1({})", net.ports[0])))
-            .is_some_and(|b| !b.contains("LINK_DOWN") && !b.contains("PORT_DOWN"));
-        if up {
-            break;
-        }
-        assert!(Instant::now() < deadline, "port 1 not up again: {desc}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_port_up(&d, &net, 0);
     // The control side asks the workers to re-open at its next link poll
     // after it sees the interface (the port may show up in the port
     // description first); they do within about an idle sleep.
@@ -1076,6 +1052,28 @@ fn at_tc_a_recreated_ingress_port_is_served_in_software() {
         got2.len(),
         gen.sent
     );
+}
+
+/// Wait (10 s at most) until the switch describes host `i`'s port (port
+/// `i + 1`) as up again.
+fn wait_port_up(d: &Daemon, net: &Net, i: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let desc = d.ofctl(&["dump-ports-desc"]);
+        let up = desc
+            .split("\n ")
+            .find(|b| b.starts_with(&format!("{}({})", i + 1, net.ports[i])))
+            .is_some_and(|b| !b.contains("LINK_DOWN") && !b.contains("PORT_DOWN"));
+        if up {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "port {} not up again: {desc}",
+            i + 1
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn control_link_poll() -> Duration {
