@@ -899,9 +899,15 @@ async fn serve(
     let mut out = Vec::new();
     let mut announced = false;
     let mut wait_since: Option<Instant> = None;
+    // Whether the output about to be written answers this peer's input
+    // (read, or a waiting request resumed) rather than only carrying
+    // asynchronous messages: only such a write is followed by the reply
+    // spin (see below).
+    let mut answering = false;
     let reason: String = loop {
         out.clear();
         conn.poll_transmit(&mut out);
+        let spin = std::mem::take(&mut answering);
         if !out.is_empty() {
             let io = ConnIo {
                 rd: &mut rd,
@@ -921,10 +927,19 @@ async fn serve(
             // microseconds. Sleeping in epoll meanwhile lets this core go
             // idle, and waking an idle (virtual) core costs more than the
             // whole round trip; polling briefly keeps it awake.
-            if conn.close_reason().is_none() && !conn.is_waiting() {
+            //
+            // Not after a write of asynchronous messages only (packet-ins,
+            // FLOW_REMOVEDs): a controller answers a packet-in only once its
+            // application has run (os-ken: ~150 µs for the source-NAT app),
+            // and the spin holds this thread, so the next packet-in waited
+            // behind it and the spin took a core the controller needed
+            // (measured with `bench setup`'s NAT rows: a SYN reached the
+            // controller 165 µs after it reached the switch, p50).
+            if spin && conn.close_reason().is_none() && !conn.is_waiting() {
                 match spin_read(rd.as_ref().as_raw_fd(), &mut buf, SPIN_READ) {
                     SpinRead::Data(n) => {
                         on_bytes(&shared, &mut conn, &mut rd, &mut buf, n);
+                        answering = true;
                         // Give the other tasks their turn: a controller
                         // that always answers within the spin would
                         // otherwise keep this thread to itself (measured:
@@ -971,10 +986,16 @@ async fn serve(
         tokio::select! {
             r = rd.read(&mut buf), if !waiting => match r {
                 Ok(0) => break "closed by peer".to_string(),
-                Ok(n) => on_bytes(&shared, &mut conn, &mut rd, &mut buf, n),
+                Ok(n) => {
+                    on_bytes(&shared, &mut conn, &mut rd, &mut buf, n);
+                    answering = true;
+                }
                 Err(e) => break format!("read failed: {e}"),
             },
-            _ = pause(&mut wait_since), if waiting => on_resume(&shared, &mut conn),
+            _ = pause(&mut wait_since), if waiting => {
+                on_resume(&shared, &mut conn);
+                answering = true;
+            }
             _ = tokio::time::sleep(wait) => {
                 let now = shared.borrow().now_ns();
                 conn.handle_timeout(now);
