@@ -167,11 +167,6 @@ pub struct Receive {
     pub af_packet_ring: RxRing,
     /// What an idle worker does.
     pub idle: IdlePoll,
-    /// AF_PACKET ports take only frames with this mark: set by the switch
-    /// itself when the offload tier runs at TC ingress (its program marks
-    /// the frames it sends up; `offlow_offload::xdp::TC_UP_MARK`), not a
-    /// setting of its own.
-    pub af_packet_mark: Option<u32>,
 }
 
 /// A flow installed before any port receives.

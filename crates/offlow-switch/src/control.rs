@@ -335,15 +335,13 @@ fn start_ports(
             _ => None,
         },
         external_xsks,
+        receive: cfg.receive,
         // At TC ingress the program marks what it sends up, and the ports'
         // sockets must take only that (they see every frame before TC).
-        receive: crate::config::Receive {
-            af_packet_mark: backend
-                .as_ref()
-                .filter(|b| b.hook() == offlow_offload::xdp::Hook::Tc)
-                .map(|_| offlow_offload::xdp::TC_UP_MARK),
-            ..cfg.receive
-        },
+        af_packet_mark: backend
+            .as_ref()
+            .filter(|b| b.hook() == offlow_offload::xdp::Hook::Tc)
+            .map(|_| offlow_offload::xdp::TC_UP_MARK),
     })?;
     switch.attach(ports, dp, cfg.netns.clone());
     if let (Some(mut b), crate::config::Offload::On(o)) = (backend, &cfg.offload) {

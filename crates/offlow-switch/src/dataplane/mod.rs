@@ -248,6 +248,11 @@ pub struct DataplaneConfig<'a> {
     pub external_xsks: Vec<Option<ExternalXsk>>,
     /// The AF_PACKET ring layout and what an idle worker does.
     pub receive: Receive,
+    /// AF_PACKET ports take only frames with this mark: the switch sets it
+    /// when the offload tier runs at TC ingress (its program marks the
+    /// frames it sends up, `offlow_offload::xdp::TC_UP_MARK`; a packet
+    /// socket sees every frame before TC). Not a user setting.
+    pub af_packet_mark: Option<u32>,
 }
 
 /// Most flow samples a worker leaves for the control side between two
@@ -297,6 +302,7 @@ impl Dataplane {
                         fanout_base.map(|b| fanout_id(b, n_ports, i, 0)),
                         share.as_deref().map(|s| (s, w, n_workers)),
                         &cfg.receive,
+                        cfg.af_packet_mark,
                     )?
                 };
                 ports.push(port);
@@ -907,13 +913,9 @@ impl WorkerThread {
             // so nothing marks the frames the socket must take; it takes
             // every frame (in software, as the tier's ports do once their
             // interface has gone).
-            let receive = crate::config::Receive {
-                af_packet_mark: None,
-                ..self.receive
-            };
             match self.xdp_share(i, generation).and_then(|share| {
                 let xdp = share.as_deref().map(|s| (s, self.sink.me, n_workers));
-                open_port(dp, self.netns.as_deref(), fanout, xdp, &receive)
+                open_port(dp, self.netns.as_deref(), fanout, xdp, &self.receive, None)
             }) {
                 Ok(port) => {
                     self.ports[i] = port;

@@ -291,19 +291,21 @@ pub(super) fn xdp_program(
 /// `worker` of `n_workers`, inside the ports' namespace; `fanout`: the
 /// AF_PACKET fanout group to join (several workers); `xdp`: the program
 /// and queue count of an AF_XDP port (required for one); `receive`: an
-/// AF_PACKET port's receive ring and mark filter.
+/// AF_PACKET port's receive ring; `only_mark`: the mark its socket takes
+/// frames with (see `DataplaneConfig::af_packet_mark`).
 pub(super) fn open_port(
     p: &DataPort,
     netns: Option<&str>,
     fanout: Option<u16>,
     xdp: Option<(&XdpShare, usize, usize)>,
     receive: &crate::config::Receive,
+    only_mark: Option<u32>,
 ) -> anyhow::Result<Box<dyn Port>> {
     Ok(match &p.kind {
         PortKind::AfPacket => {
             let mut pc = AfPacketConfig::new(&p.ifname).with_ring(receive.af_packet_ring);
             pc.fanout_group = fanout;
-            pc.only_mark = receive.af_packet_mark;
+            pc.only_mark = only_mark;
             let port = in_netns(netns, || AfPacketPort::open(&pc))
                 .context("entering the ports' network namespace")?
                 .with_context(|| format!("opening port {} ({})", p.number, p.ifname))?;
