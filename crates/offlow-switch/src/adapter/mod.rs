@@ -203,6 +203,10 @@ pub struct DatapathSwitch {
     started: std::time::Instant,
     /// Removed entries with SEND_FLOW_REM, not yet reported.
     removed: Vec<RemovedFlow>,
+    /// The same for entries the expiry scan removed, reported on their own
+    /// path ([`Self::begin_removal_report`]), so a DELETE's blocking
+    /// announcement does not take them along.
+    expired: Vec<RemovedFlow>,
     dpid: u64,
     /// Flow-mods applied since the last commit.
     dirty: bool,
@@ -265,6 +269,7 @@ impl DatapathSwitch {
             netns: None,
             started: std::time::Instant::now(),
             removed: Vec::new(),
+            expired: Vec::new(),
             dpid,
             dirty: false,
             parse: ParseStats::default(),
@@ -623,7 +628,8 @@ impl DatapathSwitch {
     }
 
     /// Remove the entries whose idle or hard timeout has passed (§5.5);
-    /// they are published with the next commit.
+    /// they are published with the next commit, and those flagged
+    /// SEND_FLOW_REM reported through [`Self::begin_removal_report`].
     /// Returns every entry removed (whether or not it is reported).
     pub fn expire(&mut self, now_ns: u64) -> Vec<RemovedFlow> {
         if self.control.pipeline().timed_len() == 0 {
@@ -641,7 +647,7 @@ impl DatapathSwitch {
         if let Some(t) = &mut self.offload {
             t.note_removed(removed.iter().map(|r| r.entry.id));
         }
-        self.removed
+        self.expired
             .extend(removed.iter().filter(|r| r.send_flow_rem()).cloned());
         removed
     }
@@ -705,6 +711,58 @@ impl DatapathSwitch {
                 }
             }
         }
+    }
+
+    /// Report the entries removed with SEND_FLOW_REM without blocking,
+    /// in three steps (the expiry scan's way; [`Self::take_flow_removed`]
+    /// does the same in one blocking call): this publishes the removals
+    /// and returns the ticket to wait for (through
+    /// [`offlow_openflow::Switch::is_done`]: every worker past a quiescent
+    /// point, the offload tier's removal applied, so nothing uses or
+    /// credits the removed entries any more); `None`, after a plain
+    /// publish, when there is nothing to report. Then
+    /// [`Self::begin_removal_counts`], then [`Self::take_removal_report`].
+    /// Between the steps other messages are handled; a DELETE's removals
+    /// are reported on their own ([`Self::take_flow_removed`]).
+    pub fn begin_removal_report(&mut self) -> Option<Ticket> {
+        if self.expired.is_empty() {
+            self.commit_pending();
+            return None;
+        }
+        let version = self.control.commit_start();
+        self.dirty = false;
+        self.offload_publish();
+        Some(version)
+    }
+
+    /// Second step of [`Self::begin_removal_report`], once its ticket is
+    /// done: ask the workers (and the offload tier) to credit what they
+    /// still hold, so the removed entries' counts are final; the ticket
+    /// to wait for, `None` without packet workers.
+    pub fn begin_removal_counts(&mut self) -> Option<Ticket> {
+        self.begin_counter_sync()
+    }
+
+    /// Last step of [`Self::begin_removal_report`]: the FLOW_REMOVED
+    /// messages. `synced`: the ticket of [`Self::begin_removal_counts`]
+    /// is done (without one, the counters are synced here, blocking).
+    pub fn take_removal_report(
+        &mut self,
+        now_ns: u64,
+        synced: bool,
+    ) -> Vec<offlow_openflow::FlowRemoved> {
+        // Consumed here: the next reader of the counters syncs again.
+        self.counters_fresh = false;
+        if self.expired.is_empty() {
+            return Vec::new();
+        }
+        if !synced {
+            self.sync_counters();
+        }
+        self.expired
+            .drain(..)
+            .map(|r| crate::flow_removed::flow_removed_message(&r, now_ns))
+            .collect()
     }
 
     /// A handle on the packet workers' counters, for other threads.
