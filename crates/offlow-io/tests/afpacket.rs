@@ -64,7 +64,12 @@ fn frames_cross_a_veth_pair_in_order_with_vlan_tags_restored() {
 /// where it stopped: nothing lost, nothing repeated.
 #[test]
 fn a_small_ring_wraps_and_partial_receives_resume() {
-    let Some(ns) = netns() else { return };
+    // Without IPv6: the interfaces' router solicitations and MLD reports
+    // take slots of a ring this small as they come up, and one arriving
+    // with a round's frames overflowed it (a CI run lost frame 2).
+    let Some(ns) = Netns::new("oflio", Ipv6::Off) else {
+        return;
+    };
     for ring in RINGS {
         let mut cfg = AfPacketConfig::new("va").with_ring(ring);
         cfg.block_size = 4096;
