@@ -867,10 +867,11 @@ async fn pause(since: &mut Option<Instant>) {
 }
 
 /// Wait, letting the other tasks run, until the switch says `ticket` is
-/// done; then run `then` on the switch in the same borrow.
+/// done (`None`: nothing to wait for); then run `then` on the switch in
+/// the same borrow.
 async fn when_done<R>(
     shared: &SharedRc,
-    ticket: offlow_openflow::Ticket,
+    ticket: Option<offlow_openflow::Ticket>,
     then: impl FnOnce(&mut Shared, u64) -> R,
 ) -> R {
     use offlow_openflow::Switch;
@@ -879,7 +880,7 @@ async fn when_done<R>(
         {
             let mut s = shared.borrow_mut();
             let now = s.now_ns();
-            if s.switch.is_done(ticket, now) {
+            if ticket.is_none_or(|t| s.switch.is_done(t, now)) {
                 return then(&mut s, now);
             }
         }
@@ -1287,29 +1288,20 @@ async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
             switch.maybe_compile(now);
             switch.begin_removal_report()
         };
-        let settled = match sync {
-            Some(ticket) => when_done(&shared, ticket, expire).await,
-            None => {
-                let mut s = shared.borrow_mut();
-                let now = s.now_ns();
-                expire(&mut s, now)
-            }
+        let Some(settled) = when_done(&shared, sync, expire).await else {
+            continue;
         };
-        let Some(settled) = settled else { continue };
         busy_until = Some(Instant::now() + EXPIRY_BUSY_HOLD);
-        let counts = when_done(&shared, settled, |s, _| s.switch.begin_removal_counts()).await;
-        let report = |s: &mut Shared, now: u64, synced: bool| {
+        let counts = when_done(&shared, Some(settled), |s, _| {
+            s.switch.begin_removal_counts()
+        })
+        .await;
+        let synced = counts.is_some();
+        when_done(&shared, counts, |s, now| {
             for fr in s.switch.take_removal_report(now, synced) {
                 let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
             }
-        };
-        match counts {
-            Some(ticket) => when_done(&shared, ticket, |s, now| report(s, now, true)).await,
-            None => {
-                let mut s = shared.borrow_mut();
-                let now = s.now_ns();
-                report(&mut s, now, false);
-            }
-        }
+        })
+        .await;
     }
 }

@@ -531,6 +531,16 @@ impl DatapathSwitch {
         }
     }
 
+    /// Publish every change (without waiting for the workers) and the
+    /// offload tier's revalidation; the version, a ticket that
+    /// [`offlow_openflow::Switch::is_done`] settles.
+    fn publish(&mut self) -> u64 {
+        let version = self.control.commit_start();
+        self.dirty = false;
+        self.offload_publish();
+        version
+    }
+
     /// After a publish: send the offloaded entries' revalidation (if any
     /// changed); commit tickets wait for it.
     fn offload_publish(&mut self) {
@@ -669,10 +679,7 @@ impl DatapathSwitch {
         self.commit_blocking();
         self.counters_fresh = false;
         self.sync_counters();
-        self.removed
-            .drain(..)
-            .map(|r| crate::flow_removed::flow_removed_message(&r, now_ns))
-            .collect()
+        messages(&mut self.removed, now_ns)
     }
 
     /// A packet worker reading this switch's datapath.
@@ -729,10 +736,7 @@ impl DatapathSwitch {
             self.commit_pending();
             return None;
         }
-        let version = self.control.commit_start();
-        self.dirty = false;
-        self.offload_publish();
-        Some(version)
+        Some(self.publish())
     }
 
     /// Second step of [`Self::begin_removal_report`], once its ticket is
@@ -759,10 +763,7 @@ impl DatapathSwitch {
         if !synced {
             self.sync_counters();
         }
-        self.expired
-            .drain(..)
-            .map(|r| crate::flow_removed::flow_removed_message(&r, now_ns))
-            .collect()
+        messages(&mut self.expired, now_ns)
     }
 
     /// A handle on the packet workers' counters, for other threads.
@@ -957,12 +958,7 @@ impl offlow_openflow::Switch for DatapathSwitch {
     fn begin(&mut self, need: Need, _now_ns: u64) -> Option<Ticket> {
         match need {
             // The ticket is the version; `is_done` settles it.
-            Need::Commit => {
-                let version = self.control.commit_start();
-                self.dirty = false;
-                self.offload_publish();
-                Some(version)
-            }
+            Need::Commit => Some(self.publish()),
             Need::Write => self.control.is_settling().then(|| self.control.version()),
             Need::Counters => self.begin_counter_sync(),
         }
@@ -1165,6 +1161,14 @@ impl offlow_openflow::Switch for DatapathSwitch {
         self.packet_out.drop_no_fwd += sink.drop_no_fwd;
         Ok(())
     }
+}
+
+/// FLOW_REMOVED messages for the entries in `removed`, which it empties.
+fn messages(removed: &mut Vec<RemovedFlow>, now_ns: u64) -> Vec<offlow_openflow::FlowRemoved> {
+    removed
+        .drain(..)
+        .map(|r| crate::flow_removed::flow_removed_message(&r, now_ns))
+        .collect()
 }
 
 #[cfg(test)]
