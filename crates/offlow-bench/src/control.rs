@@ -236,6 +236,11 @@ pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
     Some(sorted[rank - 1])
 }
 
+/// The mean of `samples`; `None` for none.
+pub fn mean(samples: &[f64]) -> Option<f64> {
+    (!samples.is_empty()).then(|| samples.iter().sum::<f64>() / samples.len() as f64)
+}
+
 /// Reply times of one kind of probe in one phase.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Latency {

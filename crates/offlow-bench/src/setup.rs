@@ -91,7 +91,7 @@ use anyhow::{bail, Context};
 use offlow_io::netns::in_netns;
 use serde::Serialize;
 
-use crate::control::percentile;
+use crate::control::{mean, percentile};
 use crate::forward::Ovs;
 use crate::report::{fmt_f, print_json_line, Table};
 use crate::topo::{
@@ -215,8 +215,14 @@ pub struct SetupRow {
     pub conns: u64,
     /// Connects that failed or timed out in the counted seconds.
     pub failed: u64,
+    /// Mean connect latency, ms. With `--concurrency` clients connecting
+    /// back to back, the rate is about concurrency / mean (Little's law), so
+    /// a mean far above the median says the rate is set by the tail.
+    pub mean_ms: Option<f64>,
     /// Connect latency percentiles, ms.
     pub p50_ms: Option<f64>,
+    /// See `p50_ms`.
+    pub p90_ms: Option<f64>,
     /// See `p50_ms`.
     pub p99_ms: Option<f64>,
     /// See `p50_ms`.
@@ -572,7 +578,9 @@ fn run_synthetic_row(a: &SetupArgs, app: App) -> anyhow::Result<SetupRow> {
         conns_per_s: lat.len() as f64 / elapsed,
         conns: lat.len() as u64,
         failed: 0,
+        mean_ms: mean(&lat),
         p50_ms: percentile(&lat, 50.0),
+        p90_ms: percentile(&lat, 90.0),
         p99_ms: percentile(&lat, 99.0),
         max_ms: lat.last().copied(),
         vs_ovs: None,
@@ -742,7 +750,9 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
             conns_per_s: lat.len() as f64 / elapsed,
             conns: lat.len() as u64,
             failed,
+            mean_ms: mean(&lat),
             p50_ms: percentile(&lat, 50.0),
+            p90_ms: percentile(&lat, 90.0),
             p99_ms: percentile(&lat, 99.0),
             max_ms: lat.last().copied(),
             vs_ovs: None,
@@ -830,8 +840,8 @@ pub fn main(a: &SetupArgs) -> anyhow::Result<()> {
         r.concurrency, r.seconds
     );
     let mut t = Table::new([
-        "app", "switch", "conns/s", "conns", "failed", "p50 ms", "p99 ms", "max ms", "vs ovs",
-        "ctl cpu", "sw cpu",
+        "app", "switch", "conns/s", "conns", "failed", "mean ms", "p50 ms", "p90 ms", "p99 ms",
+        "max ms", "vs ovs", "ctl cpu", "sw cpu",
     ]);
     let cpu = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{:.0}%", v * 100.0));
     let ms = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| fmt_f(v, 3));
@@ -842,7 +852,9 @@ pub fn main(a: &SetupArgs) -> anyhow::Result<()> {
             fmt_f(row.conns_per_s, 0),
             row.conns.to_string(),
             row.failed.to_string(),
+            ms(row.mean_ms),
             ms(row.p50_ms),
+            ms(row.p90_ms),
             ms(row.p99_ms),
             ms(row.max_ms),
             row.vs_ovs

@@ -980,6 +980,9 @@ pub struct AfPacketTx {
     /// An `AF_INET` datagram socket of the same namespace for interface
     /// ioctls (sysfs shows the namespace it was mounted in, not ours).
     ctl: OwnedFd,
+    /// The interface's kernel counters, over a netlink socket of the same
+    /// namespace.
+    counters: crate::rtnl::LinkStatsReader,
 }
 
 /// What [`AfPacketTx::link`] reports.
@@ -1047,6 +1050,7 @@ impl AfPacketTx {
             index,
             fd,
             ctl,
+            counters: crate::rtnl::LinkStatsReader::open(index)?,
         })
     }
 
@@ -1062,6 +1066,13 @@ impl AfPacketTx {
             )
         };
         rc == frame.len() as isize
+    }
+
+    /// The interface's own kernel counters now (what `ip -s link` shows):
+    /// its `rx_dropped` counts frames lost before any socket saw them. An
+    /// error when the interface is gone or was re-created.
+    pub fn counters(&self) -> io::Result<crate::rtnl::LinkCounters> {
+        self.counters.read()
     }
 
     /// The interface's address and up/down state now. An error when the

@@ -18,6 +18,8 @@
 //! - [`pcap::PcapPort`]: replay a capture file as input, write what is
 //!   transmitted to a capture file ([`pcap::PcapReader`] and
 //!   [`pcap::PcapWriter`] also stand alone).
+//! - [`rtnl`]: an interface's own kernel counters (`rx_dropped`: frames
+//!   lost before any socket of the switch saw them).
 //! - [`netns`]: run code (open sockets) inside a named network namespace.
 //! - [`csum`]: finish the partial TCP/UDP checksums that veth peers with
 //!   checksum offload hand over (`TP_STATUS_CSUMNOTREADY`).
@@ -51,6 +53,7 @@ pub mod csum;
 pub mod mem;
 pub mod netns;
 pub mod pcap;
+pub mod rtnl;
 mod sys;
 
 use std::io;

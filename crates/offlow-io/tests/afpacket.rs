@@ -311,3 +311,60 @@ fn link_state_follows_the_interface_and_notices_a_re_created_one() {
     let e = tx.link().expect_err("re-created").to_string();
     assert!(e.contains("re-created"), "{e}");
 }
+
+#[test]
+fn the_interfaces_kernel_drops_are_read_from_its_namespace() {
+    // IPv6 off: no router solicitations or MLD reports to count.
+    let Some(ns) = Netns::new("oflio", Ipv6::Off) else {
+        return;
+    };
+    // A protocol-0 socket registers no tap on `va`: a frame of an
+    // ethertype nothing handles is dropped by the core stack and counted
+    // in `va`'s rx_dropped, as a miss the backlog cannot take would be.
+    let (va, vb) = ns
+        .run(|| {
+            let va = offlow_io::AfPacketTx::open("va")?;
+            let vb = offlow_io::AfPacketTx::open("vb")?;
+            Ok::<_, std::io::Error>((va, vb))
+        })
+        .expect("opening the transmit sockets");
+    let before = va.counters().expect("va's counters");
+    let mut frame = vec![0xff; 6];
+    frame.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x0b]);
+    frame.extend_from_slice(&[0x88, 0xb5]); // local experimental ethertype
+    frame.resize(60, 0);
+    for _ in 0..5 {
+        assert!(vb.send(&frame));
+    }
+    // Delivery through the backlog is asynchronous: wait for the count.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let after = loop {
+        let now = va.counters().expect("va's counters");
+        if now.rx_dropped >= before.rx_dropped + 5 || Instant::now() > deadline {
+            break now;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(
+        after.rx_dropped - before.rx_dropped,
+        5,
+        "{before:?} -> {after:?}"
+    );
+    assert_eq!(
+        after.rx_packets - before.rx_packets,
+        5,
+        "{before:?} -> {after:?}"
+    );
+    // What `ip -s link` reads, from the namespace's own view.
+    let shown = std::process::Command::new("ip")
+        .args(["-n", &ns.0, "-s", "-j", "link", "show", "va"])
+        .output()
+        .expect("ip -s link");
+    let json = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        json.contains(&format!("\"dropped\":{}", after.rx_dropped)),
+        "ip -s link shows {json}"
+    );
+    ip(&["-n", &ns.0, "link", "del", "va"]);
+    assert!(va.counters().is_err(), "the interface is gone");
+}

@@ -281,7 +281,9 @@ fn start_ports(
             ),
         };
         let interface = p.kind.is_interface();
-        ports.push(SwitchPort::new(p.number, &p.name, interface, tx, link));
+        let mut port = SwitchPort::new(p.number, &p.name, interface, tx, link);
+        port.counts_interface_drops = p.kind == PortKind::AfPacket;
+        ports.push(port);
         data_ports.push(DataPort {
             ifname: p.name.clone(),
             number: p.number,
@@ -603,6 +605,7 @@ pub async fn run(
         packet_outs_to_table = po.to_table,
         drop_unknown_port = po.drop_unknown_port,
         drop_to_controller = po.drop_to_controller,
+        drop_at_interface = s.switch.interface_rx_dropped(),
         "stopped"
     );
     Ok(())

@@ -782,6 +782,7 @@ impl DatapathSwitch {
             if !p.interface {
                 continue;
             }
+            p.refresh_kernel_drops();
             let read = p.tx.as_ref().map(AfPacketTx::link);
             let now = match read {
                 Some(Ok(now)) => {
@@ -894,6 +895,12 @@ impl DatapathSwitch {
     /// The writer's pipeline (every applied flow-mod, committed or not).
     pub fn pipeline(&self) -> &Pipeline {
         self.control.pipeline()
+    }
+
+    /// Frames the ports' interfaces dropped on receive before any socket
+    /// of the switch saw them, summed (see [`SwitchPort::kernel_rx_dropped`]).
+    pub fn interface_rx_dropped(&self) -> u64 {
+        self.ports.iter().map(SwitchPort::kernel_rx_dropped).sum()
     }
 
     /// Packet-out counters.

@@ -37,6 +37,60 @@ pub struct SwitchPort {
     /// underlay's port number; packet-outs to it are encapsulated and
     /// sent on the underlay's transmit socket.
     pub tunnel: Option<(offlow_wire::tunnel::Endpoint, u32)>,
+    /// The interface's own receive drops (module docs of
+    /// `offlow_io::rtnl`), counted from when the switch opened it.
+    kernel_drops: KernelDrops,
+    /// Add them to the port's `rx_dropped`: an AF_PACKET port's socket is
+    /// a tap, and what the interface drops is disjoint from what its ring
+    /// drops. Not an AF_XDP port's: a veth counts a redirect its socket's
+    /// full ring refused among its own receive drops, and the socket
+    /// counts it too.
+    pub counts_interface_drops: bool,
+}
+
+/// An interface's kernel `rx_dropped` as the port counts it: from the
+/// value read when its transmit socket was opened, and summed over the
+/// interfaces a port has had (a re-created interface starts from zero).
+/// Plain arithmetic over the reads the port takes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct KernelDrops {
+    /// The interface's count when opened; `None` until a read succeeds.
+    base: Option<u64>,
+    /// Drops since `base`, as last read.
+    seen: u64,
+    /// Drops of the interfaces the port had before this one.
+    earlier: u64,
+}
+
+impl KernelDrops {
+    /// A new interface was opened, its counter reading `now` (`None`:
+    /// unreadable): what the previous one dropped is kept.
+    fn opened(&mut self, now: Option<u64>) {
+        self.earlier += self.seen;
+        self.seen = 0;
+        self.base = now;
+    }
+
+    /// The counter read `now` (`None`: unreadable, e.g. the interface is
+    /// gone): the port's total, and the drops since opening remembered.
+    fn read(&mut self, now: Option<u64>) -> u64 {
+        match (self.base, now) {
+            (None, Some(now)) => self.base = Some(now),
+            (Some(base), Some(now)) => self.seen = now.saturating_sub(base),
+            (_, None) => {}
+        }
+        self.total_with(now)
+    }
+
+    /// The port's total were the counter to read `now`, without taking
+    /// note of it.
+    fn total_with(&self, now: Option<u64>) -> u64 {
+        let since = match (self.base, now) {
+            (Some(base), Some(now)) => now.saturating_sub(base),
+            _ => self.seen,
+        };
+        self.earlier + since
+    }
 }
 
 /// The `OFPPC_*` bits PORT_MOD may set (OpenFlow 1.3.5 §7.2.1).
@@ -70,6 +124,48 @@ impl SwitchPort {
             config: 0,
             open_failed: false,
             tunnel: None,
+            kernel_drops: KernelDrops::default(),
+            counts_interface_drops: false,
+        }
+        .with_kernel_drops_from_now()
+    }
+
+    fn with_kernel_drops_from_now(mut self) -> SwitchPort {
+        self.kernel_drops_from_now();
+        self
+    }
+
+    /// The interface's `rx_dropped` now, if it can be read.
+    fn read_interface_drops(&self) -> Option<u64> {
+        Some(self.tx.as_ref()?.counters().ok()?.rx_dropped)
+    }
+
+    /// Count the interface's drops from now (its transmit socket was just
+    /// opened).
+    fn kernel_drops_from_now(&mut self) {
+        let now = self.read_interface_drops();
+        self.kernel_drops.opened(now);
+    }
+
+    /// Frames the port's interfaces dropped on receive before any socket
+    /// of the switch saw them (the TC offload tier's miss path through a
+    /// full backlog, for one), since the switch opened them: a read of the
+    /// kernel's counter now (or, when the interface cannot be read, the
+    /// last one [`refresh_kernel_drops`](Self::refresh_kernel_drops)
+    /// took). 0 unless `counts_interface_drops`.
+    pub fn kernel_rx_dropped(&self) -> u64 {
+        if !self.counts_interface_drops {
+            return 0;
+        }
+        self.kernel_drops.total_with(self.read_interface_drops())
+    }
+
+    /// Take the interface's count now, so that what it dropped stays
+    /// counted if it disappears (called at every link poll).
+    pub fn refresh_kernel_drops(&mut self) {
+        if self.counts_interface_drops {
+            let now = self.read_interface_drops();
+            self.kernel_drops.read(now);
         }
     }
 
@@ -91,6 +187,7 @@ impl SwitchPort {
             }
             Ok(Some(Ok((tx, link)))) => {
                 self.tx = Some(tx);
+                self.kernel_drops_from_now();
                 self.open_failed = false;
                 return Some(link);
             }
@@ -138,3 +235,33 @@ impl SwitchPort {
 const OFPPF_10GB_FD: u32 = 1 << 6;
 /// `OFPPF_COPPER`.
 const OFPPF_COPPER: u32 = 1 << 11;
+
+#[cfg(test)]
+mod tests {
+    use super::KernelDrops;
+
+    #[test]
+    fn kernel_drops_count_from_the_opening_and_survive_a_re_created_interface() {
+        let mut k = KernelDrops::default();
+        // Opened with 40 drops already counted: they are not ours.
+        k.opened(Some(40));
+        assert_eq!(k.total_with(Some(40)), 0);
+        assert_eq!(k.read(Some(47)), 7);
+        // Gone: the last read stands.
+        assert_eq!(k.read(None), 7);
+        assert_eq!(k.total_with(None), 7);
+        // Re-created: a new counter from 0, added to the old one's 7.
+        k.opened(Some(0));
+        assert_eq!(k.read(Some(3)), 10);
+        // A counter that goes backwards (a reset) never subtracts.
+        assert_eq!(k.total_with(Some(0)), 7);
+    }
+
+    #[test]
+    fn an_unreadable_counter_at_opening_is_based_at_its_first_read() {
+        let mut k = KernelDrops::default();
+        k.opened(None);
+        assert_eq!(k.read(Some(100)), 0);
+        assert_eq!(k.read(Some(105)), 5);
+    }
+}

@@ -100,7 +100,10 @@ impl DatapathSwitch {
                 tx_packets: s.tx_packets + p.tx_packets + o.tx_packets,
                 rx_bytes: s.rx_bytes + o.rx_bytes,
                 tx_bytes: s.tx_bytes + o.tx_bytes,
-                rx_dropped: s.rx_dropped,
+                // With what the interface dropped before the switch's
+                // sockets saw it, as Open vSwitch's `system` ports report
+                // the kernel's counters.
+                rx_dropped: s.rx_dropped + p.kernel_rx_dropped(),
                 tx_dropped: s.tx_dropped,
                 rx_errors: s.rx_errors,
                 tx_errors: 0,
