@@ -43,8 +43,19 @@
 # - Pool exhausted: the packet is dropped and a warning logged (the next
 #   packet of that connection tries again).
 #
+# - IPv4 fragments: a first fragment (offset 0) carries the transport
+#   header and is a connection's packet like any other. A later fragment
+#   carries no ports, so no flow matches it and it comes to the app: from
+#   the inside it goes out through the translation every connection shares
+#   (MACs, the NAT address, dec_nw_ttl), which is all a later fragment
+#   needs (its datagram's port and transport checksum are in the first
+#   fragment, which the connection's flow translated); from the outside it
+#   is dropped and counted, since which inside host it is for is written
+#   only in its first fragment, and the app does not reassemble.
+#
 # What it does not do: ICMP (echo or errors: no ping through the NAT, no
-# path-MTU messages translated back), IP fragments, inside-to-inside
+# path-MTU messages translated back), reassembly (a datagram fragmented on
+# the outside does not get in), inside-to-inside
 # traffic, more than one inside or outside port, port-preserving or
 # endpoint-independent mapping (a new pool port per 5-tuple), TCP state
 # tracking (a flow lives as long as packets keep it alive), hairpinning.
@@ -93,6 +104,8 @@
 #   snat: install forward|reverse <pool port> cookie=<cookie>  (per connection)
 #   snat: free <pool port> (<n> of <total> free)         (per connection)
 #   snat: pool exhausted, dropping <proto> <in ip>:<in port> to <dst ip>:<dst port>
+#   snat: dropped <n> later fragments from outside (the latest from <ip> to <ip>)
+#                                      (the first, then every 1000th)
 
 import collections
 import gc
@@ -240,7 +253,9 @@ def next_xid(dp):
 # What a first packet looks like: Ethernet II (destination, source, type),
 # IPv4 without options (version and header length, total length, protocol,
 # source, destination) and the transport header's two ports.
-FAST_FRAME = struct.Struct("!6s6sHBxH4xxB2x4s4sHH")
+FAST_FRAME = struct.Struct("!6s6sHBxH2xHxB2x4s4sHH")
+# The IPv4 fragment offset's bits (the flags are the top three).
+FRAG_OFFSET_MASK = 0x1FFF
 ETH_LEN = 14
 IPV4_LEN = 20
 # The shortest transport header os-ken's parser takes (what the app did
@@ -258,18 +273,20 @@ def parse_fast(data):
 
     A few struct fields instead of os-ken's packet.Packet (a class instance
     per header, addresses converted to text, payloads parsed by port) for
-    the frame every connection sends. The result is what packet.Packet gave
-    the app for the same frame (snat_test.py checks it on mutated frames):
-    like packet.Packet it does not look at the fragment fields. Transport
+    the frame every connection sends. The result is what parse_general
+    gives for the same frame (snat_test.py checks it on mutated frames);
+    neither takes a later fragment (no transport header). Transport
     headers that are not plainly whole (shorter than os-ken's minimum, both
     ports 0, a TCP data offset below 5) go to parse_general, where
     os-ken's parser decides as before (it drops some of them)."""
     if len(data) < FAST_FRAME.size:
         return None
-    (eth_dst, eth_src, eth_type, version_ihl, total_len, proto, ip_src, ip_dst,
+    (eth_dst, eth_src, eth_type, version_ihl, total_len, frag, proto, ip_src, ip_dst,
      src_port, dst_port) = FAST_FRAME.unpack_from(data)
     if eth_type != ether_types.ETH_TYPE_IP or version_ihl != 0x45 or proto not in L4_MIN_LEN:
         return None
+    if frag & FRAG_OFFSET_MASK:
+        return None  # a later fragment: what follows is payload, not ports
     # The transport header ends where the IPv4 total length says, or where
     # the frame does if that is sooner.
     if min(total_len, len(data) - ETH_LEN) - IPV4_LEN < L4_MIN_LEN[proto]:
@@ -290,8 +307,8 @@ def parse_general(pkt):
             break
     else:
         return None
-    if ip.proto not in L4_MIN_LEN or i + 1 == len(protocols):
-        return None
+    if ip.proto not in L4_MIN_LEN or i + 1 == len(protocols) or ip.offset:
+        return None  # (os-ken parses a later fragment's payload as ports)
     l4 = protocols[i + 1]
     if not isinstance(l4, tcp.tcp if ip.proto == TCP else udp.udp):
         return None  # a fragment without the transport header
@@ -341,6 +358,9 @@ class Datapath(object):
         self.by_outside = {}
         # cookie -> (Conn, direction)
         self.by_cookie = {}
+        # Later fragments sent out from the inside, dropped from outside.
+        self.fragments_out = 0
+        self.fragments_dropped = 0
 
 
 class SourceNat(app_manager.OSKenApp):
@@ -447,6 +467,10 @@ class SourceNat(app_manager.OSKenApp):
             if eth.ethertype == ether_types.ETH_TYPE_ARP:
                 self.handle_arp(dp, in_port, eth, pkt.get_protocol(arp.arp))
                 return
+            ip = pkt.get_protocol(ipv4.ipv4)
+            if ip is not None and ip.offset:
+                self.later_fragment(dp, state, in_port, eth, ip, data)
+                return
             headers = parse_general(pkt)
             if headers is None:
                 return  # not translated (see the header): dropped
@@ -457,6 +481,25 @@ class SourceNat(app_manager.OSKenApp):
                              dst_port)
         elif in_port == self.outside and ip_dst == self.nat_ip_b:
             self.from_outside(dp, state, data, proto, ip_src, src_port, dst_port)
+
+    def later_fragment(self, dp, state, in_port, eth, ip, data):
+        """A fragment after the first of a TCP/UDP datagram (see the header):
+        out through the shared translation from the inside, dropped and
+        counted from the outside."""
+        if ip.proto not in L4_MIN_LEN:
+            return
+        if in_port == self.inside and mac_bytes(eth.dst) == self.mac_b \
+                and int(ipaddress.IPv4Address(ip.src)) & self.inside_mask == self.inside_prefix:
+            state.fragments_out += 1
+            dp.send(self.packet_out(
+                dp, data, self.actions_head[FORWARD] + self.actions_tail[FORWARD],
+                self.inside))
+        elif in_port == self.outside and ip_bytes(ip.dst) == self.nat_ip_b:
+            state.fragments_dropped += 1
+            if state.fragments_dropped % 1000 == 1:
+                self.logger.warning(
+                    "snat: dropped %d later fragments from outside (the latest from %s to %s): "
+                    "the app does not reassemble", state.fragments_dropped, ip.src, ip.dst)
 
     def handle_arp(self, dp, in_port, eth, req):
         """Answer a request for the gateway (inside) or NAT (outside) address."""

@@ -85,6 +85,20 @@ def frame(proto, src, dst, sport, dport, eth_src=HOST_MAC, eth_dst=ENV["SNAT_MAC
     return bytes(p.data)
 
 
+def fragment(data, offset_units, more=False):
+    """data (an untagged IPv4 frame) made a fragment: its fragment offset
+    (in 8-byte units) and more-fragments flag set, the IPv4 checksum
+    redone."""
+    f = bytearray(data)
+    struct.pack_into("!H", f, 20, (0x2000 if more else 0) | offset_units)
+    struct.pack_into("!H", f, 24, 0)
+    total = sum(struct.unpack_from("!10H", f, 14))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    struct.pack_into("!H", f, 24, ~total & 0xFFFF)
+    return bytes(f)
+
+
 def received(dp, body, msg_type):
     """Parse a switch-to-controller message the way os-ken's receive loop
     does (os-ken cannot encode these, so the bodies are packed here)."""
@@ -274,6 +288,58 @@ class Parsing(unittest.TestCase):
                 taken += 1
                 self.assertEqual(fast, self.general(data), data.hex())
         self.assertGreater(taken, 1000)
+
+
+class Fragments(Fixture):
+    """A first fragment is a connection's packet; a later one (no ports)
+    goes out through the shared translation from the inside and is dropped
+    from the outside."""
+
+    def test_a_first_fragment_opens_a_connection(self):
+        data = fragment(frame(17, "10.0.0.1", "192.0.2.2", 40000, 53), 0, more=True)
+        self.assertIsNotNone(snat.parse_fast(data))
+        msgs = messages(self.packet_in(data, 1))
+        self.assertEqual([t for t, _ in msgs],
+                         [ofp.OFPT_FLOW_MOD, ofp.OFPT_FLOW_MOD, ofp.OFPT_PACKET_OUT])
+
+    def test_a_later_fragment_from_inside_takes_the_address_translation_only(self):
+        for proto in (6, 17):
+            data = fragment(frame(proto, "10.0.0.1", "192.0.2.2", 40000, 53), 185)
+            self.assertIsNone(snat.parse_fast(data))
+            xid = self.dp.xid
+            write = self.packet_in(data, 1)
+            actions = [parser.OFPActionSetField(eth_src=ENV["SNAT_MAC"]),
+                       parser.OFPActionSetField(eth_dst=ENV["SNAT_NEXT_HOP_MAC"]),
+                       parser.OFPActionSetField(ipv4_src=ENV["SNAT_ADDRESS"]),
+                       parser.OFPActionDecNwTtl(), parser.OFPActionOutput(2)]
+            self.assertEqual(write, osken_bytes(parser.OFPPacketOut(
+                self.dp, buffer_id=ofp.OFP_NO_BUFFER, in_port=1, actions=actions,
+                data=data), xid + 1))
+        state = self.app.dps[1]
+        # No pool port taken, no connection made.
+        self.assertEqual(list(state.free), [20000, 20001])
+        self.assertEqual(state.by_inside, {})
+        self.assertEqual(state.fragments_out, 2)
+
+    def test_a_later_fragment_from_outside_is_dropped_and_counted(self):
+        # Even for a connection that exists: its ports are not in the
+        # fragment.
+        self.packet_in(frame(17, "10.0.0.1", "192.0.2.2", 40000, 53), 1)
+        reply = fragment(frame(17, "192.0.2.2", "192.0.2.1", 53, 20000,
+                               eth_src=REMOTE_MAC), 185)
+        with self.assertLogs(self.app.logger, "WARNING") as logged:
+            self.assertIsNone(self.packet_in(reply, 2))
+        self.assertIn("dropped 1 later fragments from outside", logged.output[0])
+        self.assertEqual(self.app.dps[1].fragments_dropped, 1)
+
+    def test_later_fragments_of_other_traffic_are_not_translated(self):
+        # From outside the inside prefix; ICMP.
+        self.assertIsNone(self.packet_in(
+            fragment(frame(17, "10.0.1.1", "192.0.2.2", 1, 80), 185), 1))
+        icmp = bytearray(frame(17, "10.0.0.1", "192.0.2.2", 1, 80))
+        icmp[23] = 1
+        self.assertIsNone(self.packet_in(fragment(bytes(icmp), 185), 1))
+        self.assertEqual(self.app.dps[1].fragments_out, 0)
 
 
 class Lifecycle(Fixture):

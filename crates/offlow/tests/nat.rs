@@ -454,6 +454,73 @@ fn snat_app_pool_udp_exhaustion_and_reuse() {
     assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
 }
 
+/// IPv4 fragments: a UDP datagram the inside host fragments reaches the
+/// outside whole (its first fragment through the connection's flow, the
+/// later ones through the app's address-only translation: the outside
+/// host's stack reassembles it and verifies its UDP checksum); one
+/// fragmented on the outside does not get in (the app does not reassemble:
+/// its later fragments are dropped and counted), and a small reply does.
+#[test]
+fn snat_app_fragments_out_whole_and_not_in() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let t0 = Instant::now();
+    // An idle timeout the exchange cannot outlast: the small reply needs
+    // the connection's flows.
+    let Some(mut nat) = Nat::start("nat-frag", None, POOL, 10) else {
+        return;
+    };
+    let outside = in_netns(Some(&nat.net.h[1]), || UdpSocket::bind((OUTSIDE_IP, 7003)))
+        .expect("enter the outside host")
+        .expect("bind the outside socket");
+    let inside = in_netns(Some(&nat.net.h[0]), || UdpSocket::bind((INSIDE_IP, 5354)))
+        .expect("enter the inside host")
+        .expect("bind the inside socket");
+    for s in [&outside, &inside] {
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+    }
+    // 4,000 bytes: three fragments at the veths' MTU of 1,500.
+    let big = pattern(4000, 9);
+    inside.send_to(&big, (OUTSIDE_IP, 7003)).expect("send");
+    let mut buf = vec![0u8; 65536];
+    let (n, peer) = outside
+        .recv_from(&mut buf)
+        .expect("the fragmented datagram, reassembled (timed out?)");
+    assert_eq!(&buf[..n], &big[..], "the datagram's bytes");
+    assert_eq!(peer.ip().to_string(), NAT_IP, "translated source");
+    let pool_port = nat.peer_port(&peer);
+
+    // Back, fragmented by the outside host: the first fragment takes the
+    // reverse flow, the later ones are dropped; the inside host gets
+    // nothing (it drops the incomplete datagram when reassembly times out).
+    outside
+        .send_to(&pattern(4000, 10), peer)
+        .expect("send back");
+    nat.wait_log(|log| log.contains("snat: dropped 1 later fragments from outside"));
+    // A datagram that needs no fragmenting gets in.
+    outside.send_to(b"small", peer).expect("send back");
+    let (n, from) = inside.recv_from(&mut buf).expect("the small reply");
+    assert_eq!(&buf[..n], b"small", "only the small reply arrived");
+    assert_eq!(from.to_string(), format!("{OUTSIDE_IP}:7003"));
+    let flows = nat.flows("after the fragments");
+    assert_eq!(
+        flow_lines(&flows)
+            .iter()
+            .filter(|l| l.contains(&format!("set_field:{pool_port}->udp_src")))
+            .count(),
+        1,
+        "one forward flow for the datagrams' connection"
+    );
+    // The connection's pair and the table-miss entry: no flow (and no
+    // pool port) for a later fragment's payload read as ports.
+    assert_eq!(flow_lines(&flows).len(), 3, "{flows}");
+
+    nat.no_checksum_errors();
+    nat.ctl.check_alive();
+    nat.sw.check_alive();
+    assert!(t0.elapsed() < TEST_BUDGET, "took {:?}", t0.elapsed());
+}
+
 /// The app's unit tests, which need no switch (see `snat_test.py`).
 #[test]
 fn snat_app_unit_tests() {
