@@ -342,6 +342,37 @@ class Fragments(Fixture):
         self.assertEqual(self.app.dps[1].fragments_out, 0)
 
 
+class LazyFlowRemoved(unittest.TestCase):
+    """The app's FLOW_REMOVED parser gives os-ken's message, match and all,
+    as os-ken's own parser does."""
+
+    def test_the_same_message_as_os_kens_parser(self):
+        dp = RecordingDatapath()
+        match = parser.OFPMatch(eth_type=0x0800, ip_proto=6, in_port=1, ipv4_src="10.0.0.1",
+                                ipv4_dst="192.0.2.2", tcp_src=40000, tcp_dst=5001)
+        mbuf = bytearray()
+        match.serialize(mbuf, 0)
+        body = struct.pack("!QHBBIIHHQQ", 0x534E415400000007, 100, ofp.OFPRR_IDLE_TIMEOUT, 3,
+                           7, 250, 7, 0, 12, 3456) + bytes(mbuf)
+        buf = bytearray(struct.pack("!BBHI", ofp.OFP_VERSION, ofp.OFPT_FLOW_REMOVED,
+                                    8 + len(body), 9) + body)
+        header = ofproto_parser.header(buf)
+        # What os-ken parsed with before the app replaced the entry.
+        theirs = parser.OFPFlowRemoved.parser(dp, *header, buf)
+        ours = ofproto_parser.msg(dp, *header, buf)
+        self.assertIsInstance(ours, snat.LazyMatchFlowRemoved)
+        self.assertIsInstance(ours, parser.OFPFlowRemoved)
+        self.assertIs(type(ofp_event.ofp_msg_to_ev(ours)), ofp_event.EventOFPFlowRemoved)
+        self.assertNotIn("_match", {k for k, v in vars(ours).items()
+                                    if v is not snat.LazyMatchFlowRemoved._UNPARSED})
+        for field in ("cookie", "priority", "reason", "table_id", "duration_sec",
+                      "duration_nsec", "idle_timeout", "hard_timeout", "packet_count",
+                      "byte_count", "xid"):
+            self.assertEqual(getattr(ours, field), getattr(theirs, field), field)
+        self.assertEqual(ours.match.to_jsondict(), theirs.match.to_jsondict())
+        self.assertEqual(ours.match["tcp_dst"], 5001)
+
+
 class Lifecycle(Fixture):
     """Pool ports come back when both directions are gone, and only then."""
 
