@@ -65,7 +65,7 @@
 //! through `Control`, the packet-in channel and their statistics slots.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
@@ -79,8 +79,8 @@ use offlow_flow::{Field, Match};
 use offlow_io::netns::in_netns;
 use offlow_io::AfPacketTx;
 use offlow_openflow::{
-    AsyncConfig, Body, ConnConfig, ConnId, Connection, ControllerRole, OxmMatch, PacketIn,
-    PortStatus, Roles,
+    AsyncConfig, Body, ConnConfig, ConnId, Connection, ControllerRole, FlowRemoved, OxmMatch,
+    PacketIn, PortStatus, Roles,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -125,6 +125,17 @@ pub const EXPIRY_BUSY_HOLD: Duration = Duration::from_secs(5);
 /// The longest period: idle expiry is late by at most one period, and
 /// timeouts are whole seconds.
 pub const EXPIRY_MAX: Duration = Duration::from_millis(500);
+/// An expiry scan's FLOW_REMOVEDs are handed to the connections over this
+/// long, an equal share every [`FLOW_REMOVED_TICK`], not all at once: a
+/// controller handles each connection's messages in order, so a packet-in
+/// written behind a scan's whole report waits for all of it (os-ken spends
+/// ~80 µs on each FLOW_REMOVED: a report of 50 is 4 ms). Spread out, a
+/// packet-in waits behind a few at most. Expiry reports are late by at
+/// most this much more (their flows are already gone; barrier replies do
+/// not wait for them, as the spec allows for asynchronous messages).
+pub const FLOW_REMOVED_SPREAD: Duration = Duration::from_millis(10);
+/// See [`FLOW_REMOVED_SPREAD`].
+pub const FLOW_REMOVED_TICK: Duration = Duration::from_millis(1);
 /// How often port link state is re-read.
 pub const LINK_POLL: Duration = Duration::from_secs(1);
 /// Asynchronous messages queued per connection before the oldest are lost.
@@ -521,7 +532,9 @@ pub async fn run(
         "offlow switch running"
     );
     let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::task::spawn_local(expiry_loop(shared.clone(), stop_rx.clone()));
+    let (reports, paced) = mpsc::unbounded_channel();
+    tokio::task::spawn_local(expiry_loop(shared.clone(), reports, stop_rx.clone()));
+    tokio::task::spawn_local(flow_removed_pacer(paced, shared.clone(), stop_rx.clone()));
     if shared.borrow().switch.offload().is_some() {
         tokio::task::spawn_local(offload_loop(shared.clone(), stop_rx.clone()));
     }
@@ -1253,7 +1266,11 @@ async fn offload_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
 /// the connections are served. (The removal used to be reported with a
 /// blocking commit and sync, 0.2–2.8 ms of a stalled control thread per
 /// scan in `bench setup`'s NAT rows, where ~280 flows idle out a scan.)
-async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
+async fn expiry_loop(
+    shared: SharedRc,
+    reports: mpsc::UnboundedSender<Vec<FlowRemoved>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let last_scan = std::cell::Cell::new(Duration::ZERO);
     // Until when scans stay frequent, after the last one that reported.
     let mut busy_until: Option<Instant> = None;
@@ -1301,10 +1318,64 @@ async fn expiry_loop(shared: SharedRc, mut stop: watch::Receiver<bool>) {
         .await;
         let synced = counts.is_some();
         when_done(&shared, counts, |s, now| {
-            for fr in s.switch.take_removal_report(now, synced) {
-                let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+            let report = s.switch.take_removal_report(now, synced);
+            if !report.is_empty() {
+                // The pacer ends only after this loop (the stop signal).
+                let _ = reports.send(report);
             }
         })
         .await;
+    }
+}
+
+/// Hand expiry's FLOW_REMOVEDs to the connections spread over
+/// [`FLOW_REMOVED_SPREAD`] (see there): each tick an equal share of what
+/// waits, the share raised when a new report arrives so that everything
+/// queued leaves within the spread of the last report. At a stop, what
+/// is left goes at once.
+async fn flow_removed_pacer(
+    mut reports: mpsc::UnboundedReceiver<Vec<FlowRemoved>>,
+    shared: SharedRc,
+    mut stop: watch::Receiver<bool>,
+) {
+    let ticks = (FLOW_REMOVED_SPREAD.as_micros() / FLOW_REMOVED_TICK.as_micros()).max(1) as usize;
+    let mut queue: VecDeque<FlowRemoved> = Default::default();
+    let mut per_tick = 0;
+    let send = |queue: &mut VecDeque<FlowRemoved>, n: usize| {
+        let s = shared.borrow();
+        for fr in queue.drain(..n.min(queue.len())) {
+            let _ = s.events.send(Arc::new(Body::FlowRemoved(fr)));
+        }
+    };
+    loop {
+        if queue.is_empty() {
+            per_tick = 0;
+            tokio::select! {
+                r = reports.recv() => match r {
+                    Some(r) => queue.extend(r),
+                    None => return,
+                },
+                _ = stopped(&mut stop) => return,
+            }
+        }
+        let mut arrived = false;
+        while let Ok(r) = reports.try_recv() {
+            queue.extend(r);
+            arrived = true;
+        }
+        if arrived || per_tick == 0 {
+            per_tick = per_tick.max(queue.len().div_ceil(ticks));
+        }
+        send(&mut queue, per_tick);
+        if queue.is_empty() {
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(FLOW_REMOVED_TICK) => {}
+            _ = stopped(&mut stop) => {
+                send(&mut queue, usize::MAX);
+                return;
+            }
+        }
     }
 }
