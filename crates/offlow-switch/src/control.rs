@@ -95,12 +95,13 @@ use crate::standalone::Standalone;
 use offlow_offload::xdp::{AttachPolicy, MissPath, XdpBackend, XdpConfig, XdpPort};
 use offlow_offload::OffloadBackend;
 
-/// How often timed-out flow entries are looked for. Each scan sends its
-/// FLOW_REMOVEDs in one burst, which a controller handles before the
-/// packet-ins queued behind it: with per-connection flows (the source-NAT
-/// app at ~1,000 connections/s, two flows each) a 250 ms period made
-/// bursts of ~500 that held packet-ins back by tens of milliseconds
-/// (connect p99 39 ms; 15–17 ms at 50 ms, bursts of ~100). A scan with
+/// How often timed-out flow entries are looked for. A scan's FLOW_REMOVEDs,
+/// which a controller handles before the packet-ins queued behind them,
+/// came in one burst until [`FLOW_REMOVED_SPREAD`]: with per-connection
+/// flows (the source-NAT app at ~1,000 connections/s, two flows each) a
+/// 250 ms period made bursts of ~500 that held packet-ins back by tens of
+/// milliseconds (connect p99 39 ms; 15–17 ms at 50 ms, bursts of ~100),
+/// and the period is still what sets a report's size. A scan with
 /// nothing timed costs nothing; one with timed entries asks the workers
 /// to credit their counters first, a wakeup each. Large tables stretch the
 /// period (see [`EXPIRY_DUTY`]).
@@ -139,10 +140,12 @@ pub const FLOW_REMOVED_TICK: Duration = Duration::from_millis(1);
 /// How often port link state is re-read.
 pub const LINK_POLL: Duration = Duration::from_secs(1);
 /// Asynchronous messages queued per connection before the oldest are lost.
-/// An expiry scan publishes every FLOW_REMOVED it makes at once, before
-/// any connection task runs: a switch whose flows expire at 10,000 a
-/// second (`bench setup`'s NAT rows at 16 clients) queues ~5,000 in one
-/// scan, and lost ~8,500 in ten seconds at 4,096. A slot is an `Arc`.
+/// Expiry hands a scan's FLOW_REMOVEDs over in shares a millisecond apart
+/// ([`FLOW_REMOVED_SPREAD`]), but a slow connection still falls behind by
+/// whole scans: a switch whose flows expire at 10,000 a second (`bench
+/// setup`'s NAT rows at 16 clients, when scans came ~500 ms apart) queued
+/// ~5,000 per scan, and lost ~8,500 in ten seconds at 4,096. A slot is an
+/// `Arc`.
 const EVENT_QUEUE: usize = 1 << 16;
 use offlow_openflow::packet_in_reason::{
     ACTION as OFPR_ACTION, INVALID_TTL as OFPR_INVALID_TTL, NO_MATCH as OFPR_NO_MATCH,
@@ -1276,8 +1279,9 @@ async fn expiry_loop(
     let mut busy_until: Option<Instant> = None;
     loop {
         // While flows that are reported keep expiring, scan more often:
-        // each scan's FLOW_REMOVEDs reach the controller in one burst,
-        // ahead of the packet-ins queued behind them. For a while after
+        // each scan's FLOW_REMOVEDs reach the controller within
+        // FLOW_REMOVED_SPREAD, ahead of the packet-ins queued behind them:
+        // smaller reports, shorter waits. For a while after
         // each such scan, not just the next one: an idle time counts from
         // the scan that saw the entry used, so flows expire in cohorts a
         // scan period apart, and the period only shrinks for good once
