@@ -37,9 +37,12 @@
 //! own key (the mask then covers `tunnel_id` whole; the XDP backend refuses
 //! the entry otherwise).
 
+use offlow_flow::extract::OFPVID_PRESENT;
 use offlow_flow::{Field, FlowMask};
+use offlow_wire::ethernet::ethertype;
+use offlow_wire::ip::proto;
 
-use crate::key::OffloadKey;
+use crate::key::{has_transport_fields, OffloadKey};
 
 /// Which bits of an [`OffloadKey`] an entry matches; `in_port`, `ip_proto`
 /// and the VLAN tag always (module docs). A set bit must match.
@@ -196,6 +199,53 @@ impl OffloadMatch {
     pub fn is_exact(&self) -> bool {
         self.mask.is_exact()
     }
+
+    /// The entry as an OpenFlow match over [`OffloadKey::to_flow_key`]'s
+    /// fields (what `offlow trace` shows): it matches a key's flow key
+    /// exactly when the entry serves the key (property-tested below). The
+    /// always-exact parts read `in_port`, IPv4, the protocol, and the tag
+    /// (`vlan_vid` 0 for an untagged entry: no tag); the transport fields
+    /// are named for the protocol (TCP, UDP, or ICMP type and code).
+    pub fn to_flow_match(&self) -> offlow_flow::Match {
+        let (k, w) = (&self.key, &self.mask);
+        let mut m = offlow_flow::Match::ANY;
+        m.set_exact(Field::InPort, k.in_port.into())
+            .set_exact(Field::EthType, ethertype::IPV4.into())
+            .set_exact(Field::IpProto, k.ip_proto.into());
+        match k.vlan {
+            Some(tag) => {
+                m.set_exact(Field::VlanVid, (OFPVID_PRESENT | tag.vid).into())
+                    .set_exact(Field::VlanPcp, tag.pcp.into());
+            }
+            None => {
+                m.set_exact(Field::VlanVid, 0);
+            }
+        }
+        let mut fields = vec![
+            (Field::EthDst, u128::from(k.eth_dst), u128::from(w.eth_dst)),
+            (Field::EthSrc, k.eth_src.into(), w.eth_src.into()),
+            (Field::Ipv4Src, k.ipv4_src.into(), w.ipv4_src.into()),
+            (Field::Ipv4Dst, k.ipv4_dst.into(), w.ipv4_dst.into()),
+            (Field::IpDscp, k.ip_dscp.into(), w.ip_dscp.into()),
+            (Field::IpEcn, k.ip_ecn.into(), w.ip_ecn.into()),
+            (Field::TunnelId, k.tunnel_id.into(), w.tunnel_id.into()),
+        ];
+        if has_transport_fields(k.ip_proto) {
+            let (src, dst) = match k.ip_proto {
+                proto::TCP => (Field::TcpSrc, Field::TcpDst),
+                proto::UDP => (Field::UdpSrc, Field::UdpDst),
+                _ => (Field::Icmpv4Type, Field::Icmpv4Code),
+            };
+            fields.push((src, k.tp_src.into(), w.tp_src.into()));
+            fields.push((dst, k.tp_dst.into(), w.tp_dst.into()));
+        }
+        for (field, value, mask) in fields {
+            if mask != 0 {
+                m.set_masked(field, value, mask);
+            }
+        }
+        m
+    }
 }
 
 #[cfg(test)]
@@ -262,6 +312,20 @@ mod tests {
             let e = OffloadMatch::new(&a, om);
             prop_assert!(e.matches(&a));
             prop_assert_eq!(e.matches(&b), a.masked(&om) == b.masked(&om));
+        }
+
+        /// The OpenFlow form of an entry matches exactly the flow keys of
+        /// the microflows the entry serves.
+        #[test]
+        fn the_flow_match_matches_what_the_entry_serves(
+            m in flow_masks(), a in keys(), b in keys()
+        ) {
+            let e = OffloadMatch::new(&a, OffloadMask::from_flow_mask(&m));
+            let fm = e.to_flow_match();
+            prop_assert!(fm.matches(&a.to_flow_key()));
+            prop_assert_eq!(fm.matches(&b.to_flow_key()), e.matches(&b), "{:?} {:?}", e, b);
+            let x = OffloadMatch::exact(a);
+            prop_assert_eq!(x.to_flow_match().matches(&b.to_flow_key()), a == b);
         }
 
         /// An exact match serves its own microflow only.

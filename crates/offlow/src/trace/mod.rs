@@ -482,7 +482,7 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         let ok = offlow_offload::OffloadKey::from_flow_key(&key).ok()?;
         let mask = offlow_offload::OffloadMask::from_flow_mask(&pipeline.walk_mask(&res));
         let served = offlow_offload::OffloadMatch::new(&ok, mask);
-        Some(megaflow_string(&served))
+        Some(format_match(&served.to_flow_match()))
     })
     .flatten();
     let tier = match offloadable {
@@ -516,48 +516,6 @@ pub(crate) fn trace(args: &TraceArgs) -> anyhow::Result<TraceReport> {
         verdict,
         exec_counters,
     })
-}
-
-/// A masked offload entry's match in ovs-ofctl syntax: in_port, the
-/// protocol and the VLAN tag always, then the fields its mask covers.
-fn megaflow_string(m: &offlow_offload::OffloadMatch) -> String {
-    let (k, w) = (&m.key, &m.mask);
-    let mut out = Match::ANY;
-    out.set_exact(Field::InPort, k.in_port.into());
-    out.set_exact(Field::EthType, 0x0800);
-    out.set_exact(Field::IpProto, k.ip_proto.into());
-    if let Some(tag) = k.vlan {
-        out.set_exact(Field::VlanVid, (0x1000 | tag.vid).into());
-        out.set_exact(Field::VlanPcp, tag.pcp.into());
-    }
-    let l4 = offlow_offload::key::has_transport_fields(k.ip_proto);
-    let (tp_src, tp_dst) = match k.ip_proto {
-        6 => (Field::TcpSrc, Field::TcpDst),
-        17 => (Field::UdpSrc, Field::UdpDst),
-        _ => (Field::Icmpv4Type, Field::Icmpv4Code),
-    };
-    let fields = [
-        (Field::EthDst, u128::from(k.eth_dst), u128::from(w.eth_dst)),
-        (Field::EthSrc, u128::from(k.eth_src), u128::from(w.eth_src)),
-        (Field::Ipv4Src, k.ipv4_src.into(), w.ipv4_src.into()),
-        (Field::Ipv4Dst, k.ipv4_dst.into(), w.ipv4_dst.into()),
-        (Field::IpDscp, k.ip_dscp.into(), w.ip_dscp.into()),
-        (Field::IpEcn, k.ip_ecn.into(), w.ip_ecn.into()),
-        (Field::TunnelId, k.tunnel_id.into(), w.tunnel_id.into()),
-    ];
-    for (f, v, mask) in fields {
-        if mask != 0 {
-            out.set_masked(f, v, mask);
-        }
-    }
-    if l4 {
-        for (f, v, mask) in [(tp_src, k.tp_src, w.tp_src), (tp_dst, k.tp_dst, w.tp_dst)] {
-            if mask != 0 {
-                out.set_masked(f, v.into(), mask.into());
-            }
-        }
-    }
-    format_match(&out)
 }
 
 /// The extracted key as an exact match in ovs-ofctl syntax.
