@@ -148,10 +148,45 @@ unsafe fn sys_bpf<T>(cmd: libc::c_long, attr: &mut T, what: &str) -> io::Result<
     };
     if rc < 0 {
         let e = io::Error::last_os_error();
-        Err(io::Error::new(e.kind(), format!("{what}: {e}")))
+        let errno = e.raw_os_error().unwrap_or(libc::EIO);
+        Err(io::Error::new(
+            e.kind(),
+            BpfError {
+                what: what.to_string(),
+                errno,
+            },
+        ))
     } else {
         Ok(rc)
     }
+}
+
+/// A failed `bpf(2)` call: what was asked, and the errno, which an
+/// `io::Error` carrying a message no longer reports ([`errno_of`] finds
+/// it): "what: Device or resource busy (os error 16)".
+#[derive(Debug)]
+struct BpfError {
+    what: String,
+    errno: i32,
+}
+
+impl std::fmt::Display for BpfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}",
+            self.what,
+            io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+impl std::error::Error for BpfError {}
+
+/// The errno behind `e`: its own, or a [`BpfError`]'s.
+fn errno_of(e: &io::Error) -> Option<i32> {
+    e.raw_os_error()
+        .or_else(|| e.get_ref()?.downcast_ref::<BpfError>().map(|b| b.errno))
 }
 
 fn owned(fd: libc::c_long) -> OwnedFd {
@@ -268,9 +303,27 @@ fn attach(prog: &OwnedFd, ifindex: u32, want: XdpAttach) -> io::Result<(OwnedFd,
             attach_type: BPF_XDP,
             flags,
         };
-        // SAFETY: `attr` is the BPF_LINK_CREATE struct; it holds no
-        // pointers.
-        unsafe { sys_bpf(BPF_LINK_CREATE, &mut attr, "attaching the XDP program") }.map(owned)
+        // A link closed just before (the previous port on this interface)
+        // is detached only when its last descriptor goes: a child that
+        // another thread forked meanwhile holds a copy until its exec
+        // closes it, and the link stays attached (`EBUSY`) for that
+        // moment (seen once in CI, on a loaded machine, between two ports
+        // opened in turn on one veth). Retry for up to a second, as the
+        // socket's bind does for the pool.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        loop {
+            // SAFETY: `attr` is the BPF_LINK_CREATE struct; it holds no
+            // pointers.
+            match unsafe { sys_bpf(BPF_LINK_CREATE, &mut attr, "attaching the XDP program") } {
+                Err(e)
+                    if errno_of(&e) == Some(libc::EBUSY)
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                r => return r.map(owned),
+            }
+        }
     };
     match want {
         XdpAttach::Native => try_mode(XDP_FLAGS_DRV_MODE).map(|l| (l, XdpMode::Native)),
@@ -279,7 +332,9 @@ fn attach(prog: &OwnedFd, ifindex: u32, want: XdpAttach) -> io::Result<(OwnedFd,
             Ok(l) => Ok((l, XdpMode::Native)),
             // No native support (EOPNOTSUPP) or a driver constraint it
             // rejects (EINVAL: MTU, queue count...): generic mode.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+            // (Through `errno_of`: until it, `sys_bpf`'s errors carried no
+            // errno and this fallback never ran.)
+            Err(e) if matches!(errno_of(&e), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
                 try_mode(XDP_FLAGS_SKB_MODE).map(|l| (l, XdpMode::Generic))
             }
             Err(e) => Err(e),
@@ -412,6 +467,30 @@ impl XdpProgram {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bpf_error_keeps_its_errno_and_message() {
+        let e = io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            BpfError {
+                what: "attaching the XDP program".into(),
+                errno: libc::EBUSY,
+            },
+        );
+        assert_eq!(errno_of(&e), Some(libc::EBUSY));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "attaching the XDP program: {}",
+                io::Error::from_raw_os_error(libc::EBUSY)
+            )
+        );
+        assert_eq!(
+            errno_of(&io::Error::from_raw_os_error(libc::EINVAL)),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(errno_of(&io::Error::other("no errno")), None);
+    }
 
     #[test]
     fn instructions_encode_as_the_kernel_expects() {
