@@ -94,11 +94,17 @@
  * (an exact match has no cheaper form), once for an exact hit and once
  * more per mask in use until one hits (a frame that misses everything
  * pays one per mask in use; a slot not in use costs an array read).
- * Measured with examples/prog_cost.rs (2M runs, 2026-11-26, 6.18): each
- * masked lookup adds ~17 ns; an exact hit 46-48 ns with 0, 1 or 8 masks
- * in use; a masked hit 65 ns in the first slot, 185 ns in the eighth; a
- * miss 35 ns with no mask, 51 with one, 167-170 with eight (tuple-space
- * search: fewer, coarser masks are cheaper). The port maps are arrays
+ * Measured with examples/prog_cost.rs (three rounds, 2026-11-27 06:48
+ * UTC, 6.18, with the tunnel and TC code in; a VM whose hosts ran about
+ * half as fast as the first measurement's): the test-run harness's own
+ * floor (a frame on no port) 24-28 ns; each masked lookup adds ~28 ns;
+ * an exact hit 97-102 ns with 0 or 1 mask in use, 101-133 with eight; a
+ * masked hit 130-137 ns in the first slot, 344-363 ns in the eighth; a
+ * miss 79-104 ns with no mask, 103-119 with one, 298-328 with eight
+ * (tuple-space search: fewer, coarser masks are cheaper). The first
+ * measurement (2026-11-26, before tunnels, a faster VM): exact hit 46-48,
+ * masked 65 and 185, miss 35, 51, 167-170 ns; the ratios between paths
+ * held. The port maps are arrays
  * (`rx_ports` by ifindex, `tx_ports` by a dense port index), and the
  * per-CPU arrays (`progs`, `counters`, `stats`) are inlined by the verifier.
  *
