@@ -529,12 +529,18 @@ class SourceNat(app_manager.OSKenApp):
             if headers is None:
                 return  # not translated (see the header): dropped
         proto, eth_src, eth_dst, ip_src, ip_dst, src_port, dst_port = headers
-        if in_port == self.inside and eth_dst == self.mac_b \
-                and int.from_bytes(ip_src, "big") & self.inside_mask == self.inside_prefix:
+        if self.from_inside_host(in_port, eth_dst, ip_src):
             self.from_inside(dp, state, data, proto, eth_src, ip_src, ip_dst, src_port,
                              dst_port)
         elif in_port == self.outside and ip_dst == self.nat_ip_b:
             self.from_outside(dp, state, data, proto, ip_src, src_port, dst_port)
+
+    def from_inside_host(self, in_port, eth_dst, ip_src):
+        """Does a packet (addresses as bytes) come from an inside host through
+        the gateway: on the inside port, to the gateway MAC, from the inside
+        prefix? Only such packets are translated."""
+        return (in_port == self.inside and eth_dst == self.mac_b
+                and int.from_bytes(ip_src, "big") & self.inside_mask == self.inside_prefix)
 
     def later_fragment(self, dp, state, in_port, eth, ip, data):
         """A fragment after the first of a TCP/UDP datagram (see the header):
@@ -542,8 +548,7 @@ class SourceNat(app_manager.OSKenApp):
         counted from the outside."""
         if ip.proto not in L4_MIN_LEN:
             return
-        if in_port == self.inside and mac_bytes(eth.dst) == self.mac_b \
-                and int(ipaddress.IPv4Address(ip.src)) & self.inside_mask == self.inside_prefix:
+        if self.from_inside_host(in_port, mac_bytes(eth.dst), ip_bytes(ip.src)):
             state.fragments_out += 1
             dp.send(self.packet_out(
                 dp, data, self.actions_head[FORWARD] + self.actions_tail[FORWARD],
