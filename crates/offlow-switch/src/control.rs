@@ -296,9 +296,12 @@ fn start_ports(
             ),
         };
         let interface = p.kind.is_interface();
-        let mut port = SwitchPort::new(p.number, &p.name, interface, tx, link);
-        port.counts_interface_drops = p.kind == PortKind::AfPacket;
-        ports.push(port);
+        let port = SwitchPort::new(p.number, &p.name, interface, tx, link);
+        ports.push(if p.kind == PortKind::AfPacket {
+            port.counting_interface_drops()
+        } else {
+            port
+        });
         data_ports.push(DataPort {
             ifname: p.name.clone(),
             number: p.number,

@@ -40,12 +40,10 @@ pub struct SwitchPort {
     /// The interface's own receive drops (module docs of
     /// `offlow_io::rtnl`), counted from when the switch opened it.
     kernel_drops: KernelDrops,
-    /// Add them to the port's `rx_dropped`: an AF_PACKET port's socket is
-    /// a tap, and what the interface drops is disjoint from what its ring
-    /// drops. Not an AF_XDP port's: a veth counts a redirect its socket's
-    /// full ring refused among its own receive drops, and the socket
-    /// counts it too.
-    pub counts_interface_drops: bool,
+    /// Add them to the port's `rx_dropped` (set by
+    /// [`SwitchPort::counting_interface_drops`]; no read is taken
+    /// otherwise).
+    counts_interface_drops: bool,
 }
 
 /// An interface's kernel `rx_dropped` as the port counts it: from the
@@ -127,10 +125,16 @@ impl SwitchPort {
             kernel_drops: KernelDrops::default(),
             counts_interface_drops: false,
         }
-        .with_kernel_drops_from_now()
     }
 
-    fn with_kernel_drops_from_now(mut self) -> SwitchPort {
+    /// The port, adding its interface's own receive drops to its
+    /// `rx_dropped` from now on. For AF_PACKET ports: their socket is a
+    /// tap, and what the interface drops is disjoint from what its ring
+    /// drops. Not for AF_XDP ports: a veth counts a redirect its socket's
+    /// full ring refused among its own receive drops, and the socket
+    /// counts it too.
+    pub fn counting_interface_drops(mut self) -> SwitchPort {
+        self.counts_interface_drops = true;
         self.kernel_drops_from_now();
         self
     }
@@ -143,6 +147,9 @@ impl SwitchPort {
     /// Count the interface's drops from now (its transmit socket was just
     /// opened).
     fn kernel_drops_from_now(&mut self) {
+        if !self.counts_interface_drops {
+            return;
+        }
         let now = self.read_interface_drops();
         self.kernel_drops.opened(now);
     }
