@@ -62,13 +62,26 @@
 //!   (three-way handshake done) are counted over `--seconds`, with each
 //!   connect's latency.
 //!
+//! # Passes
+//! The host under this machine's two vCPUs drifts by tens of per cent
+//! within minutes (five runs of the NAT rows in three minutes, 2026-11-27:
+//! Open vSwitch 753–1,041 connections/s, offlow over it 1.99–3.27×), so
+//! rows measured one after the other for `--seconds` each compare
+//! different minutes. `--passes N` splits each row's counted seconds into
+//! N passes and runs the passes round-robin over the rows (each pass sets
+//! its row up afresh, with its own warm-up), so a drift reaches every row
+//! alike; a row's figures are over all its passes together. What the
+//! kit for issue 23 does (`bench latency --passes`), for the same reason.
+//!
 //! # Report
 //! Per row: connections/s, connect latency p50/p99/max (ms), failed
 //! connects (a 1 s timeout), the controller's and the switch's CPU over
 //! the counted seconds (from /proc: a controller at one full core bounds
 //! the row, whatever the switch), and the row's anchor ratio: offlow rows
-//! over Open vSwitch with the same application in the same run. `--json` prints
-//! one object (`experiment: "setup"`) as the last line.
+//! over Open vSwitch with the same application in the same run. With
+//! passes, also each pass's rate and its ratio to Open vSwitch's pass of
+//! the same round. `--json` prints one object (`experiment: "setup"`) as
+//! the last line.
 //!
 //! # Invariants
 //! Namespaces, processes and the scratch directory of a row are owned by
@@ -104,6 +117,11 @@ pub const PROGRAM_WAIT: Duration = Duration::from_secs(30);
 
 /// The server's port on host B.
 const SERVER_PORT: u16 = 5001;
+
+/// The NAT rows' flows' idle timeout, seconds: short, so that their
+/// expiry (and the FLOW_REMOVED to the controller) is part of every
+/// counted second. The default `--warmup` outlasts it.
+const NAT_IDLE_TIMEOUT_S: u16 = 2;
 
 /// Which controller application.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -173,11 +191,19 @@ pub struct SetupArgs {
         default_value = "offlow,offlow-offload,offlow-offload-tc,ovs,synthetic,bridge,xdp-wire,tc-wire"
     )]
     pub switches: Vec<SwitchKind>,
-    /// Seconds counted per row.
+    /// Seconds counted per row (over all its passes).
     #[arg(long, default_value_t = 10.0)]
     pub seconds: f64,
-    /// Seconds of connections before counting.
-    #[arg(long, default_value_t = 1.0)]
+    /// Passes over the rows, round-robin: each row counts
+    /// `--seconds / --passes` seconds per pass (module docs: "Passes").
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub passes: u32,
+    /// Seconds of connections before counting. The default outlasts the
+    /// NAT flows' 2 s idle timeout, so a NAT row counts from its first
+    /// second with flows expiring and FLOW_REMOVEDs reaching the
+    /// controller, as in every later second (a pass counting 2.5 s after
+    /// a 1 s warm-up spent a third of it before any expiry).
+    #[arg(long, default_value_t = 3.0)]
     pub warmup: f64,
     /// Client threads connecting at once.
     #[arg(long, default_value_t = 4)]
@@ -233,6 +259,66 @@ pub struct SetupRow {
     pub controller_cpu: Option<f64>,
     /// The switch process's CPU over the counted seconds.
     pub switch_cpu: Option<f64>,
+    /// Each pass's connections/s, in run order (one with `--passes 1`).
+    pub pass_conns_per_s: Vec<f64>,
+    /// Each pass's rate over Open vSwitch's in the same pass (same
+    /// application); empty for Open vSwitch's rows and without them.
+    pub pass_vs_ovs: Vec<f64>,
+}
+
+/// What one pass of one row measured.
+struct PassFigures {
+    /// Every completed connect's latency, ms.
+    latencies_ms: Vec<f64>,
+    /// Connects that failed or timed out.
+    failed: u64,
+    /// Seconds counted.
+    elapsed_s: f64,
+    /// The controller's CPU seconds over them.
+    controller_cpu_s: Option<f64>,
+    /// The switch process's CPU seconds over them.
+    switch_cpu_s: Option<f64>,
+}
+
+impl PassFigures {
+    fn conns_per_s(&self) -> f64 {
+        self.latencies_ms.len() as f64 / self.elapsed_s
+    }
+}
+
+impl SetupRow {
+    /// The row over all its passes: rates over the summed seconds,
+    /// latency statistics over every connect, CPU shares over the summed
+    /// seconds (`None` if any pass could not read them).
+    fn from_passes(app: App, switch: &str, passes: &[PassFigures]) -> SetupRow {
+        let elapsed: f64 = passes.iter().map(|p| p.elapsed_s).sum();
+        let mut lat: Vec<f64> = passes
+            .iter()
+            .flat_map(|p| p.latencies_ms.iter().copied())
+            .collect();
+        lat.sort_by(f64::total_cmp);
+        let share = |cpu: fn(&PassFigures) -> Option<f64>| {
+            let total: Option<f64> = passes.iter().map(cpu).sum();
+            total.map(|t| t / elapsed)
+        };
+        SetupRow {
+            app,
+            switch: switch.into(),
+            conns_per_s: lat.len() as f64 / elapsed,
+            conns: lat.len() as u64,
+            failed: passes.iter().map(|p| p.failed).sum(),
+            mean_ms: mean(&lat),
+            p50_ms: percentile(&lat, 50.0),
+            p90_ms: percentile(&lat, 90.0),
+            p99_ms: percentile(&lat, 99.0),
+            max_ms: lat.last().copied(),
+            vs_ovs: None,
+            controller_cpu: share(|p| p.controller_cpu_s),
+            switch_cpu: share(|p| p.switch_cpu_s),
+            pass_conns_per_s: passes.iter().map(PassFigures::conns_per_s).collect(),
+            pass_vs_ovs: Vec::new(),
+        }
+    }
 }
 
 /// The whole run.
@@ -242,8 +328,10 @@ pub struct SetupReport {
     pub experiment: &'static str,
     /// Client threads.
     pub concurrency: usize,
-    /// Counted seconds per row.
+    /// Counted seconds per row (over all its passes).
     pub seconds: f64,
+    /// Passes over the rows.
+    pub passes: u32,
     /// Rows, in run order.
     pub rows: Vec<SetupRow>,
 }
@@ -353,7 +441,7 @@ fn start_controller(
                 .env("SNAT_NEXT_HOP_MAC", B_MAC)
                 .env("SNAT_PORT_MIN", "10000")
                 .env("SNAT_PORT_MAX", "60000")
-                .env("SNAT_IDLE_TIMEOUT", "2");
+                .env("SNAT_IDLE_TIMEOUT", NAT_IDLE_TIMEOUT_S.to_string());
         }
     }
     let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
@@ -536,7 +624,7 @@ fn wait_programmed(ns: &str, server: SocketAddr) -> anyhow::Result<()> {
 /// The controller alone: [`crate::synthetic_switch`] in the switch's
 /// place, `--concurrency` setups in flight (as many as the client threads
 /// have), counted like the other rows.
-fn run_synthetic_row(a: &SetupArgs, app: App) -> anyhow::Result<SetupRow> {
+fn run_synthetic_row(a: &SetupArgs, app: App, seconds: f64) -> anyhow::Result<PassFigures> {
     use crate::synthetic_switch as synth;
     let topo = Topo::hosts(true, 1)?;
     let sw = topo.sw()?.to_string();
@@ -562,39 +650,28 @@ fn run_synthetic_row(a: &SetupArgs, app: App) -> anyhow::Result<SetupRow> {
     phase.store(synth::COUNT, Ordering::Relaxed);
     let t0 = Instant::now();
     let cpu0 = cpu_seconds(ctl_pid);
-    sleep_unless_interrupted(Duration::from_secs_f64(a.seconds));
+    sleep_unless_interrupted(Duration::from_secs_f64(seconds));
     let cpu1 = cpu_seconds(ctl_pid);
     phase.store(synth::STOP, Ordering::Relaxed);
     let elapsed = t0.elapsed().as_secs_f64();
-    let mut lat = runner
+    let latencies_ms = runner
         .join()
         .map_err(|_| anyhow::anyhow!("the synthetic switch panicked"))?
         .with_context(|| format!("the controller's log is {}", log.display()))?
         .latencies_ms;
-    lat.sort_by(f64::total_cmp);
-    Ok(SetupRow {
-        app,
-        switch: SwitchKind::Synthetic.name().into(),
-        conns_per_s: lat.len() as f64 / elapsed,
-        conns: lat.len() as u64,
+    Ok(PassFigures {
+        latencies_ms,
         failed: 0,
-        mean_ms: mean(&lat),
-        p50_ms: percentile(&lat, 50.0),
-        p90_ms: percentile(&lat, 90.0),
-        p99_ms: percentile(&lat, 99.0),
-        max_ms: lat.last().copied(),
-        vs_ovs: None,
-        controller_cpu: match (cpu0, cpu1) {
-            (Some(c0), Some(c1)) => Some((c1 - c0) / elapsed),
-            _ => None,
-        },
-        switch_cpu: None,
+        elapsed_s: elapsed,
+        controller_cpu_s: cpu1.zip(cpu0).map(|(c1, c0)| c1 - c0),
+        switch_cpu_s: None,
     })
 }
 
-fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow> {
+/// One pass of one row, counting `seconds`.
+fn run_row(a: &SetupArgs, app: App, kind: SwitchKind, seconds: f64) -> anyhow::Result<PassFigures> {
     if kind == SwitchKind::Synthetic {
-        return run_synthetic_row(a, app);
+        return run_synthetic_row(a, app, seconds);
     }
     let topo = Topo::hosts(true, 1)?;
     let (ha, hb, sw) = (
@@ -726,14 +803,14 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
             ctl_pid.and_then(cpu_seconds),
             switch_pid.and_then(cpu_seconds),
         );
-        sleep_unless_interrupted(Duration::from_secs_f64(a.seconds));
+        sleep_unless_interrupted(Duration::from_secs_f64(seconds));
         let cpu1 = (
             ctl_pid.and_then(cpu_seconds),
             switch_pid.and_then(cpu_seconds),
         );
         phase.store(STOP, Ordering::Relaxed);
         let elapsed = t0.elapsed().as_secs_f64();
-        let share = |a: Option<f64>, b: Option<f64>| Some((b? - a?) / elapsed);
+        let spent = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
         let mut lat = Vec::new();
         let mut failed = 0;
         for c in clients {
@@ -743,21 +820,12 @@ fn run_row(a: &SetupArgs, app: App, kind: SwitchKind) -> anyhow::Result<SetupRow
             lat.extend(r.latencies_ms);
             failed += r.failed;
         }
-        lat.sort_by(f64::total_cmp);
-        Ok::<_, anyhow::Error>(SetupRow {
-            app,
-            switch: kind.name().into(),
-            conns_per_s: lat.len() as f64 / elapsed,
-            conns: lat.len() as u64,
+        Ok::<_, anyhow::Error>(PassFigures {
+            latencies_ms: lat,
             failed,
-            mean_ms: mean(&lat),
-            p50_ms: percentile(&lat, 50.0),
-            p90_ms: percentile(&lat, 90.0),
-            p99_ms: percentile(&lat, 99.0),
-            max_ms: lat.last().copied(),
-            vs_ovs: None,
-            controller_cpu: share(cpu0.0, cpu1.0),
-            switch_cpu: share(cpu0.1, cpu1.1),
+            elapsed_s: elapsed,
+            controller_cpu_s: spent(cpu0.0, cpu1.0),
+            switch_cpu_s: spent(cpu0.1, cpu1.1),
         })
     })();
     stop.store(true, Ordering::Relaxed);
@@ -783,14 +851,11 @@ impl Drop for ScratchDir {
     }
 }
 
-/// Run every row.
+/// Run every row, in `--passes` rounds.
 pub fn run(a: &SetupArgs) -> anyhow::Result<SetupReport> {
-    let mut rows = Vec::new();
+    let mut cells = Vec::new();
     for &app in &a.apps {
         for &kind in &a.switches {
-            if interrupted() {
-                bail!("interrupted");
-            }
             if kind == SwitchKind::Synthetic && app != App::Nat {
                 // simple_switch_13 sets up per MAC, not per connection:
                 // there is no per-connection exchange to replay.
@@ -804,39 +869,81 @@ pub fn run(a: &SetupArgs) -> anyhow::Result<SetupReport> {
                 // Neither does NAT.
                 continue;
             }
-            eprintln!("setup: {app:?} on {} ...", kind.name());
-            rows.push(run_row(a, app, kind)?);
+            cells.push((app, kind));
         }
     }
-    // Ratios against Open vSwitch with the same application.
-    let ovs: Vec<(App, f64)> = rows
+    let passes = a.passes.max(1);
+    let seconds = a.seconds / f64::from(passes);
+    let mut figures: Vec<Vec<PassFigures>> = cells.iter().map(|_| Vec::new()).collect();
+    for pass in 1..=passes {
+        for (&(app, kind), done) in cells.iter().zip(&mut figures) {
+            if interrupted() {
+                bail!("interrupted");
+            }
+            if passes == 1 {
+                eprintln!("setup: {app:?} on {} ...", kind.name());
+            } else {
+                eprintln!(
+                    "setup: {app:?} on {} (pass {pass} of {passes}) ...",
+                    kind.name()
+                );
+            }
+            done.push(run_row(a, app, kind, seconds)?);
+        }
+    }
+    let mut rows: Vec<SetupRow> = cells
+        .iter()
+        .zip(&figures)
+        .map(|(&(app, kind), f)| SetupRow::from_passes(app, kind.name(), f))
+        .collect();
+    // Ratios against Open vSwitch with the same application: over all the
+    // passes, and pass by pass.
+    let ovs: Vec<(App, f64, Vec<f64>)> = rows
         .iter()
         .filter(|r| r.switch == SwitchKind::Ovs.name())
-        .map(|r| (r.app, r.conns_per_s))
+        .map(|r| (r.app, r.conns_per_s, r.pass_conns_per_s.clone()))
         .collect();
     for r in &mut rows {
-        if r.switch != SwitchKind::Ovs.name() {
-            r.vs_ovs = ovs
-                .iter()
-                .find(|(app, v)| *app == r.app && *v > 0.0)
-                .map(|(_, v)| r.conns_per_s / v);
+        if r.switch == SwitchKind::Ovs.name() {
+            continue;
+        }
+        if let Some((_, total, per_pass)) = ovs.iter().find(|(app, ..)| *app == r.app) {
+            r.vs_ovs = (*total > 0.0).then(|| r.conns_per_s / total);
+            r.pass_vs_ovs = pass_ratios(&r.pass_conns_per_s, per_pass);
         }
     }
     Ok(SetupReport {
         experiment: "setup",
         concurrency: a.concurrency,
         seconds: a.seconds,
+        passes,
         rows,
     })
+}
+
+/// Pass-by-pass ratios of `rates` over `anchor`'s (a pass whose anchor
+/// set up nothing has none: the list then stops short).
+fn pass_ratios(rates: &[f64], anchor: &[f64]) -> Vec<f64> {
+    rates
+        .iter()
+        .zip(anchor)
+        .map_while(|(r, o)| (*o > 0.0).then(|| r / o))
+        .collect()
 }
 
 /// `offlow bench setup`.
 pub fn main(a: &SetupArgs) -> anyhow::Result<()> {
     catch_interrupt();
     let r = run(a)?;
+    let passes = if r.passes > 1 {
+        format!(" in {} passes", r.passes)
+    } else {
+        String::new()
+    };
     println!(
-        "setup: new TCP connections through the switch, {} client threads, {} s counted per row \
-         (connect, then close with an RST); flows installed by the controller on packet-ins",
+        "setup: new TCP connections through the switch, {} client threads, {} s counted per \
+         row{passes} (connect, then close with an RST); flows installed by the controller on \
+         packet-ins",
         r.concurrency, r.seconds
     );
     let mut t = Table::new([
@@ -868,6 +975,26 @@ pub fn main(a: &SetupArgs) -> anyhow::Result<()> {
         "(cpu: share of one core over the counted seconds, from /proc; a controller near 100% \
          is the bound of its rows: os-ken runs one Python thread)"
     );
+    if r.passes > 1 {
+        println!("per pass, conns/s (vs ovs in the same pass):");
+        for row in &r.rows {
+            let each: Vec<String> = row
+                .pass_conns_per_s
+                .iter()
+                .enumerate()
+                .map(|(i, v)| match row.pass_vs_ovs.get(i) {
+                    Some(x) => format!("{} ({}x)", fmt_f(*v, 0), fmt_f(*x, 2)),
+                    None => fmt_f(*v, 0),
+                })
+                .collect();
+            println!(
+                "  {:<4} {:<30} {}",
+                format!("{:?}", row.app).to_lowercase(),
+                row.switch,
+                each.join(", ")
+            );
+        }
+    }
     if a.json {
         print_json_line(&serde_json::to_value(&r)?);
     }
@@ -888,5 +1015,55 @@ mod tests {
         next.store(65535 - 1024, Ordering::Relaxed);
         assert_eq!(next_source_port(&next), 65535);
         assert_eq!(next_source_port(&next), 1024);
+    }
+
+    fn pass(conns: usize, elapsed_s: f64, cpu: Option<f64>) -> PassFigures {
+        PassFigures {
+            latencies_ms: (1..=conns).map(|i| i as f64).collect(),
+            failed: 1,
+            elapsed_s,
+            controller_cpu_s: cpu,
+            switch_cpu_s: Some(0.5),
+        }
+    }
+
+    /// A row over its passes: rates over the summed seconds, statistics
+    /// over every connect, CPU only when every pass read it.
+    #[test]
+    fn a_row_is_its_passes_together() {
+        let row = SetupRow::from_passes(
+            App::Nat,
+            "offlow",
+            &[pass(300, 1.0, Some(0.4)), pass(100, 1.0, Some(0.2))],
+        );
+        assert_eq!(row.conns, 400);
+        assert_eq!(row.failed, 2);
+        assert!((row.conns_per_s - 200.0).abs() < 1e-9);
+        assert_eq!(row.pass_conns_per_s, vec![300.0, 100.0]);
+        assert_eq!(row.max_ms, Some(300.0));
+        // Latencies 1..=300 and 1..=100: the mean of all 400.
+        let expected = (300.0 * 301.0 / 2.0 + 100.0 * 101.0 / 2.0) / 400.0;
+        assert!((row.mean_ms.unwrap() - expected).abs() < 1e-9);
+        assert!((row.controller_cpu.unwrap() - 0.3).abs() < 1e-9);
+        assert!((row.switch_cpu.unwrap() - 0.5).abs() < 1e-9);
+        let partial = SetupRow::from_passes(
+            App::Nat,
+            "offlow",
+            &[pass(10, 1.0, Some(0.4)), pass(10, 1.0, None)],
+        );
+        assert_eq!(partial.controller_cpu, None);
+    }
+
+    #[test]
+    fn pass_ratios_pair_passes_in_order_and_stop_at_an_empty_anchor() {
+        assert_eq!(
+            pass_ratios(&[300.0, 200.0], &[100.0, 100.0]),
+            vec![3.0, 2.0]
+        );
+        assert_eq!(
+            pass_ratios(&[300.0, 200.0, 90.0], &[100.0, 0.0, 30.0]),
+            vec![3.0]
+        );
+        assert!(pass_ratios(&[300.0], &[]).is_empty());
     }
 }
