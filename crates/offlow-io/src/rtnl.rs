@@ -123,9 +123,12 @@ impl LinkStatsReader {
     }
 }
 
-/// The counters in one datagram of the kernel's answer to request `seq`;
-/// `None` when it answers another request.
-fn parse_answer(mut data: &[u8], seq: u32) -> io::Result<Option<LinkCounters>> {
+/// The counters in one datagram of the kernel's answer to `RTM_GETLINK`
+/// request `seq` (what [`LinkStatsReader::read`] receives); `None` when it
+/// answers another request. The kernel's error answer is its errno; a
+/// length that overruns the datagram, or an answer without
+/// `IFLA_STATS64`, is an error, never a panic (`fuzz/fuzz_targets/rtnl.rs`).
+pub fn parse_answer(mut data: &[u8], seq: u32) -> io::Result<Option<LinkCounters>> {
     let u16_at = |b: &[u8], o: usize| u16::from_ne_bytes([b[o], b[o + 1]]);
     let u32_at = |b: &[u8], o: usize| u32::from_ne_bytes(b[o..o + 4].try_into().unwrap());
     let u64_at = |b: &[u8], o: usize| u64::from_ne_bytes(b[o..o + 8].try_into().unwrap());
