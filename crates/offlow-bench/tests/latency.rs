@@ -1,8 +1,8 @@
 //! `offlow bench latency`, short: offlow with AF_PACKET ports and the
 //! Linux-bridge baseline, two frame sizes, 300 probes each in two passes
 //! over the switches (a row joins its passes' probes); then the
-//! bridge and the AF_XDP floor (the bare reflector) at one frame size and
-//! under one background load. Every probe must be accounted for (sent =
+//! bridge and the two floors (the bare AF_XDP and XDP reflectors) at one
+//! frame size and under one background load. Every probe must be accounted for (sent =
 //! received + lost, nearly all received), and the timestamps must be
 //! monotonic (tx ≤ rx for every probe; send times strictly increasing in
 //! sequence order). The two runs take turns (a lock): they share the
@@ -156,7 +156,7 @@ fn every_probe_is_accounted_for_and_timestamps_are_monotonic() {
 }
 
 #[test]
-fn the_bridge_and_the_floor_loop_probes_under_load() {
+fn the_bridge_and_the_floors_loop_probes_under_load() {
     if !can_run() {
         return;
     }
@@ -166,21 +166,25 @@ fn the_bridge_and_the_floor_loop_probes_under_load() {
         sweeps: vec![Sweep::Sizes, Sweep::Load],
         sizes: vec![72],
         loads: vec![50],
-        switches: vec![SwitchKind::LinuxBridge, SwitchKind::AfxdpFloor],
+        switches: vec![
+            SwitchKind::LinuxBridge,
+            SwitchKind::AfxdpFloor,
+            SwitchKind::XdpFloor,
+        ],
         passes: 1,
         warmup_ms: 100,
         ..LatencyArgs::default()
     };
-    let report = run_bounded(&args, Duration::from_secs(60));
+    let report = run_bounded(&args, Duration::from_secs(90));
     // Per switch: 72 B unloaded, 72 B at 50 %.
-    assert_eq!(report.results.len(), 4);
+    assert_eq!(report.results.len(), 6);
     check_probes(&report, 200);
     let loaded: Vec<_> = report
         .results
         .iter()
         .filter(|r| r.config.sweep == Sweep::Load)
         .collect();
-    assert_eq!(loaded.len(), 2);
+    assert_eq!(loaded.len(), 3);
     for r in loaded {
         assert!(
             r.background_pps.is_some_and(|p| p > 0.0),
@@ -190,5 +194,5 @@ fn the_bridge_and_the_floor_loop_probes_under_load() {
         // Against the unloaded bridge: a Δt_proc, bridge included.
         assert!(r.proc_ns.is_some(), "{}", r.switch.name());
     }
-    assert_eq!(report.max_pps.len(), 2, "a maximum per switch");
+    assert_eq!(report.max_pps.len(), 3, "a maximum per switch");
 }

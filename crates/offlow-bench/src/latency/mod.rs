@@ -83,7 +83,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::forward::Ovs;
 use crate::offload::ping::OFFLOAD_CONFIG;
-use crate::offload::xdp::PassThrough;
+use crate::offload::xdp::{Ceiling, PassThrough};
 use crate::topo::{
     catch_interrupt, interrupted, ip, run_cmd, sleep_unless_interrupted, start_offlow_logged,
     unique_tag, wait_link_up, ChildGuard, Topo,
@@ -107,9 +107,10 @@ Percentiles are nearest-rank; std is the sample standard deviation. Δt_proc = �
 2·Δt_prop − Δt_trans with 2·Δt_prop + Δt_trans taken as the mean RTT of the same-size probe \
 through the Linux bridge baseline on the same veth topology (so Δt_proc is the delay over the \
 kernel bridge). Frame sizes are wire sizes (preamble, SFD and FCS included: minus 12 B handed \
-to the kernel). A probe with no reply within the timeout is lost. Offloaded rows: the hosts' \
+to the kernel). A probe with no reply within the timeout is lost. Offloaded and XDP floor rows: the hosts' \
 veths carry an XDP pass-through program (a veth delivers the tier's XDP_TX frames only to a \
-peer with an XDP program). CPU cost: the busy-poll rows (offlow --busy-poll, the AF_XDP floor) \
+peer with an XDP program). The floors do no lookup: the AF_XDP floor is a busy-polling \
+AF_XDP reflector, the XDP floor an XDP program sending every frame back out of its port. CPU cost: the busy-poll rows (offlow --busy-poll, the AF_XDP floor) \
 and Open vSwitch afxdp (its PMD thread busy-polls; with system ports Open vSwitch polls them from \
 its main thread, which sleeps) keep one core at 100% for as long as the switch runs, idle or not \
 (here: half of the machine's 2 vCPUs); the other offlow rows poll for 50 µs after their last frame, then sleep in poll(2) \
@@ -145,6 +146,12 @@ pub enum SwitchKind {
     /// ([`reflector`]): the floor of any AF_XDP switch on veth (sizes and
     /// load sweeps only).
     AfxdpFloor,
+    /// A bare XDP program on each port sending every frame back out of it
+    /// (`bpf/ceiling.bpf.c`, its DEVMAP pointing at the port itself): no
+    /// parse, no lookup, no counters. The floor of any offload to XDP on
+    /// veth, read against the Linux bridge as the offloaded rows are
+    /// (sizes and load sweeps only).
+    XdpFloor,
 }
 
 impl SwitchKind {
@@ -160,6 +167,7 @@ impl SwitchKind {
             SwitchKind::OvsAfxdp => "ovs 3.1 netdev afxdp",
             SwitchKind::LinuxBridge => "linux bridge (hairpin)",
             SwitchKind::AfxdpFloor => "af_xdp floor (bare busy-poll reflector)",
+            SwitchKind::XdpFloor => "xdp floor (bare XDP reflector)",
         }
     }
 
@@ -170,8 +178,9 @@ impl SwitchKind {
     /// The same-run anchor its goal is read against, and the goal's
     /// ratio: Open vSwitch on the same port kind (mean Δt_proc and std ≤
     /// 0.5×), or for the offloaded rows the Linux bridge (mean RTT ≤
-    /// 1.25×). The floor is read against Open vSwitch afxdp too, to show
-    /// how far that goal is reachable at all.
+    /// 1.25×). The floors are read against the same anchors (the AF_XDP
+    /// one against Open vSwitch afxdp, the XDP one against the bridge), to
+    /// show how far those goals are reachable at all.
     pub fn anchor(self) -> Option<(SwitchKind, f64)> {
         match self {
             SwitchKind::OfflowAfpacket | SwitchKind::OfflowAfpacketBusy => {
@@ -180,7 +189,9 @@ impl SwitchKind {
             SwitchKind::OfflowAfxdp | SwitchKind::OfflowAfxdpBusy | SwitchKind::AfxdpFloor => {
                 Some((SwitchKind::OvsAfxdp, 0.5))
             }
-            SwitchKind::OfflowOffload => Some((SwitchKind::LinuxBridge, 1.25)),
+            SwitchKind::OfflowOffload | SwitchKind::XdpFloor => {
+                Some((SwitchKind::LinuxBridge, 1.25))
+            }
             SwitchKind::OvsSystem | SwitchKind::OvsAfxdp | SwitchKind::LinuxBridge => None,
         }
     }
@@ -247,7 +258,7 @@ pub struct LatencyArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "offlow-afpacket,offlow-afxdp,offlow-afpacket-busy,offlow-afxdp-busy,offlow-offload,ovs-system,ovs-afxdp,linux-bridge,afxdp-floor"
+        default_value = "offlow-afpacket,offlow-afxdp,offlow-afpacket-busy,offlow-afxdp-busy,offlow-offload,ovs-system,ovs-afxdp,linux-bridge,afxdp-floor,xdp-floor"
     )]
     pub switches: Vec<SwitchKind>,
     /// Frame sizes of the sizes sweep (wire bytes, preamble to FCS).
@@ -326,6 +337,7 @@ impl Default for LatencyArgs {
                 SwitchKind::OvsAfxdp,
                 SwitchKind::LinuxBridge,
                 SwitchKind::AfxdpFloor,
+                SwitchKind::XdpFloor,
             ],
             sizes: vec![72, 254, 454, 654, 854, 1054, 1254, 1526],
             tuples: Tuple::ALL.to_vec(),
@@ -510,7 +522,7 @@ fn configs_for(kind: SwitchKind, a: &LatencyArgs, baseline: bool) -> Vec<Config>
         load_pct: None,
     };
     let mut v = Vec::new();
-    if kind == SwitchKind::AfxdpFloor {
+    if matches!(kind, SwitchKind::AfxdpFloor | SwitchKind::XdpFloor) {
         // No table to look anything up in: frame sizes and load only.
         for s in &a.sweeps {
             match s {
@@ -606,6 +618,8 @@ enum Running {
     Bridge,
     /// Held for its `Drop` (stops the thread, closes the sockets).
     Reflector(#[allow(dead_code)] reflector::Reflector),
+    /// Held for their `Drop` (detach the programs).
+    XdpReflector(#[allow(dead_code)] Vec<Ceiling>),
 }
 
 /// A path removed when dropped.
@@ -713,13 +727,17 @@ impl Running {
                 sw,
                 &["p1", "p2"],
             )?)),
+            SwitchKind::XdpFloor => Ok(Running::XdpReflector(vec![
+                Ceiling::attach(sw, "p1", "p1")?,
+                Ceiling::attach(sw, "p2", "p2")?,
+            ])),
         }
     }
 
     fn target(&self) -> Option<&str> {
         match self {
             Running::Offlow { target, .. } | Running::Ovs { target, .. } => Some(target),
-            Running::Bridge | Running::Reflector(_) => None,
+            Running::Bridge | Running::Reflector(_) | Running::XdpReflector(_) => None,
         }
     }
 
@@ -890,10 +908,11 @@ fn run_switch(
     // The background stream goes out of B and comes back to B.
     t.gen = t.rx.clone();
     let sw = t.sw()?.to_string();
-    // The offload tier answers with XDP_TX, which a veth delivers only to
-    // a peer with an XDP program of its own: a pass-through on each host
-    // (see `bpf/pass.bpf.c`).
-    let _pass = if kind == SwitchKind::OfflowOffload {
+    // The offload tier answers with XDP_TX (the XDP floor with a redirect
+    // to its own port), which a veth delivers only to a peer with an XDP
+    // program of its own: a pass-through on each host (see
+    // `bpf/pass.bpf.c`).
+    let _pass = if matches!(kind, SwitchKind::OfflowOffload | SwitchKind::XdpFloor) {
         vec![
             PassThrough::attach(&host_a.0, &host_a.1)?,
             PassThrough::attach(&t.rx.0, &t.rx.1)?,

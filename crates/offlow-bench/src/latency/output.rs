@@ -31,7 +31,7 @@ pub const FONT_CANDIDATES: [&str; 4] = [
 ];
 
 /// Series colours, in switch order (also named in the summary).
-const COLOURS: [(RGBColor, &str); 9] = [
+const COLOURS: [(RGBColor, &str); 10] = [
     (RGBColor(31, 119, 180), "blue"),
     (RGBColor(255, 127, 14), "orange"),
     (RGBColor(44, 160, 44), "green"),
@@ -41,6 +41,7 @@ const COLOURS: [(RGBColor, &str); 9] = [
     (RGBColor(23, 190, 207), "cyan"),
     (RGBColor(188, 189, 34), "olive"),
     (RGBColor(140, 86, 75), "brown"),
+    (RGBColor(227, 119, 194), "pink"),
 ];
 
 fn us(ns: f64) -> f64 {
@@ -406,6 +407,7 @@ fn colour_index(k: SwitchKind) -> usize {
         SwitchKind::OfflowAfpacketBusy => 6,
         SwitchKind::OfflowAfxdpBusy => 7,
         SwitchKind::AfxdpFloor => 8,
+        SwitchKind::XdpFloor => 9,
     }
 }
 
