@@ -150,7 +150,12 @@ pub fn parse_answer(mut data: &[u8], seq: u32) -> io::Result<Option<LinkCounters
                 } else {
                     -libc::EIO
                 };
-                return Err(io::Error::from_raw_os_error(-code));
+                // The kernel sends a negative errno. Anything else (0 is an
+                // acknowledgement, which this request does not ask for; a
+                // positive or i32::MIN code, whose negation overflows, was
+                // found by the fuzz target) is no errno: EIO.
+                let errno = code.checked_neg().filter(|&e| e > 0).unwrap_or(libc::EIO);
+                return Err(io::Error::from_raw_os_error(errno));
             }
             RTM_NEWLINK => {
                 let mut attrs = msg.get(NLMSG_HDR + IFINFOMSG..).unwrap_or(&[]);
@@ -247,6 +252,15 @@ mod tests {
         let m = message(NLMSG_ERROR, 3, &(-libc::ENODEV).to_ne_bytes());
         let e = parse_answer(&m, 3).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::ENODEV));
+    }
+
+    #[test]
+    fn an_error_code_that_is_no_errno_is_eio_not_a_panic() {
+        for code in [i32::MIN, 0, 5] {
+            let m = message(NLMSG_ERROR, 3, &code.to_ne_bytes());
+            let e = parse_answer(&m, 3).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "code {code}");
+        }
     }
 
     #[test]
